@@ -1,0 +1,136 @@
+"""``hetsched show``, ``oracle`` and ``validate``: look at scenarios, cards and the optimum."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from hetsched.cli.app import app, out
+from hetsched.cli.run import load, mapping_text
+from hetsched.model import Scenario
+from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.policies.oracle import solve
+
+
+def cards_table(sc: Scenario) -> Table:
+    """The cards of a scenario's tools with their derived figures."""
+    table = Table(title="tool cards", title_justify="left")
+    for col in ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category"):
+        table.add_column(col, justify="left" if col in ("tool", "category") else "right")
+    for card in sc.cards.values():
+        s, q = card.speedup, card.queue_speedup
+        table.add_row(
+            card.name,
+            f"{card.cpu_ms:g}",
+            "-" if card.gpu_ms is None else f"{card.gpu_ms:g}",
+            f"{card.load_ms:g}",
+            f"{card.vram_mb:g}",
+            f"{card.gpu_util:g}",
+            "-" if s is None else f"{s:.2f}x",
+            "-" if q is None else f"{q:.2f}x",
+            card.category.value,
+        )
+    return table
+
+
+@app.command()
+def show(scenario: str = typer.Argument(..., help="Scenario file or bundled name.")) -> None:
+    """Print a scenario: its cards, its DAG and its machine/budget."""
+    sc = load(scenario)
+    out.print(f"[bold]{sc.name}[/] ({sc.mode.value}) {sc.description}")
+    if sc.shows:
+        out.print(f"shows: {sc.shows}")
+    out.print(cards_table(sc))
+    out.print("DAG:")
+    for n in sc.workflow.topo_order:
+        succ = sc.workflow.succs(n)
+        tail = f" -> {', '.join(succ)}" if succ else "  (sink)"
+        out.print(f"  {n} \\[{sc.workflow.tool_of[n]}]{tail}")
+    m = sc.machine
+    out.print(
+        f"machine: {m.name}; {m.cpu_cores} CPU cores; VRAM budget {m.vram_budget_mb:g} MB; "
+        f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms"
+    )
+    out.print(f"mapping space: {sc.mapping_space_size()} mappings")
+
+
+@app.command()
+def oracle(
+    scenario: str = typer.Argument(..., help="Scenario file or bundled name."),
+    top: int = typer.Option(10, "--top", min=1, help="How many ranked mappings to show."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+) -> None:
+    """Find the best feasible mapping by exhaustive search on the noise-free simulator."""
+    sc = load(scenario)
+    t0 = time.perf_counter()
+    res = solve(sc, ranking=True)
+    seconds = time.perf_counter() - t0
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "scenario": sc.name,
+                    "mapping": res.best.to_dict(),
+                    "e2e_ms": res.e2e_ms,
+                    "optimal": [m.to_dict() for m in res.optimal],
+                    "space": res.space,
+                    "feasible": res.feasible,
+                    "ranking": [{"mapping": r.mapping.to_dict(), "e2e_ms": r.e2e_ms} for r in res.ranking[:top]],
+                }
+            )
+        )
+        return
+    out.print(f"oracle for {sc.name}: {mapping_text(res.best)}  E2E {res.e2e_ms:.1f} ms")
+    if len(res.optimal) > 1:
+        out.print(f"{len(res.optimal)} mappings tie at the optimum")
+    out.print(
+        f"searched {res.space} mappings: {res.feasible} feasible, {res.space - res.feasible} infeasible "
+        f"({res.simulated} simulated in {seconds:.2f} s)"
+    )
+    table = Table(title=f"top {min(top, len(res.ranking))}", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("mapping")
+    table.add_column("E2E ms", justify="right")
+    table.add_column("/ best", justify="right")
+    for i, r in enumerate(res.ranking[:top], 1):
+        table.add_row(str(i), mapping_text(r.mapping), f"{r.e2e_ms:.1f}", f"{r.e2e_ms / res.e2e_ms:.3f}")
+    out.print(table)
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="A tool library, scenario or mapping file."),
+    scenario: str | None = typer.Option(None, "--scenario", help="For a mapping file: the scenario to check it against."),
+) -> None:
+    """Check a file; print what it holds, or one clear error and exit 2."""
+    kind = detect_kind(file)
+    if kind == "tools":
+        cards = load_tool_library(file)
+        out.print(f"ok: tool library {file} with {len(cards)} cards")
+    elif kind == "scenario":
+        sc = load_scenario(file)
+        out.print(
+            f"ok: scenario {sc.name} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
+            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB)"
+        )
+    else:
+        mapping = load_mapping(file)
+        if scenario is None:
+            out.print(f"ok: mapping {file} with {len(mapping)} nodes (give --scenario to check it fully)")
+            return
+        sc = load(scenario)
+        mapping = sc.validate_mapping(mapping, where=f"file {file}")
+        reason = sc.infeasibility(mapping)
+        out.print(f"ok: mapping for {sc.name}" + (f", but infeasible: {reason}" if reason else ", feasible"))
+
+
+@app.command("scenarios")
+def list_scenarios() -> None:
+    """List the bundled scenarios."""
+    for name, path in bundled_scenarios().items():
+        sc = load_scenario(path)
+        out.print(f"{name:12} {sc.mode.value:9} {len(sc.workflow.nodes)} nodes  {sc.description}")

@@ -1,0 +1,152 @@
+"""Tool cards: the offline profile of one tool (PAPER.md's Table 1 row), validated and immutable.
+
+Leaf of the model package: imports only pydantic and ``model.errors``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GPU_PREFERRED_MIN = 5.0
+"""Speedup above which a tool is GPU-preferred (PAPER.md)."""
+AMBIGUOUS_MIN = 0.5
+"""Speedup below which a tool is CPU-preferred; in between it is ambiguous."""
+
+
+class Category(str, Enum):
+    """The paper's four tool categories, derived from the speedup."""
+
+    GPU_PREFERRED = "gpu_preferred"
+    AMBIGUOUS = "ambiguous"
+    CPU_PREFERRED = "cpu_preferred"
+    DEVICE_NEUTRAL = "device_neutral"
+
+
+class Spread(BaseModel):
+    """The 10th and 90th percentile of one profiled figure."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    p10: float = Field(ge=0, allow_inf_nan=False)
+    """10th percentile."""
+    p90: float = Field(ge=0, allow_inf_nan=False)
+    """90th percentile."""
+
+
+class Provenance(BaseModel):
+    """Where a card's figures come from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hardware: str = "unknown"
+    """Machine the tool was profiled on (GPU + CPU model)."""
+    runs: int = Field(default=0, ge=0)
+    """Number of isolated runs the medians come from (0: not measured, e.g. literature figures)."""
+    date: str = ""
+    """ISO date of the profile."""
+    source: str = ""
+    """Free text: how the figures were obtained (profiler run, paper table, vendor benchmark...)."""
+
+
+class ToolCard(BaseModel):
+    """One tool's isolated profile: latencies on each device, load cost, VRAM, GPU share."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Tool name, unique in a library."""
+    description: str = ""
+    """What the tool does, in words (shown to the decider as data)."""
+    cpu_ms: float = Field(gt=0, allow_inf_nan=False)
+    """Median latency on the CPU in isolation, ms."""
+    gpu_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Median warm latency on the GPU in isolation, ms; None when the tool has no GPU implementation."""
+    load_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Cost of loading the model onto the GPU, paid by ``gpu_queue`` on admission, ms."""
+    vram_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """GPU memory the tool holds while resident, MB."""
+    gpu_util: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    """Share of the GPU the tool keeps busy when it runs alone (0-1]."""
+    cpu_threads: int = Field(default=1, ge=1)
+    """CPU cores the tool keeps busy when it runs on the CPU."""
+    has_gpu: bool = True
+    """Whether a GPU implementation exists; False makes the tool device-neutral (CPU only)."""
+    amplification: int = Field(default=1, ge=1)
+    """k: the same computation repeated k times (PAPER.md's amplified tools, e.g. ``bert_base_x12``)."""
+    base: str | None = None
+    """Name of the base card an amplified card was derived from."""
+    provenance: Provenance = Provenance()
+    """Where the figures come from."""
+    spread: dict[str, Spread] = Field(default_factory=dict)
+    """p10/p90 per figure name (``cpu_ms``, ``gpu_ms``, ``load_ms``, ``vram_mb``)."""
+
+    @field_validator("spread")
+    @classmethod
+    def _known_spread_keys(cls, value: dict[str, Spread]) -> dict[str, Spread]:
+        allowed = {"cpu_ms", "gpu_ms", "load_ms", "vram_mb"}
+        for key in value:
+            if key not in allowed:
+                raise ValueError(f"spread key {key!r} is not a figure; accepted: {sorted(allowed)}")
+        return value
+
+    @model_validator(mode="after")
+    def _gpu_consistent(self) -> ToolCard:
+        if self.has_gpu and self.gpu_ms is None:
+            raise ValueError(
+                f"tool {self.name!r}: has_gpu is true but gpu_ms is missing; "
+                "give gpu_ms (> 0) or set has_gpu: false"
+            )
+        if not self.has_gpu and self.gpu_ms is not None:
+            raise ValueError(
+                f"tool {self.name!r}: has_gpu is false but gpu_ms={self.gpu_ms} is given; "
+                "drop gpu_ms or set has_gpu: true"
+            )
+        return self
+
+    @property
+    def speedup(self) -> float | None:
+        """cpu_ms / gpu_ms: the warm GPU speedup; None without a GPU implementation."""
+        return None if self.gpu_ms is None else self.cpu_ms / self.gpu_ms
+
+    @property
+    def queue_speedup(self) -> float | None:
+        """cpu_ms / (gpu_ms + load_ms): single-shot speedup of ``gpu_queue``."""
+        return None if self.gpu_ms is None else self.cpu_ms / (self.gpu_ms + self.load_ms)
+
+    @property
+    def category(self) -> Category:
+        """The paper's category from the speedup (gpu_preferred > 5x, ambiguous 0.5-5x, ...)."""
+        s = self.speedup
+        if s is None:
+            return Category.DEVICE_NEUTRAL
+        if s > GPU_PREFERRED_MIN:
+            return Category.GPU_PREFERRED
+        if s >= AMBIGUOUS_MIN:
+            return Category.AMBIGUOUS
+        return Category.CPU_PREFERRED
+
+    def amplified(self, k: int, name: str | None = None) -> ToolCard:
+        """The card of this tool's computation repeated k times.
+
+        Latencies scale by k; the load cost and the VRAM do not (the same weights are loaded
+        once and the repeats run back to back). Spreads of latencies scale by k too.
+        """
+        if k < 1:
+            raise ValueError(f"amplification k must be >= 1, got {k}")
+        spread = {
+            key: (Spread(p10=s.p10 * k, p90=s.p90 * k) if key in ("cpu_ms", "gpu_ms") else s)
+            for key, s in self.spread.items()
+        }
+        return self.model_copy(
+            update={
+                "name": name or f"{self.name}_x{k}",
+                "description": f"{self.description} (amplified: repeated {k}x)".strip(),
+                "cpu_ms": self.cpu_ms * k,
+                "gpu_ms": None if self.gpu_ms is None else self.gpu_ms * k,
+                "amplification": self.amplification * k,
+                "base": self.base or self.name,
+                "spread": spread,
+            }
+        )

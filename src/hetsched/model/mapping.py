@@ -1,0 +1,113 @@
+"""Placements and mappings: where each node of a workflow runs.
+
+Part of the model package; imports only ``model.errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from collections.abc import Mapping as AbcMapping
+from enum import Enum
+
+from hetsched.model.errors import MappingError
+
+
+class Placement(str, Enum):
+    """Where one node runs (PAPER.md's action set)."""
+
+    CPU = "cpu"
+    """On the CPU; touches no VRAM."""
+    GPU_NOW = "gpu_now"
+    """On the GPU at once, warm; the tool's model is resident from the start until its last node ends."""
+    GPU_QUEUE = "gpu_queue"
+    """On the GPU when admitted from a FIFO queue; pays the load cost, holds VRAM only while admitted."""
+
+    @property
+    def on_gpu(self) -> bool:
+        """True for both GPU placements."""
+        return self is not Placement.CPU
+
+    @property
+    def short(self) -> str:
+        """One-letter code used in compact mapping strings: C, G, Q."""
+        return {"cpu": "C", "gpu_now": "G", "gpu_queue": "Q"}[self.value]
+
+
+BINARY: tuple[Placement, ...] = (Placement.CPU, Placement.GPU_NOW)
+"""Placements of binary scenarios."""
+THREE_WAY: tuple[Placement, ...] = (Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE)
+"""Placements of VRAM-constrained three-way scenarios."""
+
+_ALIASES = {"gpu": Placement.GPU_NOW, "queue": Placement.GPU_QUEUE}
+
+
+def parse_placement(value: str | Placement, where: str = "placement") -> Placement:
+    """Parse a placement name (``cpu``, ``gpu_now``, ``gpu_queue``; ``gpu`` means ``gpu_now``)."""
+    if isinstance(value, Placement):
+        return value
+    text = str(value).strip().lower()
+    if text in _ALIASES:
+        return _ALIASES[text]
+    try:
+        return Placement(text)
+    except ValueError:
+        accepted = ", ".join(p.value for p in Placement)
+        raise MappingError(f"{where}: unknown placement {value!r}; accepted: {accepted}") from None
+
+
+class Mapping(AbcMapping[str, Placement]):
+    """An immutable node -> placement assignment, hashable, ordered by node id insertion."""
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, items: AbcMapping[str, Placement | str] | Iterable[tuple[str, Placement | str]]):
+        pairs = items.items() if isinstance(items, AbcMapping) else items
+        self._items: dict[str, Placement] = {
+            str(k): parse_placement(v, where=f"node {k!r}") for k, v in pairs
+        }
+        self._hash = hash(tuple(self._items.items()))
+
+    def __getitem__(self, key: str) -> Placement:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == other._items
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Mapping({self.compact()})"
+
+    def compact(self) -> str:
+        """``A=gpu_now B=cpu ...`` in insertion order."""
+        return " ".join(f"{k}={v.value}" for k, v in self._items.items())
+
+    def code(self, order: Iterable[str] | None = None) -> str:
+        """Short code, one letter a node: C (cpu), G (gpu_now), Q (gpu_queue)."""
+        keys = list(order) if order is not None else list(self._items)
+        return "".join(self._items[k].short for k in keys)
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain ``{node: placement}`` for JSON."""
+        return {k: v.value for k, v in self._items.items()}
+
+    def moved(self, node: str, placement: Placement) -> Mapping:
+        """A copy with one node moved (node names need not be identifiers)."""
+        items = dict(self._items)
+        if node not in items:
+            raise MappingError(f"node {node!r} is not in the mapping; nodes: {list(items)}")
+        items[node] = placement
+        return Mapping(items)
+
+    def differs_at(self, other: Mapping) -> tuple[str, ...]:
+        """Nodes whose placement differs from ``other``."""
+        return tuple(k for k in self._items if other._items.get(k) != self._items[k])

@@ -1,0 +1,167 @@
+"""A scenario: a workflow, the cards of its tools, the machine, and the allowed placements.
+
+Also the static checks every executor and policy share: is a mapping well-formed for this
+scenario, and does its ``gpu_now`` set fit the VRAM budget. Part of the model package.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from enum import Enum
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hetsched.model.card import ToolCard
+from hetsched.model.errors import MappingError
+from hetsched.model.machine import Machine
+from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement
+from hetsched.model.workflow import Workflow
+
+
+class Mode(str, Enum):
+    """Which placements a scenario allows."""
+
+    BINARY = "binary"
+    """cpu / gpu_now (PAPER.md's S1-S10)."""
+    THREE_WAY = "three_way"
+    """cpu / gpu_now / gpu_queue under an explicit VRAM budget (S11-S13)."""
+
+
+class Scenario(BaseModel):
+    """Everything needed to run, simulate or plan one workflow."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Scenario name (``S5``, ``fanout``...)."""
+    description: str = ""
+    """What the workflow does."""
+    shows: str = ""
+    """The property the scenario exists to show (checked by a test for bundled scenarios)."""
+    mode: Mode = Mode.BINARY
+    """Allowed placements."""
+    workflow: Workflow
+    """The DAG."""
+    cards: dict[str, ToolCard]
+    """Cards of the tools the workflow uses, by tool name."""
+    machine: Machine = Machine()
+    """Hardware and contention parameters."""
+    source: str = ""
+    """File the scenario was loaded from (for messages); empty when built in code."""
+
+    @model_validator(mode="after")
+    def _cards_cover_tools(self) -> Scenario:
+        for node in self.workflow.nodes:
+            if node.tool not in self.cards:
+                known = ", ".join(sorted(self.cards)) or "(none)"
+                raise ValueError(
+                    f"node {node.id!r} uses tool {node.tool!r}, which has no card; known tools: {known}"
+                )
+        for key, card in self.cards.items():
+            if key != card.name:
+                raise ValueError(f"card stored under {key!r} is named {card.name!r}; they must agree")
+        return self
+
+    # ------------------------------------------------------------------ placements
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        """Placements the scenario's mode allows."""
+        return THREE_WAY if self.mode is Mode.THREE_WAY else BINARY
+
+    def card_of(self, node: str) -> ToolCard:
+        """The card of the tool a node invokes."""
+        return self.cards[self.workflow.tool_of[node]]
+
+    def allowed(self, node: str) -> tuple[Placement, ...]:
+        """Placements allowed for one node (CPU only when its tool has no GPU implementation)."""
+        if not self.card_of(node).has_gpu:
+            return (Placement.CPU,)
+        return self.placements
+
+    @cached_property
+    def choices(self) -> tuple[tuple[Placement, ...], ...]:
+        """Allowed placements per node, in workflow node order."""
+        return tuple(self.allowed(n) for n in self.workflow.node_ids)
+
+    def mapping_space_size(self) -> int:
+        """Number of well-formed mappings (before the VRAM check)."""
+        size = 1
+        for c in self.choices:
+            size *= len(c)
+        return size
+
+    def all_mappings(self) -> Iterator[Mapping]:
+        """Every well-formed mapping (feasible or not), in a fixed order."""
+        ids = self.workflow.node_ids
+        for combo in itertools.product(*self.choices):
+            yield Mapping(zip(ids, combo, strict=True))
+
+    def uniform(self, placement: Placement) -> Mapping:
+        """Every node at ``placement`` where allowed, else on the CPU."""
+        return Mapping(
+            (n, placement if placement in self.allowed(n) else Placement.CPU)
+            for n in self.workflow.node_ids
+        )
+
+    # ------------------------------------------------------------------ checks
+    def validate_mapping(self, mapping: Mapping, where: str = "mapping") -> Mapping:
+        """Raise :class:`MappingError` unless every node is placed once, legally; return it in node order."""
+        ids = self.workflow.node_ids
+        missing = [n for n in ids if n not in mapping]
+        extra = [n for n in mapping if n not in self.workflow.tool_of]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"misses nodes {missing}")
+            if extra:
+                parts.append(f"invents nodes {extra}")
+            raise MappingError(f"{where} {' and '.join(parts)}; scenario {self.name!r} has nodes {list(ids)}")
+        for n in ids:
+            p = mapping[n]
+            if p not in self.allowed(n):
+                tool = self.workflow.tool_of[n]
+                why = (
+                    f"tool {tool!r} has no GPU implementation"
+                    if not self.card_of(n).has_gpu
+                    else f"scenario {self.name!r} is {self.mode.value}"
+                )
+                accepted = ", ".join(a.value for a in self.allowed(n))
+                raise MappingError(f"{where}: node {n!r} cannot be {p.value} ({why}); accepted: {accepted}")
+        return Mapping((n, mapping[n]) for n in ids)
+
+    def gpu_now_tools(self, mapping: Mapping) -> tuple[str, ...]:
+        """Distinct tools with at least one ``gpu_now`` node (each resident once)."""
+        return tuple(
+            dict.fromkeys(
+                self.workflow.tool_of[n] for n in self.workflow.node_ids if mapping[n] is Placement.GPU_NOW
+            )
+        )
+
+    def gpu_now_vram_mb(self, mapping: Mapping) -> float:
+        """VRAM the ``gpu_now`` tools hold at t = 0, counted once per tool."""
+        return sum(self.cards[t].vram_mb for t in self.gpu_now_tools(mapping))
+
+    def infeasibility(self, mapping: Mapping) -> str:
+        """The static reason a well-formed mapping cannot run, or '' when it passes the static checks.
+
+        Static checks: the ``gpu_now`` set must fit the budget at t = 0 (where it is largest),
+        and every ``gpu_queue`` node must fit an empty GPU. Deadlocks (a queued node waiting for
+        VRAM held by a tool that needs that node) are found by the executor.
+        """
+        budget = self.machine.vram_budget_mb
+        tools = self.gpu_now_tools(mapping)
+        need = sum(self.cards[t].vram_mb for t in tools)
+        if need > budget:
+            parts = " + ".join(f"{t} {self.cards[t].vram_mb:g}" for t in tools)
+            return f"OOM: gpu_now tools need {need:g} MB of {budget:g} MB ({parts})"
+        for n in self.workflow.node_ids:
+            if mapping[n] is Placement.GPU_QUEUE:
+                card = self.card_of(n)
+                if card.vram_mb > budget:
+                    return (
+                        f"never admissible: node {n!r} ({card.name}) needs {card.vram_mb:g} MB "
+                        f"> budget {budget:g} MB"
+                    )
+        return ""

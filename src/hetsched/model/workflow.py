@@ -1,0 +1,126 @@
+"""The workflow DAG: nodes that each invoke one tool, and edges that may carry data.
+
+Part of the model package; imports pydantic, networkx and ``model.errors`` only.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Node(BaseModel):
+    """One tool invocation in the workflow."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    """Node name, unique in the workflow (the paper uses A, B, C, D)."""
+    tool: str = Field(min_length=1)
+    """Name of the tool card this node invokes."""
+
+
+class Edge(BaseModel):
+    """A precedence constraint src -> dst, optionally carrying data between devices."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    src: str
+    """Producer node id."""
+    dst: str
+    """Consumer node id."""
+    data_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    """Data passed along the edge, MB; costs a PCIe transfer when src and dst sit on different devices."""
+
+
+class Workflow(BaseModel):
+    """A DAG of tool invocations; sinks (nodes without successors) define the E2E latency."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: tuple[Node, ...] = Field(min_length=1)
+    """The nodes, in file order."""
+    edges: tuple[Edge, ...] = ()
+    """The precedence edges."""
+
+    @model_validator(mode="after")
+    def _is_dag(self) -> Workflow:
+        ids = [n.id for n in self.nodes]
+        seen: set[str] = set()
+        for node_id in ids:
+            if node_id in seen:
+                raise ValueError(f"node {node_id!r} is defined twice; node ids must be unique")
+            seen.add(node_id)
+        pairs: set[tuple[str, str]] = set()
+        for e in self.edges:
+            for end, value in (("src", e.src), ("dst", e.dst)):
+                if value not in seen:
+                    raise ValueError(
+                        f"edge {e.src}->{e.dst}: {end} {value!r} is not a node; known nodes: {ids}"
+                    )
+            if e.src == e.dst:
+                raise ValueError(f"edge {e.src}->{e.dst} is a self-loop; a workflow must be a DAG")
+            if (e.src, e.dst) in pairs:
+                raise ValueError(f"edge {e.src}->{e.dst} is given twice")
+            pairs.add((e.src, e.dst))
+        graph = nx.DiGraph()
+        graph.add_nodes_from(ids)
+        graph.add_edges_from(pairs)
+        if not nx.is_directed_acyclic_graph(graph):
+            cycle = nx.find_cycle(graph)
+            path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+            raise ValueError(f"the workflow has a cycle ({path}); a workflow must be a DAG")
+        return self
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """The DAG as a networkx graph (edge attribute ``data_mb``)."""
+        g = nx.DiGraph()
+        for n in self.nodes:
+            g.add_node(n.id, tool=n.tool)
+        for e in self.edges:
+            g.add_edge(e.src, e.dst, data_mb=e.data_mb)
+        return g
+
+    @cached_property
+    def node_ids(self) -> tuple[str, ...]:
+        """Node ids in file order."""
+        return tuple(n.id for n in self.nodes)
+
+    @cached_property
+    def topo_order(self) -> tuple[str, ...]:
+        """A deterministic topological order (ties broken by file order)."""
+        index = {n: i for i, n in enumerate(self.node_ids)}
+        return tuple(nx.lexicographical_topological_sort(self.graph, key=index.__getitem__))
+
+    @cached_property
+    def tool_of(self) -> dict[str, str]:
+        """node id -> tool name."""
+        return {n.id: n.tool for n in self.nodes}
+
+    @cached_property
+    def tools(self) -> tuple[str, ...]:
+        """Distinct tool names, in first-use order."""
+        return tuple(dict.fromkeys(n.tool for n in self.nodes))
+
+    def preds(self, node_id: str) -> tuple[str, ...]:
+        """Predecessors of a node, in file order."""
+        return tuple(e.src for e in self.edges if e.dst == node_id)
+
+    def succs(self, node_id: str) -> tuple[str, ...]:
+        """Successors of a node, in file order."""
+        return tuple(e.dst for e in self.edges if e.src == node_id)
+
+    @cached_property
+    def sinks(self) -> tuple[str, ...]:
+        """Nodes without successors."""
+        has_succ = {e.src for e in self.edges}
+        return tuple(n for n in self.node_ids if n not in has_succ)
+
+    @cached_property
+    def sources(self) -> tuple[str, ...]:
+        """Nodes without predecessors."""
+        has_pred = {e.dst for e in self.edges}
+        return tuple(n for n in self.node_ids if n not in has_pred)

@@ -1,0 +1,39 @@
+"""Placement policies, one file each, resolved by name.
+
+Imports point down: policies use the model, the monitor and the deciders (``hetsched.llm``);
+the oracle also uses the noise-free simulator, which defines it. Executors never import policies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hetsched.model import UnknownNameError
+from hetsched.policies.base import Policy, PolicyContext
+
+# name -> "module:Class"; imported lazily so a policy's optional dependencies load only when used
+_REGISTRY: dict[str, str] = {
+    "all-cpu": "hetsched.policies.all_cpu:AllCpu",
+    "all-gpu": "hetsched.policies.all_gpu:AllGpu",
+    "oracle": "hetsched.policies.oracle:Oracle",
+}
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every policy name ``make_policy`` accepts."""
+    return tuple(_REGISTRY)
+
+
+def make_policy(name: str, **options: Any) -> Policy:
+    """Build a policy by name (``Unknown policy`` lists the valid names)."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in _REGISTRY:
+        raise UnknownNameError(f"Unknown policy: {name!r}; valid policies: {', '.join(_REGISTRY)}")
+    module_name, cls_name = _REGISTRY[key].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    policy: Policy = cls(**options)
+    return policy
+
+
+__all__ = ["Policy", "PolicyContext", "make_policy", "policy_names"]

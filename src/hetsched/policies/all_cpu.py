@@ -1,0 +1,17 @@
+"""All-CPU: every node on the CPU. Always feasible (touches no VRAM); the trivial lower baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hetsched.model import Placement, Proposal, RoundRecord
+from hetsched.policies.base import Policy
+
+
+class AllCpu(Policy):
+    """Every node on the CPU."""
+
+    name = "all-cpu"
+
+    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+        return Proposal(self.ctx.scenario.uniform(Placement.CPU), rationale="every node on the CPU")
