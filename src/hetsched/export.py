@@ -41,7 +41,9 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
         events.append({"ph": "M", "name": "process_name", "pid": cpu_pid, "args": {"name": f"{label} · CPU"}})
         events.append({"ph": "M", "name": "process_name", "pid": gpu_pid, "args": {"name": f"{label} · GPU"}})
         if not trace.feasible:
-            events.append({"ph": "i", "name": f"infeasible: {trace.reason}", "pid": gpu_pid, "tid": 0, "ts": 0, "s": "p"})
+            events.append(
+                {"ph": "i", "name": f"infeasible: {trace.reason}", "pid": gpu_pid, "tid": 0, "ts": 0, "s": "p"}
+            )
             continue
         cpu = [(n.start_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement is Placement.CPU]
         gpu = [(n.admitted_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement.on_gpu]
@@ -51,19 +53,63 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
             tid = lanes[n.node]
             args = {"tool": n.tool, "placement": n.placement.value, "ready_ms": n.ready_ms, "wait_ms": n.wait_ms}
             if n.wait_ms > 0:
-                events.append({"ph": "X", "name": f"{n.node} waits for VRAM", "cat": "queue", "pid": gpu_pid,
-                               "tid": 100 + tid, "ts": n.ready_ms * _US, "dur": n.wait_ms * _US, "args": args})
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": f"{n.node} waits for VRAM",
+                        "cat": "queue",
+                        "pid": gpu_pid,
+                        "tid": 100 + tid,
+                        "ts": n.ready_ms * _US,
+                        "dur": n.wait_ms * _US,
+                        "args": args,
+                    }
+                )
             if n.load_ms > 0:
-                events.append({"ph": "X", "name": f"{n.node} load", "cat": "load", "pid": pid, "tid": tid,
-                               "ts": n.admitted_ms * _US, "dur": n.load_ms * _US, "args": args})
-            events.append({"ph": "X", "name": f"{n.node} {n.tool}", "cat": n.placement.value, "pid": pid,
-                           "tid": tid, "ts": n.start_ms * _US, "dur": n.run_ms * _US, "args": args})
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": f"{n.node} load",
+                        "cat": "load",
+                        "pid": pid,
+                        "tid": tid,
+                        "ts": n.admitted_ms * _US,
+                        "dur": n.load_ms * _US,
+                        "args": args,
+                    }
+                )
+            events.append(
+                {
+                    "ph": "X",
+                    "name": f"{n.node} {n.tool}",
+                    "cat": n.placement.value,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": n.start_ms * _US,
+                    "dur": n.run_ms * _US,
+                    "args": args,
+                }
+            )
         for p in trace.vram_timeline:
-            events.append({"ph": "C", "name": "VRAM (MB)", "pid": gpu_pid, "ts": p.t_ms * _US,
-                           "args": {"used": p.used_mb, "budget": trace.vram_budget_mb}})
+            events.append(
+                {
+                    "ph": "C",
+                    "name": "VRAM (MB)",
+                    "pid": gpu_pid,
+                    "ts": p.t_ms * _US,
+                    "args": {"used": p.used_mb, "budget": trace.vram_budget_mb},
+                }
+            )
         if trace.e2e_ms is not None:
-            events.append({"ph": "C", "name": "VRAM (MB)", "pid": gpu_pid, "ts": trace.e2e_ms * _US,
-                           "args": {"used": 0.0, "budget": trace.vram_budget_mb}})
+            events.append(
+                {
+                    "ph": "C",
+                    "name": "VRAM (MB)",
+                    "pid": gpu_pid,
+                    "ts": trace.e2e_ms * _US,
+                    "args": {"used": 0.0, "budget": trace.vram_budget_mb},
+                }
+            )
     return events
 
 

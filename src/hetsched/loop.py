@@ -126,8 +126,15 @@ def run_rounds(
 def _execute(scenario: Scenario, executor: Executor, mapping: Mapping, seed: int) -> Trace:
     reason = scenario.infeasibility(mapping)
     if reason:  # never hand an OOM mapping to a real executor
-        return Trace(mapping=mapping, feasible=False, e2e_ms=None, reason=reason,
-                     vram_budget_mb=scenario.machine.vram_budget_mb, seed=seed, executor=executor.name)
+        return Trace(
+            mapping=mapping,
+            feasible=False,
+            e2e_ms=None,
+            reason=reason,
+            vram_budget_mb=scenario.machine.vram_budget_mb,
+            seed=seed,
+            executor=executor.name,
+        )
     return executor.run(mapping, seed=seed)
 
 

@@ -104,7 +104,9 @@ def oracle(
 @app.command()
 def validate(
     file: Path = typer.Argument(..., help="A tool library, scenario or mapping file."),
-    scenario: str | None = typer.Option(None, "--scenario", help="For a mapping file: the scenario to check it against."),
+    scenario: str | None = typer.Option(
+        None, "--scenario", help="For a mapping file: the scenario to check it against."
+    ),
 ) -> None:
     """Check a file; print what it holds, or one clear error and exit 2."""
     kind = detect_kind(file)

@@ -5,7 +5,7 @@ Leaf of the model package: imports only pydantic and ``model.errors``.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -15,7 +15,7 @@ AMBIGUOUS_MIN = 0.5
 """Speedup below which a tool is CPU-preferred; in between it is ambiguous."""
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """The paper's four tool categories, derived from the speedup."""
 
     GPU_PREFERRED = "gpu_preferred"
@@ -95,8 +95,7 @@ class ToolCard(BaseModel):
     def _gpu_consistent(self) -> ToolCard:
         if self.has_gpu and self.gpu_ms is None:
             raise ValueError(
-                f"tool {self.name!r}: has_gpu is true but gpu_ms is missing; "
-                "give gpu_ms (> 0) or set has_gpu: false"
+                f"tool {self.name!r}: has_gpu is true but gpu_ms is missing; give gpu_ms (> 0) or set has_gpu: false"
             )
         if not self.has_gpu and self.gpu_ms is not None:
             raise ValueError(

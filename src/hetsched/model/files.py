@@ -158,9 +158,7 @@ def _build_card(
             k = data.pop("amplification", 1)
             data.pop("base")
             if not isinstance(k, int) or k < 1:
-                raise InputError(
-                    f"file {path}: {where}.{name}.amplification = {k!r}: give an integer k >= 1"
-                )
+                raise InputError(f"file {path}: {where}.{name}.amplification = {k!r}: give an integer k >= 1")
             derived = base.amplified(k, name=name)
             merged = derived.model_dump()
             merged.update(data)

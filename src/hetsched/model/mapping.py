@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from collections.abc import Mapping as AbcMapping
-from enum import Enum
+from enum import StrEnum
 
 from hetsched.model.errors import MappingError
 
 
-class Placement(str, Enum):
+class Placement(StrEnum):
     """Where one node runs (PAPER.md's action set)."""
 
     CPU = "cpu"
@@ -58,13 +58,11 @@ def parse_placement(value: str | Placement, where: str = "placement") -> Placeme
 class Mapping(AbcMapping[str, Placement]):
     """An immutable node -> placement assignment, hashable, ordered by node id insertion."""
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_hash", "_items")
 
     def __init__(self, items: AbcMapping[str, Placement | str] | Iterable[tuple[str, Placement | str]]):
         pairs = items.items() if isinstance(items, AbcMapping) else items
-        self._items: dict[str, Placement] = {
-            str(k): parse_placement(v, where=f"node {k!r}") for k, v in pairs
-        }
+        self._items: dict[str, Placement] = {str(k): parse_placement(v, where=f"node {k!r}") for k, v in pairs}
         self._hash = hash(tuple(self._items.items()))
 
     def __getitem__(self, key: str) -> Placement:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from enum import Enum
+from enum import StrEnum
 from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,7 +20,7 @@ from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement
 from hetsched.model.workflow import Workflow
 
 
-class Mode(str, Enum):
+class Mode(StrEnum):
     """Which placements a scenario allows."""
 
     BINARY = "binary"
@@ -56,9 +56,7 @@ class Scenario(BaseModel):
         for node in self.workflow.nodes:
             if node.tool not in self.cards:
                 known = ", ".join(sorted(self.cards)) or "(none)"
-                raise ValueError(
-                    f"node {node.id!r} uses tool {node.tool!r}, which has no card; known tools: {known}"
-                )
+                raise ValueError(f"node {node.id!r} uses tool {node.tool!r}, which has no card; known tools: {known}")
         for key, card in self.cards.items():
             if key != card.name:
                 raise ValueError(f"card stored under {key!r} is named {card.name!r}; they must agree")
@@ -101,8 +99,7 @@ class Scenario(BaseModel):
     def uniform(self, placement: Placement) -> Mapping:
         """Every node at ``placement`` where allowed, else on the CPU."""
         return Mapping(
-            (n, placement if placement in self.allowed(n) else Placement.CPU)
-            for n in self.workflow.node_ids
+            (n, placement if placement in self.allowed(n) else Placement.CPU) for n in self.workflow.node_ids
         )
 
     # ------------------------------------------------------------------ checks
@@ -134,9 +131,7 @@ class Scenario(BaseModel):
     def gpu_now_tools(self, mapping: Mapping) -> tuple[str, ...]:
         """Distinct tools with at least one ``gpu_now`` node (each resident once)."""
         return tuple(
-            dict.fromkeys(
-                self.workflow.tool_of[n] for n in self.workflow.node_ids if mapping[n] is Placement.GPU_NOW
-            )
+            dict.fromkeys(self.workflow.tool_of[n] for n in self.workflow.node_ids if mapping[n] is Placement.GPU_NOW)
         )
 
     def gpu_now_vram_mb(self, mapping: Mapping) -> float:
@@ -161,7 +156,6 @@ class Scenario(BaseModel):
                 card = self.card_of(n)
                 if card.vram_mb > budget:
                     return (
-                        f"never admissible: node {n!r} ({card.name}) needs {card.vram_mb:g} MB "
-                        f"> budget {budget:g} MB"
+                        f"never admissible: node {n!r} ({card.name}) needs {card.vram_mb:g} MB > budget {budget:g} MB"
                     )
         return ""

@@ -57,9 +57,7 @@ class Workflow(BaseModel):
         for e in self.edges:
             for end, value in (("src", e.src), ("dst", e.dst)):
                 if value not in seen:
-                    raise ValueError(
-                        f"edge {e.src}->{e.dst}: {end} {value!r} is not a node; known nodes: {ids}"
-                    )
+                    raise ValueError(f"edge {e.src}->{e.dst}: {end} {value!r} is not a node; known nodes: {ids}")
             if e.src == e.dst:
                 raise ValueError(f"edge {e.src}->{e.dst} is a self-loop; a workflow must be a DAG")
             if (e.src, e.dst) in pairs:

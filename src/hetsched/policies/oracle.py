@@ -105,8 +105,7 @@ def _lower_bounds(scenario: Scenario, candidates: Sequence[tuple[int, ...]]) -> 
     order = [index[n] for n in wf.topo_order]
     cards = [scenario.card_of(n) for n in ids]
     iso = [
-        (c.cpu_ms, c.gpu_ms if c.gpu_ms is not None else math.inf, (c.gpu_ms or math.inf) + c.load_ms)
-        for c in cards
+        (c.cpu_ms, c.gpu_ms if c.gpu_ms is not None else math.inf, (c.gpu_ms or math.inf) + c.load_ms) for c in cards
     ]
     pcie = scenario.machine.pcie_mb_per_ms
     preds = [[(index[e.src], e.data_mb / pcie) for e in wf.edges if e.dst == n] for n in ids]

@@ -207,7 +207,9 @@ def _simulate(
             if heap:
                 t = heap[0][0]
                 continue
-            return _Outcome(_INF, _deadlock_reason(c, place, queue, used, now_left), ready, admitted, start, end, load, vram_tl)
+            return _Outcome(
+                _INF, _deadlock_reason(c, place, queue, used, now_left), ready, admitted, start, end, load, vram_tl
+            )
 
         cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
         k = len(gpu_run)
@@ -312,7 +314,9 @@ class Simulator:
         reason = sc.infeasibility(mapping)
         use_seed = seed if self.noise else None
         if reason:
-            return Trace(mapping=mapping, feasible=False, e2e_ms=None, reason=reason, vram_budget_mb=budget, seed=use_seed)
+            return Trace(
+                mapping=mapping, feasible=False, e2e_ms=None, reason=reason, vram_budget_mb=budget, seed=use_seed
+            )
         wf = lf = None
         if self.noise:
             rng = random.Random(seed)
@@ -321,7 +325,9 @@ class Simulator:
             lf = lognormal_factors(n, sc.machine.noise_cv, rng)
         out = _simulate(self._c, self.codes(mapping), wf, lf, record=True)
         if out.reason:
-            return Trace(mapping=mapping, feasible=False, e2e_ms=None, reason=out.reason, vram_budget_mb=budget, seed=use_seed)
+            return Trace(
+                mapping=mapping, feasible=False, e2e_ms=None, reason=out.reason, vram_budget_mb=budget, seed=use_seed
+            )
         c = self._c
         nodes = {
             name: NodeTrace(

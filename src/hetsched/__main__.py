@@ -1,0 +1,5 @@
+"""``python -m hetsched``: the same as the ``hetsched`` command."""
+
+from hetsched.cli import main
+
+main()
