@@ -268,3 +268,27 @@ def test_noise_changes_latencies_but_seed_fixes_them() -> None:
     e = [sim.run(m, seed=s).e2e_ms for s in range(20)]
     assert len(set(e)) == 20 and sim.run(m, seed=3).e2e_ms == e[3]
     assert Simulator(sc, noise=False).run(m).e2e_ms == 100
+
+
+def test_default_kappa_matches_papers_factor_a_band() -> None:
+    """3 or 4 bundled amplified GPU tools together run 1.4x-3.5x slower each (paper: 43-250%)."""
+    import itertools
+
+    from hetsched.model import Machine, Node, Workflow
+    from hetsched.model.files import bundled_library_path, load_tool_library
+
+    lib = load_tool_library(bundled_library_path())
+    tools = ["bert_base_x12", "e5_large_x4", "vector_search_x15", "reranker_x6", "clip_vit_b32_x8", "resnet50_x10"]
+    for k in (3, 4):
+        for combo in itertools.combinations(tools, k):
+            nodes = tuple(Node(id=f"N{i}", tool=t) for i, t in enumerate(combo))
+            sc = Scenario(
+                name="calib",
+                workflow=Workflow(nodes=nodes),
+                cards={t: lib[t] for t in combo},
+                machine=Machine(noise_cv=0.0, vram_budget_mb=1e6),
+            )
+            tr = Simulator(sc, noise=False).run(Mapping({n.id: G for n in nodes}))
+            for n in nodes:
+                slowdown = tr.nodes[n.id].run_ms / (lib[n.tool].gpu_ms or 0)
+                assert 1.4 <= slowdown <= 3.5, (combo, n.tool, slowdown)

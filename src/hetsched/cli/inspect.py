@@ -136,3 +136,21 @@ def list_scenarios() -> None:
     for name, path in bundled_scenarios().items():
         sc = load_scenario(path)
         out.print(f"{name:12} {sc.mode.value:9} {len(sc.workflow.nodes)} nodes  {sc.description}")
+
+
+@app.command()
+def schema(
+    kind: str = typer.Argument("scenario", help="tools, scenario or mapping."),
+    write: Path | None = typer.Option(None, "--write", help="Write every schema into this folder instead."),
+) -> None:
+    """Print the JSON Schema of a file format (or write them all with --write)."""
+    from hetsched.model import UnknownNameError
+    from hetsched.model.schemas import SCHEMAS, write_schemas
+
+    if write is not None:
+        for path in write_schemas(write):
+            out.print(f"wrote {path}")
+        return
+    if kind not in SCHEMAS:
+        raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}")
+    typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))

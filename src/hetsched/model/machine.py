@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_KAPPA = 0.15
+DEFAULT_KAPPA = 0.10
 """Default GPU interference beyond pure sharing; see docs/simulator.md for the calibration."""
 
 
