@@ -17,6 +17,10 @@ _REGISTRY: dict[str, str] = {
     "all-cpu": "hetsched.policies.all_cpu:AllCpu",
     "all-gpu": "hetsched.policies.all_gpu:AllGpu",
     "oracle": "hetsched.policies.oracle:Oracle",
+    "heft-cf": "hetsched.policies.heft:HeftCf",
+    "starpu-dmda": "hetsched.policies.starpu_dmda:StarpuDmda",
+    "ucb1": "hetsched.policies.ucb1:Ucb1",
+    "greedy-mem": "hetsched.policies.greedy_mem:GreedyMem",
 }
 
 
