@@ -7,6 +7,7 @@ monitor and the reports run unchanged on either. Part of the model package.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from hetsched.model.mapping import Mapping, Placement
 
@@ -113,7 +114,7 @@ class Trace:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> Trace:  # type: ignore[type-arg]
+    def from_dict(cls, data: dict[str, Any]) -> Trace:
         """Inverse of :meth:`to_dict`."""
         nodes = {
             k: NodeTrace(

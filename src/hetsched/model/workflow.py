@@ -63,7 +63,7 @@ class Workflow(BaseModel):
             if (e.src, e.dst) in pairs:
                 raise ValueError(f"edge {e.src}->{e.dst} is given twice")
             pairs.add((e.src, e.dst))
-        graph = nx.DiGraph()
+        graph: nx.DiGraph[str] = nx.DiGraph()
         graph.add_nodes_from(ids)
         graph.add_edges_from(pairs)
         if not nx.is_directed_acyclic_graph(graph):
@@ -73,9 +73,9 @@ class Workflow(BaseModel):
         return self
 
     @cached_property
-    def graph(self) -> nx.DiGraph:
+    def graph(self) -> nx.DiGraph[str]:
         """The DAG as a networkx graph (edge attribute ``data_mb``)."""
-        g = nx.DiGraph()
+        g: nx.DiGraph[str] = nx.DiGraph()
         for n in self.nodes:
             g.add_node(n.id, tool=n.tool)
         for e in self.edges:
