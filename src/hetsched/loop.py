@@ -2,18 +2,25 @@
 
 Owns the per-round seeds, binds what-if probes to the executor, and hands every finished
 round to an optional recorder (the run store) as soon as it completes, so an interrupted run
-loses nothing. Imports the model, policies, the simulator (default executor) and the oracle.
+loses nothing. :func:`run_recorded`, :func:`continue_run` and :func:`run_or_resume` drive a run
+through the run store (``hetsched.store``) and mark it finished or interrupted; a resumed run
+replays to the same rounds as an uninterrupted one because every seed derives from
+(run seed, round, probe) and policies decide from (context, history). Imports the model,
+policies, the simulator (default executor), the oracle and the store.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from hetsched.model import Executor, Mapping, Probe, Proposal, RoundRecord, Scenario, Trace
-from hetsched.policies import Policy, PolicyContext
+from hetsched.model import Executor, InputError, Mapping, Probe, Proposal, RoundRecord, Scenario, Trace
+from hetsched.policies import Policy, PolicyContext, make_policy
 from hetsched.policies.oracle import solve
 from hetsched.sim import Simulator
+from hetsched.store import RunStore, StoreError
 
 
 def round_seed(seed: int, round_index: int, probe_index: int = -1) -> int:
@@ -49,6 +56,8 @@ class RunResult:
     oracle_mapping: Mapping
     oracle_e2e_ms: float
     rounds: list[RoundRecord] = field(default_factory=list)
+    run_id: str | None = None
+    """Id in the run store when the run was recorded there."""
 
     def best(self) -> RoundRecord | None:
         """The feasible round with the lowest measured E2E."""
@@ -107,6 +116,9 @@ def run_rounds(
 
     policy.reset(PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, run_probe=run_probe))
     result = RunResult(scenario, policy.name, oracle.best, oracle.e2e_ms, rounds)
+    # a continued history may end exactly where the uninterrupted run would have stopped early
+    if rounds and config.stop_after and _stable(rounds, config.stop_after) and policy.converged(rounds):
+        return result
     while len(rounds) < config.rounds:
         r = len(rounds)
         current["round"] = r
@@ -143,3 +155,154 @@ def _stable(rounds: Sequence[RoundRecord], k: int) -> bool:
         return False
     last = rounds[-1].mapping
     return all(r.mapping == last for r in rounds[-k:])
+
+
+# ---------------------------------------------------------------------------- the run store
+def run_recorded(
+    scenario: Scenario,
+    policy: Policy,
+    config: LoopConfig = LoopConfig(),
+    *,
+    store: RunStore,
+    options: dict[str, Any] | None = None,
+    executor: Executor | None = None,
+    experiment: str = "",
+    recorder: Recorder | None = None,
+) -> RunResult:
+    """Create a run in ``store`` and drive it to the end, writing each round as it completes.
+
+    ``options`` are the keyword options ``policy`` was built with (``make_policy(name,
+    **options)``); they are stored (secrets removed) so :func:`continue_run` can rebuild it.
+    On any exception (Ctrl-C included) the run is marked ``interrupted`` and the exception
+    propagates; the rounds already done stay stored.
+    """
+    run_id = store.create_run(
+        scenario,
+        policy.name,
+        options=options,
+        seed=config.seed,
+        rounds=config.rounds,
+        stop_after=config.stop_after,
+        executor=executor.name if executor is not None else Simulator.name,
+        experiment=experiment,
+    )
+    return continue_run(store, run_id, policy=policy, executor=executor, recorder=recorder)
+
+
+def continue_run(
+    store: RunStore,
+    run_id: str,
+    *,
+    policy: Policy | None = None,
+    executor: Executor | None = None,
+    recorder: Recorder | None = None,
+    rounds: int | None = None,
+) -> RunResult:
+    """Continue a stored run from its recorded rounds to its planned rounds (``hetsched run --resume``).
+
+    The policy is rebuilt from the stored name and options unless given (give it when its
+    options are not JSON, e.g. a decider object); the executor defaults to the noisy simulator
+    and must match the stored executor name. ``rounds`` changes the planned rounds (not below
+    the rounds done). The same scenario, seed and early-stop setting are used, so the rounds
+    equal those of an uninterrupted run. A finished run is returned as stored (nothing runs).
+    """
+    info = store.run(run_id)
+    run_id = info.id
+    if info.live_elsewhere:
+        raise StoreError(
+            f"run {run_id} is being driven by process {info.pid} on {info.host}; wait for it or stop it first"
+        )
+    scenario = store.scenario(run_id)
+    history = store.rounds(run_id)
+    planned = info.rounds_planned
+    if rounds is not None and rounds != planned:
+        if rounds < len(history):
+            raise InputError(f"run {run_id} already has {len(history)} rounds; rounds must be >= {len(history)}, "
+                             f"got {rounds}")
+        store.set_rounds_planned(run_id, rounds)
+        planned = rounds
+    if policy is None:
+        policy = make_policy(info.policy, **info.options)
+    elif policy.name != info.policy:
+        raise InputError(f"run {run_id} was made by policy {info.policy!r}; cannot continue it with {policy.name!r}")
+    if executor is None:
+        if info.executor != Simulator.name:
+            raise InputError(
+                f"run {run_id} was executed by {info.executor!r}; pass that executor to continue it "
+                f"(only {Simulator.name!r} runs can be continued without one)"
+            )
+        executor = Simulator(scenario, noise=True)
+    elif executor.name != info.executor:
+        raise InputError(f"run {run_id} was executed by {info.executor!r}; cannot continue it with {executor.name!r}")
+    config = LoopConfig(rounds=planned, seed=info.seed, stop_after=info.stop_after)
+    store.claim(run_id)
+    write = store.recorder(run_id)
+
+    def record(r: RoundRecord) -> None:
+        write(r)  # stored first: a failing extra recorder cannot lose the round
+        if recorder is not None:
+            recorder(r)
+
+    try:
+        result = run_rounds(scenario, policy, config, executor=executor, recorder=record, history=history)
+    except BaseException as exc:
+        _mark_interrupted(store, run_id, exc)
+        raise
+    store.set_oracle(run_id, result.oracle_mapping, result.oracle_e2e_ms)
+    stopped_early = len(result.rounds) < planned
+    store.set_status(run_id, "finished", f"converged after {len(result.rounds)} rounds" if stopped_early else "")
+    result.run_id = run_id
+    return result
+
+
+def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
+    """Record why a run stopped; a failure to record is attached to the original exception."""
+    reason = type(exc).__name__ + (f": {exc}" if str(exc) else "")
+    try:
+        store.set_status(run_id, "interrupted", reason[:500])
+    except (StoreError, sqlite3.Error) as store_exc:
+        exc.add_note(f"run {run_id} could not be marked interrupted in {store.path}: {store_exc}")
+
+
+def run_or_resume(
+    store: RunStore,
+    scenario: Scenario,
+    policy: str,
+    *,
+    options: dict[str, Any] | None = None,
+    config: LoopConfig = LoopConfig(),
+    executor: Executor | None = None,
+    experiment: str = "",
+) -> RunResult:
+    """The bench's unit of work: return the stored run with exactly this configuration when it
+    is finished, continue it when it was interrupted, else start it. Safe to call again after a
+    crash: nothing finished is re-run."""
+    built = make_policy(policy, **(options or {}))
+    found = store.find_run(
+        scenario,
+        built.name,
+        options=options,
+        seed=config.seed,
+        rounds=config.rounds,
+        stop_after=config.stop_after,
+        executor=executor.name if executor is not None else Simulator.name,
+        experiment=experiment,
+    )
+    if found is None:
+        return run_recorded(scenario, built, config, store=store, options=options, executor=executor,
+                            experiment=experiment)
+    if found.status == "finished":
+        return load_result(store, found.id)
+    return continue_run(store, found.id, policy=built, executor=executor)
+
+
+def load_result(store: RunStore, run_id: str) -> RunResult:
+    """A stored run as a :class:`RunResult` (for reports); the oracle is solved if not stored."""
+    stored = store.load(run_id)
+    info = stored.info
+    if info.oracle_mapping is not None and info.oracle_e2e_ms is not None:
+        oracle_mapping, oracle_e2e_ms = info.oracle_mapping, info.oracle_e2e_ms
+    else:
+        oracle = solve(stored.scenario, ranking=False)
+        oracle_mapping, oracle_e2e_ms = oracle.best, oracle.e2e_ms
+    return RunResult(stored.scenario, info.policy, oracle_mapping, oracle_e2e_ms, stored.rounds, run_id=info.id)

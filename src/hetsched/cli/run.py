@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, out
+from hetsched.cli.app import app, err, fail, out
 from hetsched.export import write_chrome_trace
-from hetsched.loop import LoopConfig, RunResult, run_rounds
+from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import Mapping, Scenario
 from hetsched.model.files import load_scenario
-from hetsched.policies import make_policy, policy_names
+from hetsched.policies import Policy, make_policy, policy_names
+from hetsched.store import RunStore
 
 
 def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
@@ -52,19 +54,91 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace"}
+"""Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
+
+
+def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None) -> RunResult:
+    """Drive a stored run (just created, or resumed); Ctrl-C marks it interrupted and says how
+    to continue it."""
+    with RunStore(store) as st:
+        info = st.run(run_id)
+        hint = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
+        say = (err if as_json else out).print
+        if info.rounds_done:
+            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in {st.path}")
+        else:
+            say(f"run {info.id} recorded in {st.path}")
+        if info.status == "finished" and rounds in (None, info.rounds_planned):
+            say(f"run {info.id} was already finished; nothing to run")
+        try:
+            return continue_run(st, info.id, policy=policy, rounds=rounds)
+        except KeyboardInterrupt:
+            done = st.run(info.id).rounds_done
+            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {hint}")
+            raise typer.Exit(130) from None
+
+
+def _given(ctx: typer.Context, name: str | None) -> bool:
+    """Was a parameter set on the command line or from the environment (not left at its default)?"""
+    # compared by name: Typer may ship its own copy of Click's ParameterSource enum
+    source = ctx.get_parameter_source(name) if name is not None else None
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
 @app.command()
 def run(
-    scenario: str = typer.Argument(..., help="Scenario file, or the name of a bundled scenario."),
+    ctx: typer.Context,
+    scenario: str | None = typer.Argument(
+        None, help="Scenario file, or the name of a bundled scenario (omit with --resume)."
+    ),
     policy: str = typer.Option("all-gpu", "--policy", "-p", help=f"One of: {', '.join(policy_names())}."),
     rounds: int = typer.Option(20, "--rounds", "-r", min=1, help="Rounds to run."),
     seed: int = typer.Option(0, "--seed", "-s", help="Run seed (noise, randomized policies)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
     trace: Path | None = typer.Option(None, "--trace", help="Write every round's schedule as Chrome trace-event JSON."),
+    store: Path | None = typer.Option(
+        None, "--store", help="Run store file (default: $HETSCHED_STORE, else runs.sqlite in the user data dir)."
+    ),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the run store."),
+    resume: str | None = typer.Option(
+        None, "--resume", metavar="RUN_ID",
+        help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
+    ),
 ) -> None:
-    """Run ROUNDS rounds of a policy and show each round's mapping and E2E against the oracle."""
-    sc = load(scenario)
-    pol = make_policy(policy)
-    result = run_rounds(sc, pol, LoopConfig(rounds=rounds, seed=seed))
+    """Run ROUNDS rounds of a policy and show each round's mapping and E2E against the oracle.
+
+    Every round is recorded in the run store as it completes (see ``hetsched runs``), unless
+    --no-store; an interrupted run continues with --resume RUN_ID.
+    """
+    if resume is not None:
+        given = [p for p in ctx.command.params if p.name not in RESUME_MAY_SET and _given(ctx, p.name)]
+        if given:
+            names = ", ".join(p.opts[0] if p.param_type_name == "option" else str(p.name).upper()
+                              for p in given)
+            raise fail(f"--resume continues run {resume} with its stored scenario, policy, options and seed; "
+                       f"drop {names}")
+        if no_store:
+            raise fail("--resume reads the run store; it cannot be combined with --no-store")
+        rounds_given = _given(ctx, "rounds")
+        with RunStore(store, create=False) as st:
+            info = st.run(resume)
+            pol = make_policy(info.policy, **info.options)
+        result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None)
+    else:
+        if scenario is None:
+            raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
+        sc = load(scenario)
+        options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
+        pol = make_policy(policy, **options)
+        config = LoopConfig(rounds=rounds, seed=seed)
+        if no_store:
+            result = run_rounds(sc, pol, config)
+        else:
+            with RunStore(store) as st:
+                run_id = st.create_run(sc, pol.name, options=options, seed=config.seed, rounds=config.rounds,
+                                       stop_after=config.stop_after)
+            result = _stored_run(store, run_id, pol, as_json)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:

@@ -1,0 +1,223 @@
+"""``hetsched runs`` and ``hetsched show-run``: list the runs in the run store and show one of
+them (rounds, probes, decider transcript, fallbacks). Reads ``hetsched.store``; top of the
+import graph with the other CLI modules.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from hetsched.cli.app import app, fail, out
+from hetsched.cli.run import mapping_text
+from hetsched.model import Mapping, RoundRecord
+from hetsched.store import STATUSES, RunInfo, RunStore, TranscriptEntry, UnknownRunError, resolve_store_path
+
+STORE_HELP = "Run store file (default: $HETSCHED_STORE, else runs.sqlite in the user data dir)."
+
+
+def _when(iso: str, fmt: str = "%Y-%m-%d %H:%M") -> str:
+    """``2026-11-29 17:58`` in local time."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime(fmt)
+    except ValueError:
+        return iso
+
+
+def _status(info: RunInfo) -> str:
+    if info.stale:
+        return "[yellow]stale[/]"  # running, but its process is gone: resume it
+    colour = {"finished": "green", "interrupted": "yellow", "running": "cyan"}[info.status]
+    return f"[{colour}]{info.status}[/]"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _clip(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters; --full shows all)"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@app.command("runs")
+def runs_command(
+    store: Path | None = typer.Option(None, "--store", help=STORE_HELP),
+    scenario: str | None = typer.Option(None, "--scenario", help="Only runs of this scenario name."),
+    policy: str | None = typer.Option(None, "--policy", "-p", help="Only runs of this policy."),
+    status: str | None = typer.Option(None, "--status", help=f"Only runs with this status: {', '.join(STATUSES)}."),
+    experiment: str | None = typer.Option(None, "--experiment", help="Only runs of this experiment (bench id)."),
+    limit: int = typer.Option(50, "--limit", "-n", min=0, help="Show at most this many (newest first); 0: all."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON array and nothing else."),
+) -> None:
+    """List the recorded runs, newest first."""
+    if status is not None and status not in STATUSES:
+        raise fail(f"--status {status!r} is not a run status; accepted: {', '.join(STATUSES)}")
+    path = resolve_store_path(store)
+    if not path.exists():
+        if as_json:
+            typer.echo("[]")
+        else:
+            out.print(f"no runs yet: run store {escape(str(path))} does not exist")
+        return
+    with RunStore(path, create=False) as st:
+        infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
+    if as_json:
+        typer.echo(json.dumps([i.to_dict() for i in infos]))
+        return
+    if not infos:
+        out.print(f"no matching runs in {escape(str(path))}")
+        return
+    out.print(f"runs in {escape(str(path))}")
+    table = Table(box=None, pad_edge=False, header_style="bold underline")
+    for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
+        table.add_column(col, justify="right" if col in ("seed", "rounds", "best E2E ms") else "left",
+                         no_wrap=col in ("id", "rounds", "status", "created"))
+    for i in infos:
+        best = _ms(i.best_e2e_ms)
+        if i.best_e2e_ms is not None and i.oracle_e2e_ms:
+            best += f" ({i.best_e2e_ms / i.oracle_e2e_ms:.2f}x)"
+        opts = f" {escape(json.dumps(i.options, sort_keys=True))}" if i.options else ""
+        table.add_row(
+            i.id,
+            escape(i.scenario_name),
+            escape(i.policy) + opts,
+            str(i.seed),
+            f"{i.rounds_done}/{i.rounds_planned}",
+            _status(i),
+            best,
+            _when(i.created_at, "%m-%d %H:%M"),
+        )
+    out.print(table)
+
+
+@app.command("show-run")
+def show_run(
+    run_id: str = typer.Argument(..., help="Run id (or a unique prefix), as `hetsched runs` lists it."),
+    store: Path | None = typer.Option(None, "--store", help=STORE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole run (traces included) as one JSON object."),
+    full: bool = typer.Option(False, "--full", help="Print prompts, replies and observations in full."),
+) -> None:
+    """Show one run: its settings, each round against the oracle, probes, the decider transcript and fallbacks."""
+    path = resolve_store_path(store)
+    if not path.exists():
+        raise UnknownRunError(f"no run {run_id!r}: run store {path} does not exist")
+    with RunStore(path, create=False) as st:
+        if as_json:
+            typer.echo(json.dumps(st.export(run_id)))
+            return
+        stored = st.load(run_id)
+        transcript = st.transcript(stored.info.id)
+    info = stored.info
+    oracle = info.oracle_mapping
+    out.print(f"[bold]run {info.id}[/]  {_status(info)}"
+              + (f" ({escape(info.status_reason)})" if info.status_reason else ""))
+    sc = stored.scenario
+    out.print(f"scenario {escape(info.scenario_name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
+              f"VRAM budget {sc.machine.vram_budget_mb:g} MB)")
+    out.print(f"policy {escape(info.policy)}  options {escape(json.dumps(info.options, sort_keys=True))}  "
+              f"seed {info.seed}  rounds {info.rounds_done}/{info.rounds_planned}"
+              + (f"  stop after {info.stop_after} stable" if info.stop_after else ""))
+    out.print(f"executor {escape(info.executor)}  hetsched {escape(info.hetsched_version)}  "
+              f"created {_when(info.created_at)}  updated {_when(info.updated_at)}"
+              + (f"  experiment {escape(info.experiment)}" if info.experiment else ""))
+    if oracle is not None and info.oracle_e2e_ms is not None:
+        out.print(f"oracle: {mapping_text(oracle)} ({_code(oracle, None)})  E2E {info.oracle_e2e_ms:.1f} ms "
+                  "(noise-free)")
+    out.print(_rounds_table(info, stored.rounds))
+    _print_probes(stored.rounds)
+    _print_transcript(stored.rounds, transcript, None if full else 600, full)
+
+
+def _code(mapping: Mapping, reference: Mapping | None) -> str:
+    """``G C G* Q``: one letter a node (C cpu, G gpu_now, Q gpu_queue), * where it differs from reference."""
+    return " ".join(p.short + ("*" if reference is not None and reference.get(n) != p else "")
+                    for n, p in mapping.items())
+
+
+def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
+    nodes = " ".join(rounds[0].mapping) if rounds else ""
+    out.print(f"rounds; mapping letters per node {escape(nodes)}: C cpu, G gpu_now, Q gpu_queue"
+              + ("" if info.oracle_mapping is None else "; * differs from the oracle"))
+    table = Table(box=None, pad_edge=False, header_style="bold underline")
+    for col in ("round", "mapping", "E2E ms", "/oracle", "probes", "feasible / reason", "decider", "rationale"):
+        table.add_column(col, justify="right" if col in ("round", "E2E ms", "/oracle", "probes") else "left",
+                         no_wrap=col in ("round", "mapping"))
+    for r in rounds:
+        e2e = r.trace.e2e_ms
+        decider = str(r.proposal.info.get("decider") or "-")
+        if r.proposal.info.get("fallback"):
+            decider += " [red]fallback[/]"
+        table.add_row(
+            str(r.round),
+            _code(r.mapping, info.oracle_mapping),
+            _ms(e2e),
+            "-" if e2e is None or not info.oracle_e2e_ms else f"{e2e / info.oracle_e2e_ms:.3f}",
+            str(len(r.probes)),
+            "yes" if r.trace.feasible else f"[red]no[/]: {escape(_cut(r.trace.reason, 40))}",
+            decider,
+            escape(_cut(r.proposal.rationale, 60)),
+        )
+    return table
+
+
+def _print_probes(rounds: list[RoundRecord]) -> None:
+    probes = [(r.round, i, p) for r in rounds for i, p in enumerate(r.probes)]
+    if not probes:
+        return
+    out.print("[bold]probes[/]")
+    for rnd, i, p in probes:
+        result = (f"E2E {_ms(p.trace.e2e_ms)} ms" if p.trace.feasible
+                  else f"[red]infeasible[/]: {escape(p.trace.reason)}")
+        note = f" ({escape(p.note)})" if p.note else ""
+        out.print(f"  round {rnd} probe {i} {escape(p.kind)}{note}: {mapping_text(p.mapping, p.base)} -> {result}")
+
+
+def _print_transcript(rounds: list[RoundRecord], transcript: list[TranscriptEntry], limit: int | None,
+                      full: bool) -> None:
+    by_round: dict[int, list[TranscriptEntry]] = {}
+    for t in transcript:
+        by_round.setdefault(t.round, []).append(t)
+    shown = False
+    for r in rounds:
+        info = r.proposal.info
+        entries = by_round.get(r.round, [])
+        raw = info.get("observations")
+        observations: list[Any] = raw if isinstance(raw, list) else []
+        if not entries and not info.get("fallback") and not observations:
+            continue
+        if not shown:
+            out.print("[bold]transcript[/]")
+            shown = True
+        model = f" model {escape(str(info['model']))}" if info.get("model") else ""
+        spent = f", {info['probes_spent']} probes spent" if info.get("probes_spent") is not None else ""
+        out.print(f"[bold]round {r.round}[/]: decider {escape(str(info.get('decider') or '-'))}{model}"
+                  f", {len(observations)} observations{spent}")
+        if full:
+            for o in observations:
+                out.print(f"  observation: {escape(json.dumps(o, sort_keys=True))}")
+        for t in entries:
+            tokens = f"{t.prompt_tokens if t.prompt_tokens is not None else '?'} prompt + " \
+                     f"{t.completion_tokens if t.completion_tokens is not None else '?'} completion tokens"
+            latency = "" if t.latency_ms is None else f", {t.latency_ms:.0f} ms"
+            out.print(f"  attempt {t.attempt} ({tokens}{latency})")
+            out.print(f"    [dim]prompt:[/] {escape(_clip(t.prompt, limit))}")
+            if t.reasoning:
+                out.print(f"    [dim]reasoning:[/] {escape(_clip(t.reasoning, limit))}")
+            out.print(f"    [dim]reply:[/] {escape(_clip(t.reply, limit))}")
+            if t.error:
+                out.print(f"    [red]rejected:[/] {escape(t.error)}")
+        if info.get("fallback"):
+            out.print(f"  [red]fallback[/]: {escape(str(info.get('fallback_reason') or 'no reason recorded'))}; "
+                      f"ran {mapping_text(r.mapping)}")

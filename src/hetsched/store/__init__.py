@@ -1,0 +1,50 @@
+"""The run store: an SQLite record of runs, rounds, traces, probes, observations and decider
+transcripts, written as each round completes so a run can be listed, shown, reported on and
+resumed.
+
+Imports only the model (and the top-level version string); the loop drives it, the CLI and
+the bench read it. See docs/store.md for the schema and how to query it with ``sqlite3``.
+"""
+
+from hetsched.store.codec import (
+    SECRET_OPTION_KEYS,
+    TRANSCRIPT_FIELDS,
+    NotJsonReady,
+    StoreError,
+    TranscriptEntry,
+    public_options,
+)
+from hetsched.store.db import (
+    DEFAULT_FILENAME,
+    ENV_VAR,
+    RunInfo,
+    RunStore,
+    StoredRun,
+    UnknownRunError,
+    default_store_path,
+    resolve_store_path,
+    round_to_dict,
+    scenario_json,
+)
+from hetsched.store.schema import SCHEMA_VERSION, STATUSES
+
+__all__ = [
+    "DEFAULT_FILENAME",
+    "ENV_VAR",
+    "SCHEMA_VERSION",
+    "SECRET_OPTION_KEYS",
+    "STATUSES",
+    "TRANSCRIPT_FIELDS",
+    "NotJsonReady",
+    "RunInfo",
+    "RunStore",
+    "StoreError",
+    "StoredRun",
+    "TranscriptEntry",
+    "UnknownRunError",
+    "default_store_path",
+    "public_options",
+    "resolve_store_path",
+    "round_to_dict",
+    "scenario_json",
+]

@@ -1,0 +1,585 @@
+"""The run store: one SQLite file (WAL mode) holding every run, round, probe, observation and
+decider transcript, written one transaction per round as the round completes.
+
+Several processes may write to one file (a parallel bench): each opens its own
+:class:`RunStore` (a store reconnects by itself after a fork), every write takes the write
+lock up front (``BEGIN IMMEDIATE``) and waits up to ``timeout_s`` for it. Imports the model
+and the store's codec/schema only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sqlite3
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hetsched import __version__
+from hetsched.model import Mapping, RoundRecord, Scenario, UnknownNameError
+from hetsched.store.codec import (
+    StoreError,
+    TranscriptEntry,
+    canonical,
+    decode_round,
+    dumps,
+    encode_round,
+    loads,
+    public_options,
+    sha256,
+    transcript_entry,
+)
+from hetsched.store.schema import STATUSES, ensure_schema
+
+ENV_VAR = "HETSCHED_STORE"
+"""Environment variable naming the store file (overrides the default location)."""
+DEFAULT_FILENAME = "runs.sqlite"
+"""File name of the default store inside the user data dir."""
+
+
+class UnknownRunError(UnknownNameError, StoreError):
+    """A run id (or prefix) that names no run, or more than one."""
+
+
+def default_store_path() -> Path:
+    """``$HETSCHED_STORE`` when set, else ``<user data dir>/hetsched/runs.sqlite`` (platformdirs)."""
+    env = os.environ.get(ENV_VAR, "").strip()
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return platformdirs.user_data_path("hetsched", appauthor=False) / DEFAULT_FILENAME
+
+
+def resolve_store_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """An explicit path wins, then ``$HETSCHED_STORE``, then the default location."""
+    return Path(path).expanduser() if path is not None and str(path) != "" else default_store_path()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One row of ``runs`` with the figures derived from its rounds."""
+
+    id: str
+    """Run id (8 hex digits)."""
+    experiment: str
+    """Grouping label ('' for ad-hoc runs; the bench puts its id here)."""
+    scenario_name: str
+    """Scenario name."""
+    scenario_sha256: str
+    """Fingerprint of the stored scenario JSON (a changed card gives a different one)."""
+    policy: str
+    """Policy name for ``make_policy``."""
+    options: dict[str, Any]
+    """Policy options (secrets removed)."""
+    seed: int
+    """Run seed."""
+    rounds_planned: int
+    """Rounds the run is meant to reach."""
+    stop_after: int
+    """Early-stop setting of the run's ``LoopConfig``."""
+    status: str
+    """``running``, ``finished`` or ``interrupted``."""
+    status_reason: str
+    """Why it stopped (``converged``, ``KeyboardInterrupt``, an error); '' for a full finish."""
+    executor: str
+    """Executor name (``sim``, ``local``...)."""
+    hetsched_version: str
+    """Version that created the run."""
+    created_at: str
+    """ISO 8601 UTC."""
+    updated_at: str
+    """ISO 8601 UTC of the last write."""
+    rounds_done: int
+    """Rounds stored."""
+    best_e2e_ms: float | None
+    """Lowest feasible measured E2E among the rounds."""
+    oracle_mapping: Mapping | None = None
+    """Oracle mapping, once the loop has stored it."""
+    oracle_e2e_ms: float | None = None
+    """Oracle's noise-free E2E."""
+    pid: int | None = None
+    """Process that last drove the run."""
+    host: str | None = None
+    """Host of that process."""
+
+    def _driver_alive(self) -> bool | None:
+        """Is the process that last drove this ``running`` run alive? None when it cannot be told
+        (another host, this very process, no pid, or a platform without signal 0)."""
+        if self.status != "running" or self.pid is None or self.host != socket.gethostname():
+            return None
+        if self.pid == os.getpid() or sys.platform == "win32":  # os.kill would terminate it on Windows
+            return None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # exists, owned by someone else
+            return True
+        return True
+
+    @property
+    def stale(self) -> bool:
+        """``running`` but its process on this host is gone (killed; continue it with ``--resume``)."""
+        return self._driver_alive() is False
+
+    @property
+    def live_elsewhere(self) -> bool:
+        """``running`` and another live process on this host is driving it."""
+        return self._driver_alive() is True
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "id": self.id,
+            "experiment": self.experiment,
+            "scenario": self.scenario_name,
+            "scenario_sha256": self.scenario_sha256,
+            "policy": self.policy,
+            "options": self.options,
+            "seed": self.seed,
+            "rounds_planned": self.rounds_planned,
+            "rounds_done": self.rounds_done,
+            "stop_after": self.stop_after,
+            "status": self.status,
+            "status_reason": self.status_reason,
+            "stale": self.stale,
+            "executor": self.executor,
+            "hetsched_version": self.hetsched_version,
+            "best_e2e_ms": self.best_e2e_ms,
+            "oracle": None
+            if self.oracle_mapping is None
+            else {"mapping": self.oracle_mapping.to_dict(), "e2e_ms": self.oracle_e2e_ms},
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run read back whole: its row, its scenario and its rounds."""
+
+    info: RunInfo
+    """Metadata."""
+    scenario: Scenario
+    """The scenario exactly as it was run."""
+    rounds: list[RoundRecord] = field(default_factory=list)
+    """Rounds in order, rebuilt (equal to what the loop produced)."""
+
+
+_INFO_COLUMNS = """
+    runs.id, runs.experiment, runs.scenario_name, runs.scenario_sha256, runs.policy, runs.options_json,
+    runs.seed, runs.rounds_planned, runs.stop_after, runs.status, runs.status_reason, runs.executor,
+    runs.hetsched_version, runs.created_at, runs.updated_at, runs.oracle_json, runs.oracle_e2e_ms,
+    runs.pid, runs.host,
+    (SELECT COUNT(*) FROM rounds WHERE rounds.run_id = runs.id) AS rounds_done,
+    (SELECT MIN(e2e_ms) FROM rounds WHERE rounds.run_id = runs.id AND feasible = 1) AS best_e2e_ms
+"""
+
+
+def _info(row: sqlite3.Row) -> RunInfo:
+    oracle = loads(row["oracle_json"])
+    return RunInfo(
+        id=row["id"],
+        experiment=row["experiment"],
+        scenario_name=row["scenario_name"],
+        scenario_sha256=row["scenario_sha256"],
+        policy=row["policy"],
+        options=loads(row["options_json"]),
+        seed=row["seed"],
+        rounds_planned=row["rounds_planned"],
+        stop_after=row["stop_after"],
+        status=row["status"],
+        status_reason=row["status_reason"],
+        executor=row["executor"],
+        hetsched_version=row["hetsched_version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        rounds_done=row["rounds_done"],
+        best_e2e_ms=row["best_e2e_ms"],
+        oracle_mapping=None if oracle is None else Mapping(oracle),
+        oracle_e2e_ms=row["oracle_e2e_ms"],
+        pid=row["pid"],
+        host=row["host"],
+    )
+
+
+def scenario_json(scenario: Scenario) -> str:
+    """The scenario as stored (key-sorted JSON, so equal scenarios give equal text and hash)."""
+    return canonical(scenario.model_dump(mode="json"))
+
+
+class RunStore:
+    """A run store file. Open one per process; use as a context manager or call :meth:`close`.
+
+    Args:
+        path: the SQLite file; None means ``$HETSCHED_STORE`` or the user data dir.
+        create: create the file (and its folder) when missing; False raises :class:`StoreError`.
+        timeout_s: how long a write waits for another process's write lock (busy timeout).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, create: bool = True, timeout_s: float = 30.0
+    ) -> None:
+        if timeout_s <= 0:
+            raise StoreError(f"timeout_s must be > 0, got {timeout_s}")
+        self.path = resolve_store_path(path)
+        self.timeout_s = timeout_s
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"run store {self.path} does not exist (no run has been recorded there yet)")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"run store {self.path}: cannot create its folder ({exc})") from None
+        elif self.path.is_dir():
+            raise StoreError(
+                f"run store {self.path} is a directory; give a file path such as {self.path / DEFAULT_FILENAME}"
+            )
+        self._conn_obj: sqlite3.Connection | None = None
+        self._pid = -1
+        self._conn()  # open now, so a bad file fails here with a clear message
+
+    # ------------------------------------------------------------------ connection
+    def _conn(self) -> sqlite3.Connection:
+        if self._conn_obj is not None and self._pid == os.getpid():
+            return self._conn_obj
+        # after a fork the parent's connection must not be used (SQLite forbids it): reconnect
+        self._conn_obj = None
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() == "wal":
+                # in WAL mode NORMAL keeps every committed round across a process crash; only an
+                # OS crash or power loss may drop the last commits (the file stays consistent)
+                conn.execute("PRAGMA synchronous = NORMAL")
+            ensure_schema(conn, str(self.path), __version__)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"run store {self.path}: cannot be opened as a hetsched run store ({exc})") from None
+        self._conn_obj, self._pid = conn, os.getpid()
+        return conn
+
+    def close(self) -> None:
+        """Close the connection (the store reopens on the next call)."""
+        if self._conn_obj is not None and self._pid == os.getpid():
+            self._conn_obj.close()
+        self._conn_obj = None
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self.path)!r})"
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the write lock from its start."""
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"run store {self.path}: could not get the write lock within {self.timeout_s:g} s ({exc}); "
+                "another process holds it"
+            ) from None
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return self._conn().execute(sql, params).fetchall()
+
+    # ------------------------------------------------------------------ writing
+    def create_run(
+        self,
+        scenario: Scenario,
+        policy: str,
+        *,
+        options: dict[str, Any] | None = None,
+        seed: int = 0,
+        rounds: int = 20,
+        stop_after: int = 0,
+        executor: str = "sim",
+        experiment: str = "",
+    ) -> str:
+        """Record a new run (status ``running``, no rounds yet) and return its id."""
+        if rounds < 1:
+            raise StoreError(f"rounds must be >= 1, got {rounds}")
+        sc_json = scenario_json(scenario)
+        opts = dumps(public_options(options), "policy options")
+        now = _now()
+        for _ in range(20):
+            run_id = secrets.token_hex(4)
+            try:
+                with self._write() as conn:
+                    conn.execute(
+                        "INSERT INTO runs (id, experiment, scenario_name, scenario_json, scenario_sha256, policy, "
+                        "options_json, seed, rounds_planned, stop_after, status, executor, hetsched_version, "
+                        "pid, host, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                        (run_id, experiment, scenario.name, sc_json, sha256(sc_json), policy, opts, seed, rounds,
+                         stop_after, executor, __version__, os.getpid(), socket.gethostname(), now, now),
+                    )
+            except sqlite3.IntegrityError:  # id collision: draw another
+                continue
+            return run_id
+        raise StoreError(f"run store {self.path}: could not draw a free run id")  # pragma: no cover
+
+    def record_round(self, run_id: str, record: RoundRecord) -> None:
+        """Write one round (its mapping, trace, proposal, probes, observations, transcript) atomically."""
+        now = _now()
+        rows = encode_round(run_id, record, now)
+        try:
+            with self._write() as conn:
+                conn.execute(
+                    "INSERT INTO rounds (run_id, round, mapping_json, mapping_code, feasible, e2e_ms, reason, "
+                    "rationale, decider, model, fallback, fallback_reason, probes_spent, prompt_tokens, "
+                    "completion_tokens, info_json, split_json, trace_json, recorded_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows.round,
+                )
+                conn.executemany(
+                    "INSERT INTO probes (run_id, round, idx, kind, note, base_json, mapping_code, feasible, "
+                    "e2e_ms, reason, trace_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows.probes,
+                )
+                conn.executemany(
+                    "INSERT INTO observations (run_id, round, idx, kind, data_json) VALUES (?, ?, ?, ?, ?)",
+                    rows.observations,
+                )
+                conn.executemany(
+                    "INSERT INTO transcript (run_id, round, idx, attempt, prompt, reply, reasoning, prompt_tokens, "
+                    "completion_tokens, latency_ms, error, extra_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows.transcript,
+                )
+                conn.execute(
+                    "UPDATE runs SET updated_at = ?, pid = ?, host = ? WHERE id = ?",
+                    (now, os.getpid(), socket.gethostname(), run_id),
+                )
+        except sqlite3.IntegrityError as exc:
+            if not self._read("SELECT 1 FROM runs WHERE id = ?", (run_id,)):
+                raise UnknownRunError(f"no run {run_id!r} in run store {self.path}") from None
+            raise StoreError(
+                f"run {run_id}: round {record.round} is already stored ({exc}); is another process driving this run?"
+            ) from None
+
+    def recorder(self, run_id: str) -> Callable[[RoundRecord], None]:
+        """A ``recorder`` for :func:`hetsched.loop.run_rounds` that writes each round into run ``run_id``."""
+        self.run(run_id)  # fail now on an unknown id, not after the first round
+
+        def record(round_record: RoundRecord) -> None:
+            self.record_round(run_id, round_record)
+
+        return record
+
+    def set_status(self, run_id: str, status: str, reason: str = "") -> None:
+        """Mark a run ``running``, ``finished`` or ``interrupted`` (with why)."""
+        if status not in STATUSES:
+            raise StoreError(f"unknown run status {status!r}; accepted: {', '.join(STATUSES)}")
+        self._update(run_id, "status = ?, status_reason = ?", (status, reason))
+
+    def set_oracle(self, run_id: str, mapping: Mapping, e2e_ms: float) -> None:
+        """Store the oracle mapping and E2E the loop computed for the run's scenario."""
+        self._update(run_id, "oracle_json = ?, oracle_e2e_ms = ?", (dumps(mapping.to_dict()), e2e_ms))
+
+    def set_rounds_planned(self, run_id: str, rounds: int) -> None:
+        """Change how many rounds the run is meant to reach (resume with more rounds)."""
+        if rounds < 1:
+            raise StoreError(f"rounds must be >= 1, got {rounds}")
+        self._update(run_id, "rounds_planned = ?", (rounds,))
+
+    def claim(self, run_id: str) -> None:
+        """Mark the run ``running`` by this process (before the loop drives it)."""
+        self._update(run_id, "status = 'running', status_reason = '', pid = ?, host = ?",
+                     (os.getpid(), socket.gethostname()))
+
+    def _update(self, run_id: str, assignments: str, params: tuple[Any, ...]) -> None:
+        with self._write() as conn:
+            cur = conn.execute(f"UPDATE runs SET {assignments}, updated_at = ? WHERE id = ?",
+                               (*params, _now(), run_id))
+            if cur.rowcount == 0:
+                raise UnknownRunError(f"no run {run_id!r} in run store {self.path}")
+
+    def delete_run(self, run_id: str) -> None:
+        """Delete a run and everything recorded for it."""
+        run_id = self.resolve(run_id)
+        with self._write() as conn:
+            for table in ("transcript", "observations", "probes", "rounds"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    # ------------------------------------------------------------------ reading
+    def resolve(self, run_id: str) -> str:
+        """The full id of a run given its id or a unique prefix of it."""
+        key = run_id.strip().lower()
+        if not key:
+            raise UnknownRunError("empty run id; `hetsched runs` lists the runs")
+        rows = self._read("SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6", (len(key), key))
+        if len(rows) == 1:
+            return str(rows[0]["id"])
+        if not rows:
+            raise UnknownRunError(
+                f"no run {run_id!r} in run store {self.path}; `hetsched runs --store {self.path}` lists the runs"
+            )
+        ids = ", ".join(r["id"] for r in rows[:5])
+        raise UnknownRunError(f"run id prefix {run_id!r} is ambiguous in {self.path}: {ids}...; give more digits")
+
+    def run(self, run_id: str) -> RunInfo:
+        """Metadata of one run (id or unique prefix)."""
+        full = self.resolve(run_id)
+        return _info(self._read(f"SELECT {_INFO_COLUMNS} FROM runs WHERE id = ?", (full,))[0])
+
+    def runs(
+        self,
+        *,
+        experiment: str | None = None,
+        scenario: str | None = None,
+        policy: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunInfo]:
+        """Runs matching every given filter, newest first."""
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("experiment", experiment), ("scenario_name", scenario), ("policy", policy),
+                              ("status", status)):
+            if value is not None:
+                where.append(f"runs.{column} = ?")
+                params.append(value)
+        sql = f"SELECT {_INFO_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY runs.created_at DESC, runs.rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_info(r) for r in self._read(sql, params)]
+
+    def find_run(
+        self,
+        scenario: Scenario,
+        policy: str,
+        *,
+        options: dict[str, Any] | None = None,
+        seed: int = 0,
+        rounds: int = 20,
+        stop_after: int = 0,
+        executor: str = "sim",
+        experiment: str = "",
+    ) -> RunInfo | None:
+        """The newest run with exactly this configuration (same scenario content, policy, options,
+        seed, planned rounds, early stop, executor, experiment), or None. The bench uses it to
+        skip finished work and resume interrupted work."""
+        sc_hash = sha256(scenario_json(scenario))
+        rows = self._read(
+            f"SELECT {_INFO_COLUMNS} FROM runs WHERE experiment = ? AND scenario_name = ? AND scenario_sha256 = ? "
+            "AND policy = ? AND seed = ? AND rounds_planned = ? AND stop_after = ? AND executor = ? "
+            "ORDER BY created_at DESC, rowid DESC",
+            (experiment, scenario.name, sc_hash, policy, seed, rounds, stop_after, executor),
+        )
+        want = canonical(public_options(options))
+        for row in rows:
+            if canonical(loads(row["options_json"])) == want:
+                return _info(row)
+        return None
+
+    def scenario(self, run_id: str) -> Scenario:
+        """The scenario exactly as the run used it."""
+        full = self.resolve(run_id)
+        text = self._read("SELECT scenario_json FROM runs WHERE id = ?", (full,))[0]["scenario_json"]
+        return Scenario.model_validate_json(text)
+
+    def rounds(self, run_id: str) -> list[RoundRecord]:
+        """The run's rounds rebuilt, in order (pass them as ``history`` to continue the run)."""
+        full = self.resolve(run_id)
+        rows = self._read("SELECT * FROM rounds WHERE run_id = ? ORDER BY round", (full,))
+        probes = self._grouped("probes", full)
+        observations = self._grouped("observations", full)
+        transcript = self._grouped("transcript", full)
+        out = []
+        for i, row in enumerate(rows):
+            if row["round"] != i:
+                raise StoreError(f"run {full}: round {i} is missing from {self.path} (found round {row['round']})")
+            r = row["round"]
+            out.append(decode_round(row, probes.get(r, []), observations.get(r, []), transcript.get(r, [])))
+        return out
+
+    def _grouped(self, table: str, run_id: str) -> dict[int, list[sqlite3.Row]]:
+        groups: dict[int, list[sqlite3.Row]] = {}
+        for row in self._read(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY round, idx", (run_id,)):
+            groups.setdefault(row["round"], []).append(row)
+        return groups
+
+    def transcript(self, run_id: str) -> list[TranscriptEntry]:
+        """Every decider attempt of the run, by round and attempt."""
+        full = self.resolve(run_id)
+        return [transcript_entry(r) for r in
+                self._read("SELECT * FROM transcript WHERE run_id = ? ORDER BY round, idx", (full,))]
+
+    def observations(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+        """``(round, record)`` for every monitor observation of the run."""
+        full = self.resolve(run_id)
+        return [(r["round"], loads(r["data_json"])) for r in
+                self._read("SELECT round, data_json FROM observations WHERE run_id = ? ORDER BY round, idx", (full,))]
+
+    def load(self, run_id: str) -> StoredRun:
+        """Metadata, scenario and rounds of one run."""
+        info = self.run(run_id)
+        return StoredRun(info=info, scenario=self.scenario(info.id), rounds=self.rounds(info.id))
+
+    def export(self, run_id: str) -> dict[str, Any]:
+        """The whole run as one JSON-ready object (``hetsched show-run --json``)."""
+        stored = self.load(run_id)
+        return {
+            "run": stored.info.to_dict(),
+            "scenario": stored.scenario.model_dump(mode="json"),
+            "rounds": [round_to_dict(r) for r in stored.rounds],
+        }
+
+
+def round_to_dict(r: RoundRecord) -> dict[str, Any]:
+    """One round as JSON: proposal (with its full info), trace and probes."""
+    return {
+        "round": r.round,
+        "mapping": r.mapping.to_dict(),
+        "e2e_ms": r.trace.e2e_ms,
+        "feasible": r.trace.feasible,
+        "reason": r.trace.reason,
+        "rationale": r.proposal.rationale,
+        "info": r.proposal.info,
+        "trace": r.trace.to_dict(),
+        "probes": [
+            {
+                "kind": p.kind,
+                "note": p.note,
+                "base": p.base.to_dict(),
+                "mapping": p.mapping.to_dict(),
+                "e2e_ms": p.trace.e2e_ms,
+                "feasible": p.trace.feasible,
+                "reason": p.trace.reason,
+                "trace": p.trace.to_dict(),
+            }
+            for p in r.probes
+        ],
+    }

@@ -1,0 +1,198 @@
+"""The run store's SQLite schema, its version, and the check/migration done on every open.
+
+The version lives in ``PRAGMA user_version`` (and, for people reading the file with other
+tools, in the ``meta`` table). Opening a file written by a newer hetsched is refused with a
+message; an older one is migrated in one transaction by the steps in :data:`MIGRATIONS`.
+Imports only the store's codec (for :class:`StoreError`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+from hetsched.store.codec import StoreError
+
+SCHEMA_VERSION = 1
+"""Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
+
+STATUSES: tuple[str, ...] = ("running", "finished", "interrupted")
+"""Values of ``runs.status``."""
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS runs (
+    id               TEXT PRIMARY KEY,          -- short hex id, e.g. 3f9a2c1b
+    experiment       TEXT NOT NULL DEFAULT '',  -- free grouping label (a bench id), '' for ad-hoc runs
+    scenario_name    TEXT NOT NULL,
+    scenario_json    TEXT NOT NULL,             -- full Scenario (cards, workflow, machine): replayable
+    scenario_sha256  TEXT NOT NULL,             -- fingerprint of scenario_json (key-sorted)
+    policy           TEXT NOT NULL,             -- name for make_policy()
+    options_json     TEXT NOT NULL DEFAULT '{}',-- make_policy() keyword options, secrets removed
+    seed             INTEGER NOT NULL,
+    rounds_planned   INTEGER NOT NULL,
+    stop_after       INTEGER NOT NULL DEFAULT 0,
+    status           TEXT NOT NULL CHECK (status IN ('running', 'finished', 'interrupted')),
+    status_reason    TEXT NOT NULL DEFAULT '',  -- 'KeyboardInterrupt', 'converged', an error message
+    executor         TEXT NOT NULL,             -- sim, local, ray...
+    hetsched_version TEXT NOT NULL,
+    oracle_json      TEXT,                      -- oracle mapping, once known
+    oracle_e2e_ms    REAL,
+    pid              INTEGER,                   -- process that last drove the run
+    host             TEXT,
+    created_at       TEXT NOT NULL,             -- ISO 8601 UTC
+    updated_at       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_key ON runs (experiment, scenario_name, policy, seed);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+
+CREATE TABLE IF NOT EXISTS rounds (
+    run_id            TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    round             INTEGER NOT NULL,
+    mapping_json      TEXT NOT NULL,            -- {"A": "gpu_now", ...}
+    mapping_code      TEXT NOT NULL,            -- one letter a node: C cpu, G gpu_now, Q gpu_queue
+    feasible          INTEGER NOT NULL,
+    e2e_ms            REAL,                     -- NULL when infeasible
+    reason            TEXT NOT NULL,            -- why infeasible, '' otherwise
+    rationale         TEXT NOT NULL,
+    decider           TEXT,                     -- Proposal.info["decider"]
+    model             TEXT,                     -- Proposal.info["model"]
+    fallback          INTEGER NOT NULL DEFAULT 0,
+    fallback_reason   TEXT NOT NULL DEFAULT '',
+    probes_spent      INTEGER,
+    prompt_tokens     INTEGER,                  -- sums over the round's transcript
+    completion_tokens INTEGER,
+    info_json         TEXT NOT NULL,            -- Proposal.info without the lists held in their tables
+    split_json        TEXT NOT NULL,            -- which lists were moved out of info_json
+    trace_json        TEXT NOT NULL,            -- Trace.to_dict()
+    recorded_at       TEXT NOT NULL,
+    PRIMARY KEY (run_id, round)
+);
+
+CREATE TABLE IF NOT EXISTS probes (
+    run_id       TEXT NOT NULL,
+    round        INTEGER NOT NULL,
+    idx          INTEGER NOT NULL,
+    kind         TEXT NOT NULL,                 -- reprobe, swap...
+    note         TEXT NOT NULL,
+    base_json    TEXT NOT NULL,
+    mapping_code TEXT NOT NULL,
+    feasible     INTEGER NOT NULL,
+    e2e_ms       REAL,
+    reason       TEXT NOT NULL,
+    trace_json   TEXT NOT NULL,
+    PRIMARY KEY (run_id, round, idx),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+
+CREATE TABLE IF NOT EXISTS observations (
+    run_id    TEXT NOT NULL,
+    round     INTEGER NOT NULL,
+    idx       INTEGER NOT NULL,
+    kind      TEXT,                             -- the record's "kind" key, if it has one
+    data_json TEXT NOT NULL,
+    PRIMARY KEY (run_id, round, idx),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+
+CREATE TABLE IF NOT EXISTS transcript (
+    run_id            TEXT NOT NULL,
+    round             INTEGER NOT NULL,
+    idx               INTEGER NOT NULL,         -- position in info["transcript"]
+    attempt           INTEGER,
+    prompt            TEXT,
+    reply             TEXT,
+    reasoning         TEXT,
+    prompt_tokens     INTEGER,
+    completion_tokens INTEGER,
+    latency_ms        REAL,
+    error             TEXT,                     -- validation/parse error that caused a re-ask
+    extra_json        TEXT,                     -- keys outside the contract, verbatim
+    PRIMARY KEY (run_id, round, idx),
+    FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+
+CREATE VIEW IF NOT EXISTS validation_errors AS
+    SELECT run_id, round, attempt, error, reply FROM transcript WHERE error IS NOT NULL AND error <> '';
+
+CREATE VIEW IF NOT EXISTS fallbacks AS
+    SELECT run_id, round, decider, model, fallback_reason, mapping_code, e2e_ms, feasible
+    FROM rounds WHERE fallback = 1;
+"""
+
+Migration = Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: dict[int, Migration] = {}
+"""``from_version -> step`` taking a store from ``from_version`` to ``from_version + 1``
+inside the open transaction. Empty while the schema is at version 1."""
+
+_OUR_TABLES = {"meta", "runs", "rounds", "probes", "observations", "transcript"}
+
+
+def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) -> None:
+    """Create the schema in an empty file, migrate an older one, refuse a newer or foreign one.
+
+    Runs under ``BEGIN IMMEDIATE`` so two processes opening a new file at once do not race.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:  # the common case: no write lock needed
+        return
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"run store {path} has schema version {version}, but this hetsched ({hetsched_version}) "
+            f"knows versions up to {SCHEMA_VERSION}; upgrade hetsched, or choose another file with "
+            "--store / HETSCHED_STORE"
+        )
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won
+        if version == 0:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            foreign = tables - _OUR_TABLES
+            if foreign:
+                raise StoreError(
+                    f"file {path} is an SQLite database but not a hetsched run store (it has tables "
+                    f"{sorted(foreign)}); choose another file with --store / HETSCHED_STORE"
+                )
+            for statement in _statements(DDL):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('created_by', ?), ('schema_version', ?)",
+                (hetsched_version, str(SCHEMA_VERSION)),
+            )
+        else:
+            while version < SCHEMA_VERSION:
+                step = MIGRATIONS.get(version)
+                if step is None:
+                    raise StoreError(
+                        f"run store {path} has schema version {version}; this hetsched "
+                        f"({hetsched_version}) uses {SCHEMA_VERSION} and has no migration from "
+                        f"{version}; export what you need with an older hetsched, then start a new store"
+                    )
+                step(conn)
+                version += 1
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    """Split the DDL into single statements (``executescript`` would commit our transaction)."""
+    out, buf = [], []
+    for line in script.splitlines():
+        code = line.split("--", 1)[0].rstrip()
+        if not code:
+            continue
+        buf.append(code)
+        if code.endswith(";") and sqlite3.complete_statement("\n".join(buf)):
+            out.append("\n".join(buf))
+            buf = []
+    return out
