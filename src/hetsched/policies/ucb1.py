@@ -121,16 +121,25 @@ class Ucb1(Policy):
         untried = [i for i in range(k) if plays[i] == 0]
         if untried:
             i = untried[0]
-            return Proposal(self._arms[i], rationale=f"UCB1: initial play of arm {i + 1}/{k}",
-                            info={"arm": i, "arms": k, "phase": "initial"})
+            return Proposal(
+                self._arms[i],
+                rationale=f"UCB1: initial play of arm {i + 1}/{k}",
+                info={"arm": i, "arms": k, "phase": "initial"},
+            )
         index = [total[i] / plays[i] + math.sqrt(2.0 * math.log(t) / plays[i]) for i in range(k)]
         best = max(range(k), key=lambda i: (index[i], -i))
         mean = total[best] / plays[best]
         return Proposal(
             self._arms[best],
             rationale=f"UCB1: arm {best + 1}/{k}, mean reward {mean:.3f}, index {index[best]:.3f}",
-            info={"arm": best, "arms": k, "phase": "ucb", "mean_reward": mean, "index": index[best],
-                  "plays": plays[best]},
+            info={
+                "arm": best,
+                "arms": k,
+                "phase": "ucb",
+                "mean_reward": mean,
+                "index": index[best],
+                "plays": plays[best],
+            },
         )
 
     def _propose_factored(self, history: Sequence[RoundRecord]) -> Proposal:
@@ -157,5 +166,6 @@ class Ucb1(Policy):
                 key=lambda a: (total[a] / plays[a] + math.sqrt(2.0 * math.log(n_plays) / plays[a]), -arms.index(a)),
             )
         mapping = Mapping((n, chosen[n]) for n in sc.workflow.node_ids)
-        return Proposal(mapping, rationale=f"UCB1 (factored per node), round {t}",
-                        info={"phase": "factored", "rounds_seen": t})
+        return Proposal(
+            mapping, rationale=f"UCB1 (factored per node), round {t}", info={"phase": "factored", "rounds_seen": t}
+        )
