@@ -21,6 +21,7 @@ _REGISTRY: dict[str, str] = {
     "starpu-dmda": "hetsched.policies.starpu_dmda:StarpuDmda",
     "ucb1": "hetsched.policies.ucb1:Ucb1",
     "greedy-mem": "hetsched.policies.greedy_mem:GreedyMem",
+    "agentic": "hetsched.policies.agentic:Agentic",
 }
 
 

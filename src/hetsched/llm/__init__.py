@@ -1,0 +1,81 @@
+"""Deciders for the agentic policy, behind one interface: context in, mapping + rationale out.
+
+- ``rules``: the paper's reasoning as deterministic rules (NOT an LLM; the default);
+- ``argmin``: the lowest measured mapping (ablation baseline; not an LLM);
+- ``openai``: any OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp server, SGLang, OpenAI);
+- ``local``: an embedded GGUF model through llama-cpp-python (default SmolLM2-135M, smoke tests);
+- ``scripted``: replays given replies (unit tests).
+
+Also the one prompt, reply parsing and validation the chat deciders share. Imports only
+``hetsched.model`` (the LLM clients load lazily, from the ``llm`` extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hetsched.llm.base import (
+    DEFAULT_MAX_ATTEMPTS,
+    Attempt,
+    ChatDecider,
+    ChatReply,
+    Decider,
+    DeciderConfigError,
+    Decision,
+    DecisionContext,
+    TransportError,
+)
+from hetsched.llm.config import LLMConfig, resolve_llm_config
+from hetsched.model import UnknownNameError
+
+DECIDERS: dict[str, str] = {
+    "rules": "hetsched.llm.rules:RulesDecider",
+    "argmin": "hetsched.llm.argmin:ArgminDecider",
+    "openai": "hetsched.llm.openai_compat:OpenAIDecider",
+    "local": "hetsched.llm.local:LocalDecider",
+    "scripted": "hetsched.llm.scripted:ScriptedDecider",
+}
+"""Decider name -> ``module:Class`` (imported lazily)."""
+
+LLM_DECIDERS = ("openai", "local")
+"""Deciders that take an :class:`LLMConfig`."""
+
+
+def decider_names() -> tuple[str, ...]:
+    """Every name :func:`make_decider` accepts."""
+    return tuple(DECIDERS)
+
+
+def make_decider(name: str, llm: LLMConfig | None = None, **options: Any) -> Decider:
+    """Build a decider by name; ``llm`` configures ``openai``/``local`` (resolved from env/file when None)."""
+    import importlib
+
+    key = name.strip().lower()
+    if key not in DECIDERS:
+        raise UnknownNameError(f"Unknown decider: {name!r}; valid deciders: {', '.join(DECIDERS)}")
+    module_name, cls_name = DECIDERS[key].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    if key in LLM_DECIDERS:
+        decider: Decider = cls(llm or resolve_llm_config(), **options)
+    else:
+        decider = cls(**options)
+    return decider
+
+
+__all__ = [
+    "DECIDERS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "LLM_DECIDERS",
+    "Attempt",
+    "ChatDecider",
+    "ChatReply",
+    "Decider",
+    "DeciderConfigError",
+    "Decision",
+    "DecisionContext",
+    "LLMConfig",
+    "TransportError",
+    "decider_names",
+    "make_decider",
+    "resolve_llm_config",
+]

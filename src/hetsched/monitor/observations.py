@@ -1,0 +1,275 @@
+"""Observation records: what the runtime monitor saw, as data and as prompt text.
+
+The monitor's design rule (PAPER.md, Algorithm 1) is enforced by these types: every record
+describes something that was executed or checked against the budget, and none has a field for
+a recommended mapping or for a score of a mapping that was not measured. The only E2E figures
+are those of executed mappings (:class:`Execution`, :class:`ProbeResult`, :class:`LastRound`).
+``tests/test_monitor.py`` checks both the types and the rendered text.
+
+Imports only ``hetsched.model``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+Pairs = tuple[tuple[str, str], ...]
+"""A mapping as ``((node, placement value), ...)`` in workflow node order (immutable, JSON-ready)."""
+
+
+def _quote(text: str) -> str:
+    """A name from the workflow file as a JSON string with ``<``/``>`` escaped (data, not markup)."""
+    return json.dumps(text).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+@dataclass(frozen=True)
+class LastRound:
+    """The previous round's executed mapping and what happened."""
+
+    kind: ClassVar[str] = "last_round"
+    round: int
+    """Round index."""
+    mapping: Pairs
+    """The executed mapping."""
+    code: str
+    """One letter a node in node order: C cpu, G gpu_now, Q gpu_queue."""
+    feasible: bool
+    """False when it could not run."""
+    e2e_ms: float | None
+    """Measured E2E (None when infeasible)."""
+    reason: str
+    """Why it could not run ('' when feasible)."""
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One distinct mapping that ran to completion, with its measured E2E over all its runs."""
+
+    kind: ClassVar[str] = "execution"
+    mapping: Pairs
+    """The executed mapping."""
+    code: str
+    """Compact code in node order."""
+    runs: int
+    """Times it was executed (rounds + probes)."""
+    mean_e2e_ms: float
+    """Mean measured E2E."""
+    min_e2e_ms: float
+    """Lowest measured E2E."""
+    max_e2e_ms: float
+    """Highest measured E2E."""
+    rounds: tuple[int, ...]
+    """Rounds in which it was executed (as the round's mapping or as a probe)."""
+    probe_runs: int
+    """How many of the runs were what-if probes."""
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """A mapping that could not run, and why (Factor B: OOM, never admissible, deadlock)."""
+
+    kind: ClassVar[str] = "infeasible"
+    mapping: Pairs
+    """The mapping."""
+    code: str
+    """Compact code in node order."""
+    reason: str
+    """The executor's or the budget check's reason."""
+    source: str
+    """``round``: executed as a round; ``probe``: executed as a probe; ``budget check``: a probe
+    candidate the VRAM budget rules out, so it was not executed."""
+    round: int
+    """Round in which it was found."""
+
+
+@dataclass(frozen=True)
+class NodeLatency:
+    """Running average of one node's latency on one placement, under the contention it met (Factor A)."""
+
+    kind: ClassVar[str] = "latency"
+    node: str
+    """Node id."""
+    tool: str
+    """Tool the node invokes."""
+    placement: str
+    """Placement value."""
+    runs: int
+    """Feasible executions it was measured in."""
+    mean_ms: float
+    """Mean latency, admission to end (includes the load for ``gpu_queue``)."""
+    min_ms: float
+    """Lowest measured latency."""
+    max_ms: float
+    """Highest measured latency."""
+    isolated_ms: float | None
+    """The card's isolated figure for this placement (cpu_ms, gpu_ms, gpu_ms + load_ms); None in cold start."""
+    mean_wait_ms: float
+    """Mean time spent waiting in the queue for VRAM (``gpu_queue`` only, else 0)."""
+    mean_concurrent: float
+    """Time-weighted mean number of other nodes running on the same device kind (GPU or CPU) meanwhile."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One what-if probe executed this round: a measured variant of the best measured mapping."""
+
+    kind: ClassVar[str] = "probe"
+    round: int
+    """Round it ran in."""
+    probe_kind: str
+    """``reprobe`` (one node moved) or ``swap`` (two nodes change placements)."""
+    base: Pairs
+    """The mapping it varies."""
+    base_code: str
+    """Compact code of the base."""
+    base_mean_e2e_ms: float | None
+    """The base's mean measured E2E (None if the base never ran to completion)."""
+    mapping: Pairs
+    """The probed mapping."""
+    code: str
+    """Compact code of the probed mapping."""
+    changes: tuple[str, ...]
+    """What changed, ``node: from -> to``."""
+    feasible: bool
+    """Whether it ran."""
+    e2e_ms: float | None
+    """Its measured E2E (None when infeasible)."""
+    reason: str
+    """Why it could not run ('' when feasible)."""
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """An exploration hint: this node has never been measured on this placement."""
+
+    kind: ClassVar[str] = "unmeasured"
+    node: str
+    """Node id."""
+    tool: str
+    """Tool the node invokes."""
+    placement: str
+    """Placement value never measured for the node."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Probe budget spent so far."""
+
+    kind: ClassVar[str] = "budget"
+    spent_round: int
+    """Probes executed this round."""
+    per_round: int
+    """Round budget."""
+    spent_run: int
+    """Probes executed in the run so far, this round included."""
+    per_run: int
+    """Run budget."""
+
+
+Observation = LastRound | Execution | Infeasible | NodeLatency | ProbeResult | Unmeasured | Budget
+"""Every record type the monitor emits."""
+
+OBSERVATION_TYPES: tuple[type, ...] = (LastRound, Execution, Infeasible, NodeLatency, ProbeResult, Unmeasured, Budget)
+
+
+def to_json(record: Observation) -> dict[str, Any]:
+    """A record as a JSON-ready dict with its ``kind``; mappings become ``{node: placement}``."""
+    data = asdict(record)
+    for key in ("mapping", "base"):
+        if key in data:
+            data[key] = dict(data[key])
+    for key, value in list(data.items()):
+        if isinstance(value, tuple):
+            data[key] = list(value)
+    return {"kind": record.kind, **data}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def render(
+    records: Sequence[Observation],
+    node_order: Sequence[str],
+    cards_visible: bool = True,
+    max_executions: int = 8,
+    max_infeasible: int = 8,
+) -> str:
+    """The prompt text for a list of records: facts only, in a fixed order of sections.
+
+    Lines grow with the number of nodes (latencies, hints) and are capped for the things that
+    grow with the rounds (executions, infeasible mappings).
+    """
+    by_kind: dict[str, list[Any]] = {}
+    for r in records:
+        by_kind.setdefault(r.kind, []).append(r)
+    order = " ".join(_quote(n) for n in node_order)
+    lines = [
+        "Runtime observations (measured by the runtime monitor; it reports facts and does not choose mappings).",
+        f"Mapping codes list the placements of nodes {order} in that order: C = cpu, G = gpu_now, Q = gpu_queue.",
+    ]
+    last: list[LastRound] = by_kind.get("last_round", [])
+    if last:
+        lr = last[0]
+        outcome = f"E2E {_ms(lr.e2e_ms)}" if lr.feasible else f"could not run: {lr.reason}"
+        lines.append(f"Last round ({lr.round}): {lr.code}: {outcome}.")
+    execs: list[Execution] = by_kind.get("execution", [])
+    if execs:
+        shown = sorted(execs, key=lambda e: (e.mean_e2e_ms, e.code))
+        keep = shown[:max_executions]
+        if last and last[0].feasible and all(e.code != last[0].code for e in keep):
+            keep += [e for e in shown if e.code == last[0].code]
+        lines.append(
+            f"Measured mappings ({len(execs)} distinct; {len(keep)} listed, lowest mean E2E first):"
+        )
+        for e in keep:
+            spread = "" if e.runs == 1 else f" (min {e.min_e2e_ms:.1f}, max {e.max_e2e_ms:.1f})"
+            as_probes = f" ({e.probe_runs} of the runs as probes)" if e.probe_runs else ""
+            rounds = ", ".join(str(r) for r in e.rounds)
+            lines.append(
+                f"- {e.code}: mean E2E {e.mean_e2e_ms:.1f} ms over {e.runs} run(s){spread}; "
+                f"in round(s) {rounds}{as_probes}"
+            )
+    else:
+        lines.append("Measured mappings: none yet.")
+    infeasible: list[Infeasible] = by_kind.get("infeasible", [])
+    if infeasible and max_infeasible > 0:
+        recent = sorted(infeasible, key=lambda i: (-i.round, i.code))[:max_infeasible]
+        lines.append(f"Infeasible mappings ({len(infeasible)}; {len(recent)} listed, most recent first):")
+        for i in recent:
+            lines.append(f"- {i.code}: {i.reason} [{i.source}, round {i.round}]")
+    lat: list[NodeLatency] = by_kind.get("latency", [])
+    if lat:
+        lines.append("Per-node latency under the contention it met (mean over feasible runs, admission to end):")
+        for n in lat:
+            card = ""
+            if cards_visible and n.isolated_ms is not None:
+                card = f"; isolated card figure {n.isolated_ms:.1f} ms (x{n.mean_ms / n.isolated_ms:.2f})"
+            wait = f"; mean queue wait {n.mean_wait_ms:.1f} ms" if n.placement == "gpu_queue" else ""
+            device = "GPU" if n.placement != "cpu" else "CPU"
+            lines.append(
+                f"- {_quote(n.node)} ({_quote(n.tool)}) on {n.placement}: {n.mean_ms:.1f} ms over {n.runs} run(s)"
+                f" [min {n.min_ms:.1f}, max {n.max_ms:.1f}]{card}{wait};"
+                f" {n.mean_concurrent:.2f} other {device} node(s) running meanwhile on average"
+            )
+    probes: list[ProbeResult] = by_kind.get("probe", [])
+    if probes:
+        lines.append("What-if probes executed this round (each a real execution, counted against the budget):")
+        for p in probes:
+            result = f"E2E {_ms(p.e2e_ms)}" if p.feasible else f"could not run: {p.reason}"
+            base = f"base {p.base_code} mean E2E {_ms(p.base_mean_e2e_ms)}"
+            lines.append(f"- {p.probe_kind} {p.code} ({'; '.join(p.changes)}): {result}; {base}")
+    hints: list[Unmeasured] = by_kind.get("unmeasured", [])
+    if hints:
+        pairs = ", ".join(f"{_quote(h.node)} on {h.placement}" for h in hints)
+        lines.append(f"Never measured (node on placement): {pairs}.")
+    budget: list[Budget] = by_kind.get("budget", [])
+    if budget:
+        b = budget[0]
+        lines.append(
+            f"Probe budget: {b.spent_round} of {b.per_round} used this round, {b.spent_run} of {b.per_run} this run."
+        )
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""The agentic policy: runtime monitor + decider in a closed loop (PAPER.md's Figure 2).
+
+Each round: ``monitor.observe(history)`` aggregates what ran and executes bounded what-if
+probes through ``ctx.run_probe`` -> the decider reads the scenario (cards unless cold start)
+and the observations -> its mapping is validated (chat deciders re-ask with the error, up to
+their attempt limit) -> if no valid mapping came back, the policy falls back to the best
+measured feasible mapping (all-CPU before anything ran) and records that it did. Nothing that
+fails the scenario's checks is ever proposed.
+
+``Proposal.info`` follows the shared transcript contract (docs/agentic.md): ``decider``,
+``model``, ``transcript``, ``fallback``, ``fallback_reason``, ``observations``, ``probes_spent``.
+
+The policy keeps no state beyond its monitor and decider: decisions are a function of the
+history (plus the LLM's sampling), so a resumed run continues where it stopped.
+
+Imports the model, the monitor and the deciders (``hetsched.llm``); never the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from hetsched.llm import Decider, DecisionContext, LLMConfig, make_decider
+from hetsched.llm.base import transcript_json
+from hetsched.llm.evidence import fallback_mapping
+from hetsched.llm.validate import check_mapping
+from hetsched.model import Proposal, RoundRecord
+from hetsched.monitor import Monitor, MonitorConfig
+from hetsched.policies.base import Policy, PolicyContext
+
+
+class Agentic(Policy):
+    """Monitor + decider. See the module docstring.
+
+    Args:
+        decider: a decider name (``rules``, ``argmin``, ``openai``, ``local``, ``scripted``) or an instance.
+        cold_start: hide the cards from the decider (names, descriptions and measurements only).
+        monitor: monitor configuration (or a dict of its fields); default: every mechanism on.
+        llm: settings for ``openai``/``local`` (or a dict); default: resolved from env / config file.
+        probe_budget: shortcut for ``monitor.probes_per_run``.
+        probes_per_round: shortcut for ``monitor.probes_per_round``.
+        decider_options: passed to the decider's constructor (e.g. ``responses`` for ``scripted``).
+    """
+
+    name = "agentic"
+    adaptive = True
+
+    def __init__(
+        self,
+        decider: str | Decider = "rules",
+        cold_start: bool = False,
+        monitor: MonitorConfig | dict[str, Any] | None = None,
+        llm: LLMConfig | dict[str, Any] | None = None,
+        probe_budget: int | None = None,
+        probes_per_round: int | None = None,
+        **decider_options: Any,
+    ) -> None:
+        super().__init__()
+        cfg = monitor if isinstance(monitor, MonitorConfig) else MonitorConfig.from_dict(monitor or {})
+        if probe_budget is not None:
+            cfg = replace(cfg, probes_per_run=probe_budget)
+        if probes_per_round is not None:
+            cfg = replace(cfg, probes_per_round=probes_per_round)
+        self.monitor_config = cfg
+        self.cold_start = cold_start
+        if isinstance(decider, Decider):
+            if decider_options:
+                raise ValueError(f"decider options {sorted(decider_options)} given with a decider instance")
+            self.decider = decider
+        else:
+            llm_cfg = llm if isinstance(llm, LLMConfig) or llm is None else LLMConfig(**llm)
+            self.decider = make_decider(decider, llm=llm_cfg, **decider_options)
+        self._monitor: Monitor | None = None
+
+    @property
+    def monitor(self) -> Monitor:
+        """The run's monitor (built by :meth:`reset`)."""
+        if self._monitor is None:
+            raise RuntimeError("policy 'agentic' used before reset()")
+        return self._monitor
+
+    def reset(self, ctx: PolicyContext) -> None:
+        super().reset(ctx)
+        self._monitor = Monitor(ctx.scenario, self.monitor_config, cards_visible=not self.cold_start)
+
+    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+        sc = self.ctx.scenario
+        obs = self.monitor.observe(history, self.ctx.run_probe)
+        records = tuple(obs.to_json())
+        decision = self.decider.decide(
+            DecisionContext(
+                scenario=sc,
+                round=len(history),
+                rounds=self.ctx.rounds,
+                cards_visible=not self.cold_start,
+                observations=records,
+                observations_text=obs.text,
+            )
+        )
+        mapping = decision.mapping
+        problem = decision.error
+        if mapping is not None:
+            bad = check_mapping(sc, mapping)
+            if bad:  # a decider bug, never executed
+                mapping, problem = None, f"decider {self.decider.name!r} returned an invalid mapping: {bad}"
+        fallback = mapping is None
+        reason = ""
+        rationale = decision.rationale
+        if mapping is None:
+            mapping, why = fallback_mapping(sc, records)
+            reason = f"{problem}; {why}" if problem else why
+            rationale = f"fallback: {why}"
+        info: dict[str, Any] = {
+            "decider": self.decider.name,
+            "model": self.decider.model,
+            "transcript": transcript_json(decision.transcript),
+            "fallback": fallback,
+            "fallback_reason": reason,
+            "observations": list(records),
+            "probes_spent": len(obs.probes),
+            "cold_start": self.cold_start,
+        }
+        return Proposal(sc.validate_mapping(mapping), rationale=rationale, info=info)
+
+    def converged(self, history: Sequence[RoundRecord]) -> bool:
+        """The mapping did not change in the last round and no unexplored probe is left in budget."""
+        if len(history) < 2 or history[-1].mapping != history[-2].mapping:
+            return False
+        return self.monitor.pending_probes(history) == 0
