@@ -64,7 +64,11 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
     with RunStore(store) as st:
         info = st.run(run_id)
         hint = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
-        say = (err if as_json else out).print
+        console = err if as_json else out
+
+        def say(text: str) -> None:
+            console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
+
         if info.rounds_done:
             say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in {st.path}")
         else:
@@ -75,7 +79,8 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
             return continue_run(st, info.id, policy=policy, rounds=rounds)
         except KeyboardInterrupt:
             done = st.run(info.id).rounds_done
-            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {hint}")
+            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {hint}",
+                      soft_wrap=True)
             raise typer.Exit(130) from None
 
 

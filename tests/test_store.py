@@ -1,0 +1,545 @@
+"""The run store: exact round trips, nothing lost on interrupt, resume equals an uninterrupted
+run, concurrent writers, schema versions, secrets, and the ``runs`` / ``show-run`` /
+``run --resume`` commands. Every store is a real SQLite file under tmp_path."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from hetsched.cli import app
+from hetsched.loop import LoopConfig, continue_run, load_result, run_or_resume, run_recorded, run_rounds
+from hetsched.model import InputError, Mapping, NodeTrace, Placement, Probe, Proposal, RoundRecord, Trace, VramPoint
+from hetsched.model.files import load_scenario
+from hetsched.policies import _REGISTRY, Policy, make_policy, policy_names
+from hetsched.store import (
+    NotJsonReady,
+    RunStore,
+    StoreError,
+    UnknownRunError,
+    default_store_path,
+    public_options,
+    schema,
+)
+
+
+# ---------------------------------------------------------------------------- a policy to resume
+class Walker(Policy):
+    """Test policy whose every decision depends on the history: it proposes the best measured
+    mapping so far, probes one neighbour of it per round through ``ctx.run_probe``, and leaves
+    a decider-style transcript (with a rejected first attempt every third round and a fallback
+    every fifth) and observations in ``Proposal.info``."""
+
+    name = "walker"
+    adaptive = True
+    interrupt_at: int | None = None  # class-level switch so CLI-built instances can be told to stop
+
+    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+        r = len(history)
+        if Walker.interrupt_at is not None and r == Walker.interrupt_at:
+            raise KeyboardInterrupt
+        sc = self.ctx.scenario
+        measured = [(x.trace.e2e_ms, x.mapping) for x in history if x.trace.feasible and x.trace.e2e_ms]
+        measured += [(p.trace.e2e_ms, p.mapping) for x in history for p in x.probes
+                     if p.trace.feasible and p.trace.e2e_ms]
+        best = min(measured, key=lambda t: t[0])[1] if measured else sc.uniform(Placement.CPU)
+        nodes = sc.workflow.node_ids
+        node = nodes[(r + self.ctx.seed) % len(nodes)]
+        allowed = sc.allowed(node)
+        target = allowed[(allowed.index(best[node]) + 1) % len(allowed)]
+        probe = None
+        if self.ctx.run_probe is not None and target != best[node]:
+            probe = self.ctx.run_probe("reprobe", best, best.moved(node, target), f"{node}: {best[node].value} -> "
+                                       f"{target.value}")
+        transcript: list[dict[str, Any]] = []
+        if r % 3 == 0:
+            transcript.append({"attempt": 0, "prompt": f"round {r} [bold]prompt[/]", "reply": "{not json",
+                               "reasoning": "", "prompt_tokens": 120 + r, "completion_tokens": 7,
+                               "latency_ms": 12.5, "error": "reply is not JSON"})
+        transcript.append({"attempt": len(transcript), "prompt": f"round {r} prompt", "reply": json.dumps(
+            best.to_dict()), "reasoning": "best measured", "prompt_tokens": 130 + r, "completion_tokens": None,
+            "latency_ms": 10.0 + r, "error": ""})
+        return Proposal(
+            best,
+            rationale=f"best measured after {r} rounds",
+            info={
+                "decider": "scripted",
+                "model": None,
+                "transcript": transcript,
+                "fallback": r % 5 == 4,
+                "fallback_reason": "validation failed twice" if r % 5 == 4 else "",
+                "observations": [{"kind": "latency", "node": node, "probe_e2e_ms": probe.trace.e2e_ms if probe else None}],
+                "probes_spent": r + (probe is not None),
+            },
+        )
+
+    def converged(self, history: Sequence[RoundRecord]) -> bool:
+        return len(history) >= 6
+
+
+@pytest.fixture
+def walker_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``walker`` buildable by name (``make_policy``), as a resumed run needs."""
+    monkeypatch.setitem(_REGISTRY, "walker", f"{__name__}:Walker")
+    monkeypatch.setattr(Walker, "interrupt_at", None)
+
+
+class Interrupt(Exception):
+    """Raised by the failing recorder below (like a crash inside the loop)."""
+
+
+def interrupting_recorder(at_round: int, exc: BaseException) -> Any:
+    def record(r: RoundRecord) -> None:
+        if r.round == at_round:
+            raise exc
+
+    return record
+
+
+# ---------------------------------------------------------------------------- round trips
+def test_recorded_run_reads_back_equal(tmp_path: Path, walker_registered: None) -> None:
+    sc = load_scenario("vram_3way")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        result = run_recorded(sc, Walker(), LoopConfig(rounds=7, seed=3), store=st, options={})
+        assert result.run_id is not None
+        stored = st.load(result.run_id)
+        assert stored.rounds == result.rounds
+        assert stored.scenario == sc
+        info = stored.info
+        assert (info.status, info.rounds_done, info.rounds_planned, info.seed, info.policy) == (
+            "finished", 7, 7, 3, "walker")
+        assert info.oracle_mapping == result.oracle_mapping and info.oracle_e2e_ms == result.oracle_e2e_ms
+        feasible = [r.trace.e2e_ms for r in result.rounds if r.trace.feasible and r.trace.e2e_ms is not None]
+        assert info.best_e2e_ms == min(feasible)
+        # the normalized tables carry the contract fields for SQL queries
+        entries = st.transcript(result.run_id)
+        assert len(entries) == sum(len(r.proposal.info["transcript"]) for r in result.rounds)
+        assert [e.error for e in entries if e.error] == ["reply is not JSON"] * 3  # rounds 0, 3, 6
+        raw = sqlite3.connect(st.path)
+        assert raw.execute("SELECT COUNT(*) FROM validation_errors").fetchone()[0] == 3
+        assert raw.execute("SELECT round FROM fallbacks").fetchall() == [(4,)]
+        assert raw.execute("SELECT SUM(prompt_tokens) FROM rounds").fetchone()[0] == sum(
+            e.prompt_tokens or 0 for e in entries)
+        assert raw.execute("SELECT COUNT(*) FROM probes").fetchone()[0] == sum(len(r.probes) for r in result.rounds)
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert load_result(st, result.run_id).rounds == result.rounds
+
+
+finite = st.floats(min_value=0, max_value=1e7, allow_nan=False, allow_infinity=False)
+json_leaf = st.none() | st.booleans() | st.integers(-10**9, 10**9) | finite | st.text(max_size=20)
+json_value = st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=4)
+                          | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+NODES = ("A", "B", "C")
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> Trace:
+    mapping = Mapping({n: draw(st.sampled_from(list(Placement))) for n in NODES})
+    feasible = draw(st.booleans())
+    nodes = {}
+    if feasible:
+        for n in NODES:
+            t = sorted(draw(st.lists(finite, min_size=4, max_size=4)))
+            nodes[n] = NodeTrace(node=n, tool=draw(st.text(min_size=1, max_size=10)), placement=mapping[n],
+                                 ready_ms=t[0], admitted_ms=t[1], start_ms=t[2], end_ms=t[3], load_ms=draw(finite))
+    timeline = tuple(VramPoint(t, u) for t, u in draw(st.lists(st.tuples(finite, finite), max_size=5)))
+    return Trace(mapping=mapping, feasible=feasible, e2e_ms=draw(finite) if feasible else None, nodes=nodes,
+                 vram_timeline=timeline, reason="" if feasible else draw(st.text(max_size=60)),
+                 vram_budget_mb=draw(finite), seed=draw(st.none() | st.integers(0, 2**31 - 1)),
+                 executor=draw(st.sampled_from(["sim", "local"])))
+
+
+@st.composite
+def transcript_entries(draw: st.DrawFn) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "attempt": draw(st.integers(0, 5)), "prompt": draw(st.text(max_size=200)),
+        "reply": draw(st.text(max_size=100)), "reasoning": draw(st.text(max_size=50)),
+        "prompt_tokens": draw(st.none() | st.integers(0, 10**6)),
+        "completion_tokens": draw(st.none() | st.integers(0, 10**6)),
+        "latency_ms": draw(st.none() | finite), "error": draw(st.text(max_size=40)),
+    }
+    # off-contract entries must survive too: a missing key, a mistyped field, extra keys
+    for key in draw(st.lists(st.sampled_from(sorted(entry)), max_size=2, unique=True)):
+        if draw(st.booleans()):
+            del entry[key]
+        else:
+            entry[key] = draw(json_value)
+    entry.update(draw(st.dictionaries(st.text(max_size=8).filter(lambda k: k not in entry), json_value, max_size=2)))
+    return entry
+
+
+@st.composite
+def round_records(draw: st.DrawFn) -> RoundRecord:
+    trace = draw(traces())
+    info: dict[str, Any] = draw(st.dictionaries(st.sampled_from(["decider", "model", "fallback", "fallback_reason",
+                                                                 "probes_spent", "custom"]), json_value, max_size=4))
+    if draw(st.booleans()):
+        info["transcript"] = draw(st.lists(transcript_entries(), max_size=3))
+    if draw(st.booleans()):
+        info["observations"] = draw(st.lists(st.dictionaries(st.text(max_size=6), json_value, max_size=3),
+                                             max_size=3))
+    elif draw(st.booleans()):
+        info["observations"] = draw(json_value)  # not a list of records: stays in info_json as is
+    probes = tuple(Probe(kind=draw(st.sampled_from(["reprobe", "swap"])), base=draw(traces()).mapping,
+                         trace=draw(traces()), note=draw(st.text(max_size=30)))
+                   for _ in range(draw(st.integers(0, 2))))
+    return RoundRecord(round=0, proposal=Proposal(trace.mapping, draw(st.text(max_size=50)), info), trace=trace,
+                       probes=probes)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(record=round_records())
+def test_round_record_round_trip(tmp_path_factory: pytest.TempPathFactory, record: RoundRecord) -> None:
+    path = tmp_path_factory.getbasetemp() / "roundtrip.sqlite"
+    with RunStore(path) as store:
+        run_id = store.create_run(load_scenario("chain"), "walker", rounds=1)
+        store.record_round(run_id, record)
+        assert store.rounds(run_id) == [record]
+
+
+# ---------------------------------------------------------------------------- interrupt and resume
+@pytest.mark.parametrize("scenario", ["vram_3way", "fanout"])
+@pytest.mark.parametrize("how", ["policy", "recorder", "crash"])
+def test_interrupted_run_loses_nothing_and_resumes_to_the_same_rounds(
+    tmp_path: Path, walker_registered: None, scenario: str, how: str
+) -> None:
+    sc = load_scenario(scenario)
+    config = LoopConfig(rounds=9, seed=5)
+    reference = run_rounds(sc, Walker(), config).rounds
+    k = 4
+    with RunStore(tmp_path / "s.sqlite") as st:
+        if how == "policy":  # Ctrl-C while the policy decides round k: rounds 0..k-1 are stored
+            Walker.interrupt_at = k
+            with pytest.raises(KeyboardInterrupt):
+                run_recorded(sc, Walker(), config, store=st)
+            Walker.interrupt_at = None
+            stored_rounds, reason = k, "KeyboardInterrupt"
+        else:  # a recorder after the store fails at round k: round k itself is already stored
+            exc: BaseException = KeyboardInterrupt() if how == "recorder" else Interrupt("disk full")
+            with pytest.raises(type(exc)):
+                run_recorded(sc, Walker(), config, store=st, recorder=interrupting_recorder(k, exc))
+            stored_rounds = k + 1
+            reason = "KeyboardInterrupt" if how == "recorder" else "Interrupt: disk full"
+        (info,) = st.runs()
+        assert (info.status, info.status_reason, info.rounds_done) == ("interrupted", reason, stored_rounds)
+        assert st.rounds(info.id) == reference[:stored_rounds]
+        # the policy is rebuilt from its stored name and options
+        resumed = continue_run(st, info.id)
+        assert resumed.rounds == reference
+        assert st.rounds(info.id) == reference
+        assert st.run(info.id).status == "finished"
+
+
+def test_resume_at_the_early_stop_round_stops_like_the_uninterrupted_run(
+    tmp_path: Path, walker_registered: None
+) -> None:
+    sc = load_scenario("chain")
+    # Walker converges after 6 rounds; stop_after=1 makes the loop stop once it says so
+    config = LoopConfig(rounds=12, seed=1, stop_after=1)
+    reference = run_rounds(sc, Walker(), config).rounds
+    assert len(reference) == 6
+    with RunStore(tmp_path / "s.sqlite") as st:
+        with pytest.raises(KeyboardInterrupt):  # interrupted after storing the last round, before the stop check
+            run_recorded(sc, Walker(), config, store=st, recorder=interrupting_recorder(5, KeyboardInterrupt()))
+        run_id = st.runs()[0].id
+        assert continue_run(st, run_id).rounds == reference
+        info = st.run(run_id)
+        assert (info.status, info.status_reason, info.rounds_done) == ("finished", "converged after 6 rounds", 6)
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_registered_policy_resumes_to_the_same_rounds(tmp_path: Path, name: str) -> None:
+    """Catches a policy that keeps decisive state outside (context, history)."""
+    sc = load_scenario("vram_3way")
+    config = LoopConfig(rounds=8, seed=2)
+    try:
+        reference = run_rounds(sc, make_policy(name), config).rounds
+    except ImportError as exc:  # an optional extra is missing
+        pytest.skip(f"policy {name} needs an optional dependency: {exc}")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        with pytest.raises(KeyboardInterrupt):
+            run_recorded(sc, make_policy(name), config, store=st, recorder=interrupting_recorder(2, KeyboardInterrupt()))
+        run_id = st.runs()[0].id
+        assert decisions(continue_run(st, run_id).rounds) == decisions(reference)
+
+
+def decisions(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
+    """Rounds without the one thing a replay cannot reproduce: decider wall-clock latency."""
+    out = []
+    for r in rounds:
+        info = dict(r.proposal.info)
+        if isinstance(info.get("transcript"), list):
+            info["transcript"] = [{k: v for k, v in e.items() if k != "latency_ms"} for e in info["transcript"]]
+        out.append(RoundRecord(r.round, Proposal(r.mapping, r.proposal.rationale, info), r.trace, r.probes))
+    return out
+
+
+def test_run_or_resume_skips_finished_work_and_resumes_interrupted(tmp_path: Path, walker_registered: None) -> None:
+    sc = load_scenario("fanout")
+    config = LoopConfig(rounds=5, seed=0)
+    with RunStore(tmp_path / "s.sqlite") as st:
+        first = run_or_resume(st, sc, "walker", config=config, experiment="bench-1")
+        again = run_or_resume(st, sc, "walker", config=config, experiment="bench-1")
+        assert again.run_id == first.run_id and again.rounds == first.rounds
+        assert len(st.runs()) == 1
+        # another experiment, seed or scenario content is another run
+        other = run_or_resume(st, sc, "walker", config=LoopConfig(rounds=5, seed=1), experiment="bench-1")
+        changed = sc.model_copy(update={"machine": sc.machine.model_copy(update={"cpu_cores": 3})})
+        moved = run_or_resume(st, changed, "walker", config=config, experiment="bench-1")
+        assert len({first.run_id, other.run_id, moved.run_id}) == 3
+        # an interrupted one is continued, not restarted
+        Walker.interrupt_at = 2
+        with pytest.raises(KeyboardInterrupt):
+            run_or_resume(st, sc, "walker", config=config, experiment="bench-2")
+        Walker.interrupt_at = None
+        resumed = run_or_resume(st, sc, "walker", config=config, experiment="bench-2")
+        assert resumed.rounds == first.rounds
+        assert len(st.runs(experiment="bench-2")) == 1
+
+
+def test_resume_checks(tmp_path: Path, walker_registered: None) -> None:
+    sc = load_scenario("chain")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        done = run_recorded(sc, Walker(), LoopConfig(rounds=3), store=st)
+        assert done.run_id is not None
+        with pytest.raises(InputError, match="cannot continue it with 'all-gpu'"):
+            continue_run(st, done.run_id, policy=make_policy("all-gpu"))
+        with pytest.raises(InputError, match="already has 3 rounds; rounds must be >= 3, got 2"):
+            continue_run(st, done.run_id, rounds=2)
+        longer = continue_run(st, done.run_id, rounds=5)  # extending a finished run
+        assert [r.round for r in longer.rounds] == [0, 1, 2, 3, 4] and st.run(done.run_id).rounds_planned == 5
+        with pytest.raises(UnknownRunError, match="no run 'ffffffff' in run store"):
+            continue_run(st, "ffffffff")
+        with pytest.raises(StoreError, match="round 0 is already stored"):
+            st.record_round(done.run_id, done.rounds[0])
+
+
+def test_running_run_of_a_live_process_is_not_taken_over_and_a_dead_one_is_stale(tmp_path: Path) -> None:
+    sc = load_scenario("chain")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        run_id = st.create_run(sc, "all-gpu", rounds=2)
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            st._conn().execute("UPDATE runs SET pid = ? WHERE id = ?", (sleeper.pid, run_id))
+            assert st.run(run_id).live_elsewhere and not st.run(run_id).stale
+            with pytest.raises(StoreError, match=f"being driven by process {sleeper.pid}"):
+                continue_run(st, run_id)
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        assert st.run(run_id).stale  # its process is gone: safe to resume
+        assert len(continue_run(st, run_id).rounds) == 2
+
+
+# ---------------------------------------------------------------------------- concurrency
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from hetsched.loop import LoopConfig, run_recorded
+    from hetsched.model.files import load_scenario
+    from hetsched.policies import make_policy
+    from hetsched.store import RunStore
+    path, tag, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    while not go.exists():
+        time.sleep(0.005)
+    store = RunStore(path, timeout_s=60)
+    sc = load_scenario("fanout")
+    for seed in range(4):
+        for policy in ("all-cpu", "oracle"):
+            run_recorded(sc, make_policy(policy), LoopConfig(rounds=15, seed=seed), store=store, experiment=tag)
+    print("ok")
+    """
+)
+
+
+def test_two_processes_write_one_store(tmp_path: Path) -> None:
+    path, go = tmp_path / "shared.sqlite", tmp_path / "go"
+    RunStore(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for tag in ("p1", "p2")]
+    go.touch()
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0 and stdout.strip() == "ok", stderr
+    sc = load_scenario("fanout")
+    with RunStore(path) as st:
+        runs = st.runs()
+        assert len(runs) == 16 and {r.status for r in runs} == {"finished"}
+        for tag in ("p1", "p2"):
+            assert len(st.runs(experiment=tag)) == 8
+        for info in runs:
+            reference = run_rounds(sc, make_policy(info.policy), LoopConfig(rounds=15, seed=info.seed)).rounds
+            assert st.rounds(info.id) == reference
+        assert st._conn().execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# ---------------------------------------------------------------------------- schema and files
+def test_newer_schema_is_refused_and_foreign_files_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    RunStore(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match=r"has schema version 99, but this hetsched .* knows versions up to 1"):
+        RunStore(path)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as raw:
+        raw.execute("CREATE TABLE customers (id INTEGER)")
+    with pytest.raises(StoreError, match=r"not a hetsched run store \(it has tables \['customers'\]\)"):
+        RunStore(other)
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, not a database " * 100)
+    with pytest.raises(StoreError, match="cannot be opened as a hetsched run store"):
+        RunStore(text)
+    with pytest.raises(StoreError, match="does not exist"):
+        RunStore(tmp_path / "missing.sqlite", create=False)
+    with pytest.raises(StoreError, match="is a directory"):
+        RunStore(tmp_path)
+
+
+def test_older_schema_is_migrated_in_place_or_refused_without_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.sqlite"
+    with RunStore(path) as st:
+        run_id = run_recorded(load_scenario("chain"), make_policy("all-gpu"), LoopConfig(rounds=2), store=st).run_id
+        assert run_id is not None
+        before = st.rounds(run_id)
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda conn: conn.execute("ALTER TABLE runs ADD COLUMN label TEXT"))
+    with RunStore(path) as st:
+        assert st.rounds(run_id) == before
+        raw = st._conn()
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert "label" in [r[1] for r in raw.execute("PRAGMA table_info(runs)")]
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
+    with pytest.raises(StoreError, match=r"has schema version 2; this hetsched .* uses 4 and has no migration from 2"):
+        RunStore(path)
+
+
+def test_default_location_and_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HETSCHED_STORE", str(tmp_path / "x.sqlite"))
+    assert default_store_path() == tmp_path / "x.sqlite"
+    monkeypatch.delenv("HETSCHED_STORE")
+    path = default_store_path()
+    assert path.name == "runs.sqlite" and "hetsched" in path.parts  # computed only, never created here
+
+
+def test_secrets_are_never_written(tmp_path: Path) -> None:
+    options = {"decider": "openai", "api_key": "sk-SECRET-1", "max_tokens": 512, "prompt_tokens_limit": 9,
+               "server": {"base_url": "http://127.0.0.1:8080/v1", "OPENAI_API_KEY": "sk-SECRET-2", "auth-token": "t"}}
+    assert public_options(options) == {"decider": "openai", "max_tokens": 512, "prompt_tokens_limit": 9,
+                                       "server": {"base_url": "http://127.0.0.1:8080/v1"}}
+    path = tmp_path / "s.sqlite"
+    with RunStore(path) as st:
+        run_id = st.create_run(load_scenario("chain"), "agentic", options=options)
+        assert st.run(run_id).options == public_options(options)
+    data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())  # the file, its -wal and -shm
+    assert b"sk-SECRET" not in data
+
+
+def test_non_json_info_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    sc = load_scenario("chain")
+    trace = Trace(mapping=sc.uniform(Placement.CPU), feasible=False, e2e_ms=None, reason="x")
+    bad = RoundRecord(round=0, proposal=Proposal(trace.mapping, "", {"decider": object()}), trace=trace)
+    with RunStore(tmp_path / "s.sqlite") as st:
+        run_id = st.create_run(sc, "all-cpu", rounds=1)
+        with pytest.raises(NotJsonReady, match=r"round 0 Proposal.info: cannot store a object"):
+            st.record_round(run_id, bad)
+        assert st.run(run_id).rounds_done == 0
+
+
+# ---------------------------------------------------------------------------- CLI
+runner = CliRunner()
+
+
+def cli(*args: str, code: int = 0) -> Any:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return result
+
+
+@pytest.fixture
+def cli_commands() -> None:
+    from hetsched.cli import inspect, run, runs  # noqa: F401  (registers commands)
+
+
+def test_cli_records_lists_and_shows(tmp_path: Path, cli_commands: None, walker_registered: None) -> None:
+    path = tmp_path / "hetsched-store" / "runs.sqlite"  # HETSCHED_STORE from conftest
+    out = cli("run", "vram_3way", "--policy", "walker", "--rounds", "7", "--seed", "2").stdout
+    run_id = out.split()[1]
+    assert out.startswith(f"run {run_id} recorded in {path}")
+    listed = json.loads(cli("runs", "--json").stdout)
+    assert [(r["id"], r["rounds_done"], r["rounds_planned"], r["status"]) for r in listed] == [
+        (run_id, 7, 7, "finished")]
+    table = cli("runs").stdout
+    assert run_id in table and "vram_3way" in table and "7/7" in table and "finished" in table
+    shown = cli("show-run", run_id[:4]).stdout
+    assert f"run {run_id}" in shown and "rejected: reply is not JSON" in shown
+    assert "fallback: validation failed twice" in shown and "round 0 [bold]prompt[/]" in shown  # markup escaped
+    assert "probe 0 reprobe" in shown
+    exported = json.loads(cli("show-run", run_id, "--json").stdout)
+    with RunStore(path) as st:
+        assert [r["round"] for r in exported["rounds"]] == list(range(7))
+        assert exported["rounds"][3]["info"] == st.rounds(run_id)[3].proposal.info
+    assert json.loads(cli("run", "chain", "--rounds", "1", "--json").stdout)["rounds"]  # stdout stays pure JSON
+    cli("run", "chain", "--rounds", "1", "--no-store")
+    assert len(json.loads(cli("runs", "--json").stdout)) == 2
+    other = tmp_path / "elsewhere.sqlite"
+    cli("run", "chain", "--rounds", "1", "--store", str(other))
+    assert len(json.loads(cli("runs", "--json", "--store", str(other)).stdout)) == 1
+    assert len(json.loads(cli("runs", "--json", "--policy", "walker").stdout)) == 1
+
+
+def hetsched(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real console entry point (its error boundary turns HetschedError into exit 2)."""
+    return subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_unknown_run_and_missing_store(tmp_path: Path, cli_commands: None) -> None:
+    assert "no runs yet" in cli("runs").stdout
+    assert json.loads(cli("runs", "--json").stdout) == []
+    proc = hetsched("show-run", "abcd")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    cli("run", "chain", "--rounds", "1")
+    for args in (("show-run", "zzzz"), ("run", "--resume", "zzzz")):
+        proc = hetsched(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("error: no run 'zzzz' in run store") and "Traceback" not in proc.stderr
+    assert "--status 'done' is not a run status" in cli("runs", "--status", "done", code=2).stderr
+    assert "missing SCENARIO" in cli("run", code=2).stderr
+
+
+def test_cli_interrupt_then_resume_equals_uninterrupted(
+    tmp_path: Path, cli_commands: None, walker_registered: None
+) -> None:
+    sc = load_scenario("fanout")
+    reference = run_rounds(sc, Walker(), LoopConfig(rounds=8, seed=4)).rounds
+    Walker.interrupt_at = 3
+    result = cli("run", "fanout", "--policy", "walker", "--rounds", "8", "--seed", "4", code=130)
+    Walker.interrupt_at = None
+    run_id = result.stdout.split()[1]
+    assert f"keeps its 3 stored rounds; continue it with: hetsched run --resume {run_id}" in result.stderr
+    (listed,) = json.loads(cli("runs", "--json").stdout)
+    assert (listed["status"], listed["rounds_done"]) == ("interrupted", 3)
+    assert "drop --policy" in cli("run", "--resume", run_id, "--policy", "all-gpu", code=2).stderr
+    assert "drop SCENARIO" in cli("run", "fanout", "--resume", run_id, code=2).stderr
+    assert "--no-store" in cli("run", "--resume", run_id, "--no-store", code=2).stderr
+    out = cli("run", "--resume", run_id).stdout
+    assert out.startswith(f"continuing run {run_id} (3 of 8 rounds stored)")
+    exported = json.loads(cli("show-run", run_id, "--json").stdout)
+    assert exported["run"]["status"] == "finished"
+    with RunStore(tmp_path / "hetsched-store" / "runs.sqlite") as st:
+        assert st.rounds(run_id) == reference
+    assert "already finished; nothing to run" in cli("run", "--resume", run_id).stdout
