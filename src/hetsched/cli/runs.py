@@ -47,6 +47,11 @@ def _clip(text: str, limit: int | None) -> str:
     return f"{text[:limit]}... ({len(text) - limit} more characters; --full shows all)"
 
 
+def _block(text: str, limit: int | None) -> str:
+    """Escaped, clipped, continuation lines indented under their label."""
+    return escape(_clip(text, limit)).replace("\n", "\n      ")
+
+
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -208,14 +213,17 @@ def _print_transcript(rounds: list[RoundRecord], transcript: list[TranscriptEntr
             for o in observations:
                 out.print(f"  observation: {escape(json.dumps(o, sort_keys=True))}")
         for t in entries:
-            tokens = f"{t.prompt_tokens if t.prompt_tokens is not None else '?'} prompt + " \
-                     f"{t.completion_tokens if t.completion_tokens is not None else '?'} completion tokens"
-            latency = "" if t.latency_ms is None else f", {t.latency_ms:.0f} ms"
-            out.print(f"  attempt {t.attempt} ({tokens}{latency})")
-            out.print(f"    [dim]prompt:[/] {escape(_clip(t.prompt, limit))}")
+            facts = []
+            if t.prompt_tokens is not None or t.completion_tokens is not None:
+                facts.append(f"{t.prompt_tokens if t.prompt_tokens is not None else '?'} prompt + "
+                             f"{t.completion_tokens if t.completion_tokens is not None else '?'} completion tokens")
+            if t.latency_ms is not None:
+                facts.append(f"{t.latency_ms:.0f} ms")
+            out.print(f"  attempt {t.attempt}" + (f" ({', '.join(facts)})" if facts else ""))
+            out.print(f"    [dim]prompt:[/] {_block(t.prompt, limit)}")
             if t.reasoning:
-                out.print(f"    [dim]reasoning:[/] {escape(_clip(t.reasoning, limit))}")
-            out.print(f"    [dim]reply:[/] {escape(_clip(t.reply, limit))}")
+                out.print(f"    [dim]reasoning:[/] {_block(t.reasoning, limit)}")
+            out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}")
             if t.error:
                 out.print(f"    [red]rejected:[/] {escape(t.error)}")
         if info.get("fallback"):
