@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # never hard-wrap messages
 
 EXIT_BAD_INPUT = 2
 
