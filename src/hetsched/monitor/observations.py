@@ -243,17 +243,19 @@ def render(
             lines.append(f"- {i.code}: {i.reason} [{i.source}, round {i.round}]")
     lat: list[NodeLatency] = by_kind.get("latency", [])
     if lat:
-        lines.append("Per-node latency under the contention it met (mean over feasible runs, admission to end):")
+        lines.append(
+            "Per-node latency under the contention it met (mean over feasible runs, admission to end; "
+            "'beside' = mean number of other nodes running on the same device meanwhile):"
+        )
         for n in lat:
             card = ""
             if cards_visible and n.isolated_ms is not None:
-                card = f"; isolated card figure {n.isolated_ms:.1f} ms (x{n.mean_ms / n.isolated_ms:.2f})"
-            wait = f"; mean queue wait {n.mean_wait_ms:.1f} ms" if n.placement == "gpu_queue" else ""
-            device = "GPU" if n.placement != "cpu" else "CPU"
+                card = f"; card {n.isolated_ms:.1f} ms (x{n.mean_ms / n.isolated_ms:.2f})"
+            wait = f"; queue wait {n.mean_wait_ms:.1f} ms" if n.placement == "gpu_queue" else ""
+            spread = "" if n.runs == 1 else f" ({n.min_ms:.1f}-{n.max_ms:.1f})"
             lines.append(
-                f"- {_quote(n.node)} ({_quote(n.tool)}) on {n.placement}: {n.mean_ms:.1f} ms over {n.runs} run(s)"
-                f" [min {n.min_ms:.1f}, max {n.max_ms:.1f}]{card}{wait};"
-                f" {n.mean_concurrent:.2f} other {device} node(s) running meanwhile on average"
+                f"- {_quote(n.node)} on {n.placement}: {n.mean_ms:.1f} ms{spread} over {n.runs} run(s){card}{wait};"
+                f" beside {n.mean_concurrent:.2f}"
             )
     probes: list[ProbeResult] = by_kind.get("probe", [])
     if probes:

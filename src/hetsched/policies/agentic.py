@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from hetsched.llm import Decider, DecisionContext, LLMConfig, make_decider
+from hetsched.llm import LLM_DECIDERS, Decider, DecisionContext, LLMConfig, make_decider, resolve_llm_config
 from hetsched.llm.base import transcript_json
 from hetsched.llm.evidence import fallback_mapping
 from hetsched.llm.validate import check_mapping
-from hetsched.model import Proposal, RoundRecord
+from hetsched.model import InputError, Proposal, RoundRecord
 from hetsched.monitor import Monitor, MonitorConfig
 from hetsched.policies.base import Policy, PolicyContext
 
@@ -38,7 +38,8 @@ class Agentic(Policy):
         decider: a decider name (``rules``, ``argmin``, ``openai``, ``local``, ``scripted``) or an instance.
         cold_start: hide the cards from the decider (names, descriptions and measurements only).
         monitor: monitor configuration (or a dict of its fields); default: every mechanism on.
-        llm: settings for ``openai``/``local`` (or a dict); default: resolved from env / config file.
+        llm: settings for ``openai``/``local``: an :class:`LLMConfig`, or a dict of its fields
+            merged over the environment and config file (``resolve_llm_config``).
         probe_budget: shortcut for ``monitor.probes_per_run``.
         probes_per_round: shortcut for ``monitor.probes_per_round``.
         decider_options: passed to the decider's constructor (e.g. ``responses`` for ``scripted``).
@@ -70,7 +71,11 @@ class Agentic(Policy):
                 raise ValueError(f"decider options {sorted(decider_options)} given with a decider instance")
             self.decider = decider
         else:
-            llm_cfg = llm if isinstance(llm, LLMConfig) or llm is None else LLMConfig(**llm)
+            is_llm = decider.strip().lower() in LLM_DECIDERS
+            if llm and not is_llm:
+                raise InputError(f"LLM settings were given, but decider {decider!r} is not an LLM decider "
+                                 f"(LLM deciders: {', '.join(LLM_DECIDERS)})")
+            llm_cfg = llm if isinstance(llm, LLMConfig) else resolve_llm_config(llm) if is_llm else None
             self.decider = make_decider(decider, llm=llm_cfg, **decider_options)
         self._monitor: Monitor | None = None
 
