@@ -51,11 +51,12 @@ class OpenAIDecider(ChatDecider):
 
     Args:
         config: endpoint, model, key, sampling, attempts (see :class:`LLMConfig`).
+        http_client: an ``httpx.Client`` to use instead of the SDK's own (tests, proxies).
     """
 
     name = "openai"
 
-    def __init__(self, config: LLMConfig | None = None) -> None:
+    def __init__(self, config: LLMConfig | None = None, http_client: Any = None) -> None:
         config = config or LLMConfig()
         super().__init__(config.max_attempts)
         try:
@@ -67,7 +68,11 @@ class OpenAIDecider(ChatDecider):
         self._openai = openai
         self.config = config
         self.client = openai.OpenAI(
-            base_url=config.base_url, api_key=config.api_key or "EMPTY", timeout=config.timeout_s, max_retries=1
+            base_url=config.base_url,
+            api_key=config.api_key or "EMPTY",
+            timeout=config.timeout_s,
+            max_retries=1,
+            http_client=http_client,
         )
         self._formats = list(_ORDER[config.response_format])
         self._model = config.model

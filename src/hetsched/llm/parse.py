@@ -5,8 +5,9 @@ Handles what real servers send back:
   the chat template already opened ``<think>`` so the reply has only the closing tag: everything
   up to the last ``</think>`` is reasoning, the answer is what follows;
 - a reply cut at ``max_tokens`` (``finish_reason == "length"``): inside an unclosed ``<think>``
-  it is an error that says so; cut inside the answer's JSON object, the object is closed
-  (open string, arrays, objects) and parsed, and validation decides whether it is usable;
+  it is an error that says so; cut inside the answer's JSON object, the object is closed after
+  its last complete value (a half string is dropped, never completed) and validation decides
+  whether it is usable;
 - prose or code fences around the JSON: the last complete top-level object is taken;
 - duplicate keys are kept on record (:class:`JsonObject.duplicates`) so validation can say
   "node given twice" instead of silently keeping the last.
@@ -72,17 +73,65 @@ def _hook(pairs: list[tuple[str, Any]]) -> JsonObject:
 _DECODER = json.JSONDecoder(object_pairs_hook=_hook)
 
 
-def last_json_object(text: str) -> Any | None:
-    """The last complete top-level JSON object in ``text`` (None when there is none)."""
+def top_level_spans(text: str) -> tuple[list[tuple[int, int]], int | None]:
+    """``(spans, open_start)``: the ``(start, end)`` of each balanced top-level ``{...}`` (strings
+    inside respected), and where an object still open at the end of the text starts (or None)."""
+    spans: list[tuple[int, int]] = []
+    depth = 0
+    start = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if depth == 0:
+            if ch == "{":
+                depth, start, in_string, escaped = 1, i, False, False
+            continue
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                spans.append((start, i + 1))
+    return spans, (start if depth > 0 else None)
+
+
+def _decode(text: str) -> Any | None:
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def last_json_object(text: str, cut: bool = False) -> Any | None:
+    """The last complete top-level JSON object in ``text`` (None when there is none).
+
+    With ``cut`` (the reply hit max_tokens), an object nested in one that runs to the end of the
+    text is never returned on its own. Otherwise, when a stray prose brace breaks the structure,
+    the last object that decodes anywhere wins.
+    """
+    spans, open_start = top_level_spans(text)
+    for start, end in reversed(spans):
+        obj = _decode(text[start:end])
+        if obj is not None:
+            return obj
+    if open_start is not None and cut:
+        return None  # the outer object was cut short; its inner objects are not the answer
     last = None
     i = text.find("{")
     while i >= 0:
         try:
-            obj, end = _DECODER.raw_decode(text, i)
+            last, end = _DECODER.raw_decode(text, i)
         except json.JSONDecodeError:
             i = text.find("{", i + 1)
             continue
-        last = obj
         i = text.find("{", end)
     return last
 
@@ -113,17 +162,21 @@ MAX_REPAIR_BACKTRACK = 400
 
 
 def close_truncated(text: str) -> Any | None:
-    """Parse a JSON object cut short: back off to the longest prefix that, with an open string
-    finished and open arrays/objects closed, is valid JSON. None when no such prefix exists."""
+    """Parse a JSON object cut short: back off to the longest prefix that ends outside any string
+    and, with open arrays/objects closed, is valid JSON. None when no such prefix exists.
+
+    A string cut in the middle is dropped, never closed: a cut ``"gpu_queue"`` must not come
+    back as the valid ``"gpu"`` (= gpu_now). So the repaired object holds only complete
+    key/value pairs of the reply; a mapping missing a node then fails validation."""
     start = text.find("{")
     if start < 0:
         return None
     body = text[start:].rstrip()
     for end in range(len(body), max(0, len(body) - MAX_REPAIR_BACKTRACK), -1):
         in_string, escaped, stack = _scan(body[:end])
-        if not stack or escaped:
+        if not stack or in_string or escaped:
             continue
-        candidate = (body[:end] + ('"' if in_string else "")).rstrip()
+        candidate = body[:end].rstrip()
         if candidate.endswith(","):
             candidate = candidate[:-1]
         try:
@@ -136,7 +189,7 @@ def close_truncated(text: str) -> Any | None:
 def parse_reply(text: str, finish_reason: str | None = None) -> ParsedReply:
     """Split off the reasoning and return the answer's last JSON object; raise :class:`ReplyError`."""
     reasoning, answer, unterminated = split_reasoning(text or "")
-    obj = last_json_object(answer)
+    obj = last_json_object(answer, cut=finish_reason == "length")
     if obj is not None:
         return ParsedReply(obj, reasoning, answer)
     if unterminated:
@@ -146,7 +199,8 @@ def parse_reply(text: str, finish_reason: str | None = None) -> ParsedReply:
             "keep the reasoning short and end with the JSON object"
         )
     if finish_reason == "length":
-        obj = close_truncated(answer)
+        _, open_start = top_level_spans(answer)
+        obj = close_truncated(answer[open_start:]) if open_start is not None else None
         if obj is not None:
             return ParsedReply(obj, reasoning, answer, repaired=True)
         raise ReplyError(
