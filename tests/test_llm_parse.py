@@ -8,13 +8,12 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.factories import canonical_scenario, make_card, make_scenario, make_workflow
 
 from hetsched.llm.parse import close_truncated, last_json_object, parse_reply, split_reasoning
 from hetsched.llm.validate import ReplyError, check_mapping, choice_from_object
 from hetsched.model import Mapping, Mode
 from hetsched.model.files import load_scenario
-
-from tests.factories import canonical_scenario, make_card, make_scenario, make_workflow
 
 VRAM = load_scenario("vram_3way")
 CHAIN = load_scenario("chain")
