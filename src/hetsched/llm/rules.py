@@ -16,8 +16,9 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
    is the time ``gpu_now`` saves over its best alternative (the CPU, or in three-way scenarios
    ``gpu_queue`` = gpu + load when that fits the budget alone); tools are kept on ``gpu_now``
    by value per MB, largest first, while they fit (or the single most valuable tool, if that is
-   worth more: the usual knapsack guard); each tool left out goes to ``gpu_queue`` when that is
-   allowed and faster than its CPU time, else to the CPU.
+   worth more: the usual knapsack guard); each node left out goes to ``gpu_queue`` when that is
+   allowed, faster than its CPU time and cannot deadlock (no ``gpu_now`` tool downstream of it
+   holds the memory it needs), else to the CPU.
 
 Later rounds adopt the measured evidence (rounds and the monitor's probes): keep the last
 mapping while its mean measured E2E is within ``margin`` of the lowest, else take the lowest.
@@ -38,7 +39,7 @@ import time
 from hetsched.llm.base import Attempt, Decider, Decision, DecisionContext
 from hetsched.llm.evidence import best_measured, last_round, measured
 from hetsched.llm.prompt import parallel_nodes
-from hetsched.llm.validate import check_mapping
+from hetsched.llm.validate import check_mapping, deadlock_reason
 from hetsched.model import Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 
@@ -140,10 +141,15 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             queue_ms = (card.gpu_ms or 0.0) + card.load_ms
             if queue_ok and card.vram_mb <= budget and queue_ms < card.cpu_ms:
                 place[n] = Placement.GPU_QUEUE
-                steps.append(f"{n}: left out of gpu_now; queue {queue_ms:.1f} ms < cpu {card.cpu_ms:g} ms -> gpu_queue")
-            else:
-                place[n] = Placement.CPU
-                steps.append(f"{n}: left out of gpu_now -> cpu")
+                blocked = deadlock_reason(scenario, Mapping((m, place[m]) for m in wf.node_ids))
+                if not blocked:
+                    steps.append(
+                        f"{n}: left out of gpu_now; queue {queue_ms:.1f} ms < cpu {card.cpu_ms:g} ms -> gpu_queue"
+                    )
+                    continue
+                steps.append(f"{n}: queueing would deadlock ({blocked})")
+            place[n] = Placement.CPU
+            steps.append(f"{n}: left out of gpu_now -> cpu")
     return Mapping((n, place[n]) for n in wf.node_ids), steps
 
 
