@@ -36,7 +36,7 @@ def fail(message: str) -> typer.Exit:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    from hetsched.cli import inspect, run, runs  # noqa: F401  (registers commands)
+    from hetsched.cli import bench, inspect, run, runs  # noqa: F401  (registers commands)
 
     try:
         app(args=argv, prog_name="hetsched")

@@ -1,0 +1,231 @@
+"""The bench runner: policies x scenarios x seeds x rounds, in parallel processes, through the run store.
+
+Every run is recorded in the run store (``hetsched.store``) as its rounds complete, under the
+experiment label :data:`EXPERIMENT`. Before running, the runner looks each run up by its full
+configuration (scenario content, policy, options, seed, rounds): a finished run is reused, an
+interrupted one is continued, so a bench killed half-way resumes where it stopped and a second
+bench over the same store only runs what is new. After the runs, every summary is read back
+from the store, so the report depends only on what the store holds.
+
+Imports the model, the policies, the loop and the store; never the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsched.loop import LoopConfig, continue_run, run_recorded
+from hetsched.model import InputError, Scenario
+from hetsched.policies import make_policy
+from hetsched.store import RunStore
+
+from .data import BenchData, RunSummary, summarize_run
+from .spec import PolicySpec, natural_key, unique_labels
+
+EXPERIMENT = "bench"
+"""Experiment label of bench runs in the store (``hetsched runs`` shows it)."""
+DEFAULT_ROUNDS = 20
+"""Rounds per run (the paper's 20)."""
+DEFAULT_SEEDS = 5
+"""Seeds per policy and scenario."""
+QUICK_ROUNDS = 10
+"""Rounds per run with ``--quick``."""
+QUICK_SEEDS = 2
+"""Seeds with ``--quick``."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What one bench runs and where it records it."""
+
+    specs: tuple[PolicySpec, ...]
+    """Policy variants (table columns)."""
+    scenarios: tuple[Scenario, ...]
+    """Scenarios (table rows)."""
+    seeds: tuple[int, ...] = tuple(range(DEFAULT_SEEDS))
+    """Run seeds."""
+    rounds: int = DEFAULT_ROUNDS
+    """Rounds per run."""
+    store: Path = Path("runs.sqlite")
+    """Run store file."""
+    jobs: int = 1
+    """Worker processes (1: run in this process)."""
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise InputError(f"--rounds must be >= 1, got {self.rounds}")
+        if not self.seeds:
+            raise InputError("--seeds must be >= 1")
+        if self.jobs < 1:
+            raise InputError(f"--jobs must be >= 1, got {self.jobs}")
+        if not self.specs or not self.scenarios:
+            raise InputError("a bench needs at least one policy and one scenario")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a policy variant on a scenario with a seed."""
+
+    spec: PolicySpec
+    """The policy variant."""
+    scenario: Scenario
+    """The scenario."""
+    seed: int
+    """The run seed."""
+    rounds: int
+    """Rounds to reach."""
+    store: str
+    """Run store file."""
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a worker hands back: the run id and how the run was obtained."""
+
+    run_id: str
+    """Run id in the store."""
+    how: str
+    """``ran``, ``resumed`` or ``reused``."""
+    seconds: float
+    """Wall time in the worker."""
+    label: str = ""
+    """Policy label (for the progress line)."""
+    scenario: str = ""
+    """Scenario name."""
+
+
+def run_job(job: Job) -> JobResult:
+    """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
+    t0 = time.perf_counter()
+    with RunStore(job.store) as store:
+        info = store.find_run(
+            job.scenario, job.spec.policy, options=job.spec.options, seed=job.seed, rounds=job.rounds,
+            experiment=EXPERIMENT,
+        )
+        if info is not None and info.status == "finished" and info.rounds_done > 0:
+            how, run_id = "reused", info.id
+        elif info is not None and not info.live_elsewhere:
+            continue_run(store, info.id, policy=make_policy(job.spec.policy, **job.spec.options))
+            how, run_id = "resumed", info.id
+        else:
+            result = run_recorded(
+                job.scenario,
+                make_policy(job.spec.policy, **job.spec.options),
+                LoopConfig(rounds=job.rounds, seed=job.seed),
+                store=store,
+                options=job.spec.options,
+                experiment=EXPERIMENT,
+            )
+            assert result.run_id is not None
+            how, run_id = "ran", result.run_id
+    return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.scenario.name)
+
+
+def plan(config: BenchConfig) -> list[Job]:
+    """Every run of a bench, scenario-major (so early results cover every policy)."""
+    return [
+        Job(spec, sc, seed, config.rounds, str(config.store))
+        for sc in config.scenarios
+        for seed in config.seeds
+        for spec in config.specs
+    ]
+
+
+Progress = Callable[[JobResult, int, int], None]
+"""``progress(result, done, total)`` after each run."""
+
+
+@dataclass
+class BenchRun:
+    """A finished bench: its config, the run ids by job, and timings."""
+
+    config: BenchConfig
+    run_ids: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun:
+    """Run every job (in ``config.jobs`` processes), each recorded in the store as it goes."""
+    jobs = plan(config)
+    t0 = time.perf_counter()
+    RunStore(config.store).close()  # create the file (and schema) once, before the workers race to
+    results: list[JobResult | None] = [None] * len(jobs)
+    done = 0
+
+    def finished(i: int, r: JobResult) -> None:
+        nonlocal done
+        results[i] = r
+        done += 1
+        if progress is not None:
+            progress(r, done, len(jobs))
+
+    if config.jobs == 1 or len(jobs) == 1:
+        for i, job in enumerate(jobs):
+            finished(i, run_job(job))
+    else:
+        with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
+            pending: dict[Future[JobResult], int] = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
+            while pending:
+                complete, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in complete:
+                    finished(pending.pop(fut), fut.result())
+    out = BenchRun(config=config, seconds=time.perf_counter() - t0)
+    for r in results:
+        assert r is not None
+        out.run_ids.append(r.run_id)
+        out.counts[r.how] = out.counts.get(r.how, 0) + 1
+    return out
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------- reading back
+def load_runs(store_path: Path | str, run_ids: Sequence[str], labels: Sequence[str] | None = None,
+              meta: dict[str, Any] | None = None) -> BenchData:
+    """Summaries of the given runs read from the store (the report's only input)."""
+    runs: list[RunSummary] = []
+    scenarios: dict[str, Scenario] = {}
+    with RunStore(store_path, create=False) as store:
+        for run_id in dict.fromkeys(run_ids):
+            stored = store.load(run_id)
+            sc = stored.scenario
+            if sc.name in scenarios and scenarios[sc.name] != sc:
+                raise InputError(
+                    f"run {run_id}: scenario {sc.name!r} differs from another run's scenario of that name "
+                    "(changed cards?); report them separately"
+                )
+            scenarios.setdefault(sc.name, sc)
+            runs.append(summarize_run(stored.info, sc, stored.rounds))
+    order = list(labels) if labels else unique_labels(PolicySpec(r.policy, r.options) for r in runs)
+    runs.sort(key=lambda r: (natural_key(r.scenario), order.index(r.label) if r.label in order else len(order),
+                             r.label, r.seed))
+    return BenchData(runs=runs, scenarios=scenarios, labels=[lb for lb in order if any(r.label == lb for r in runs)],
+                     meta=dict(meta or {}))
+
+
+def store_run_ids(store_path: Path | str, experiment: str | None = None) -> list[str]:
+    """Ids of the newest run per (scenario content, policy, options, seed, rounds) in a store."""
+    with RunStore(store_path, create=False) as store:
+        infos = store.runs(experiment=experiment)
+    seen: set[tuple[str, str, str, int, int]] = set()
+    out: list[str] = []
+    for info in infos:  # newest first
+        key = (info.scenario_sha256, info.policy, repr(sorted(info.options.items())), info.seed, info.rounds_planned)
+        if key in seen or info.rounds_done == 0:
+            continue
+        seen.add(key)
+        out.append(info.id)
+    return out
