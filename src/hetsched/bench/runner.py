@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +22,11 @@ from typing import Any
 
 from hetsched.loop import LoopConfig, continue_run, run_recorded
 from hetsched.model import InputError, Scenario
-from hetsched.policies import make_policy
+from hetsched.policies import make_policy, policy_names
 from hetsched.store import RunStore
 
 from .data import BenchData, RunSummary, summarize_run
-from .spec import PolicySpec, natural_key, unique_labels
+from .spec import PolicySpec, natural_key
 
 EXPERIMENT = "bench"
 """Experiment label of bench runs in the store (``hetsched runs`` shows it)."""
@@ -209,11 +209,19 @@ def load_runs(store_path: Path | str, run_ids: Sequence[str], labels: Sequence[s
                 )
             scenarios.setdefault(sc.name, sc)
             runs.append(summarize_run(stored.info, sc, stored.rounds))
-    order = list(labels) if labels else unique_labels(PolicySpec(r.policy, r.options) for r in runs)
+    order = list(labels) if labels else registry_order(PolicySpec(r.policy, r.options) for r in runs)
     runs.sort(key=lambda r: (natural_key(r.scenario), order.index(r.label) if r.label in order else len(order),
                              r.label, r.seed))
     return BenchData(runs=runs, scenarios=scenarios, labels=[lb for lb in order if any(r.label == lb for r in runs)],
                      meta=dict(meta or {}))
+
+
+def registry_order(specs: Iterable[PolicySpec]) -> list[str]:
+    """Labels in the policy registry's order (then by label), each once: a stable column order."""
+    names = list(policy_names())
+    unique = {s.label: s for s in specs}
+    return sorted(unique, key=lambda lb: (names.index(unique[lb].policy) if unique[lb].policy in names else len(names),
+                                          lb))
 
 
 def store_run_ids(store_path: Path | str, experiment: str | None = None) -> list[str]:
