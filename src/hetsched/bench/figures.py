@@ -298,8 +298,9 @@ def fig_vram(data: BenchData, scenario: Scenario, path: Path) -> Path:
                 label=f"{label}: {tr.mapping.code(scenario.workflow.node_ids)}, E2E {tr.e2e_ms:.0f} ms")
         for n in tr.nodes.values():
             if n.placement is Placement.GPU_QUEUE:
-                ax.annotate(f"{n.node} admitted", (n.admitted_ms, budget), xytext=(n.admitted_ms, budget * 1.06),
-                            fontsize=7, color=color, arrowprops={"arrowstyle": "->", "color": color})
+                # marker + text, no arrow: arrow clipping (bezier search) was seen to stall drawing
+                ax.plot([n.admitted_ms], [budget], marker="v", color=color, ms=5)
+                ax.text(n.admitted_ms, budget * 1.04, f"{n.node} admitted", fontsize=7, color=color, ha="center")
     ax.axhline(budget, color="red", ls="--", lw=1, label=f"budget {budget:g} MB")
     best = lines[0][1]
     ax.set_title(f"{scenario.name}: VRAM in use (noise-free); oracle's gpu_now set holds "
@@ -307,7 +308,7 @@ def fig_vram(data: BenchData, scenario: Scenario, path: Path) -> Path:
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("VRAM (MB)")
     ax.set_ylim(0, budget * 1.2)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     return _save(fig, path)
 
