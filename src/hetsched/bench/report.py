@@ -90,7 +90,11 @@ def _scenario_rows(data: BenchData) -> Table:
 
 def write_report(data: BenchData, out: Path) -> dict[str, Path]:
     """Write tables, figures, report.md and report.html into ``out``; return the main paths."""
-    from .figures import all_figures
+    try:
+        from .figures import all_figures
+    except ImportError as exc:  # matplotlib is the 'bench' extra
+        raise InputError(f"the bench report draws with matplotlib, which is not installed ({exc}); "
+                         "install it with: pip install 'hetsched[bench]'") from None
 
     out.mkdir(parents=True, exist_ok=True)
     tables_dir = out / "tables"
