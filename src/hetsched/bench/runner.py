@@ -100,30 +100,47 @@ class JobResult:
     """Scenario name."""
 
 
+_OPEN: dict[tuple[int, str], RunStore] = {}
+"""One open store per (process, file): closing a WAL database checkpoints it, which cost more
+than a whole run when every job opened and closed its own connection (see BENCHMARKS.md)."""
+
+
+def _store(path: str) -> RunStore:
+    key = (os.getpid(), path)
+    if key not in _OPEN:
+        _OPEN[key] = RunStore(path)
+    return _OPEN[key]
+
+
+def _close_stores() -> None:
+    for key in [k for k in _OPEN if k[0] == os.getpid()]:
+        _OPEN.pop(key).close()
+
+
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    with RunStore(job.store) as store:
-        info = store.find_run(
-            job.scenario, job.spec.policy, options=job.spec.options, seed=job.seed, rounds=job.rounds,
+    store = _store(job.store)
+    info = store.find_run(
+        job.scenario, job.spec.policy, options=job.spec.options, seed=job.seed, rounds=job.rounds,
+        experiment=EXPERIMENT,
+    )
+    if info is not None and info.status == "finished" and info.rounds_done > 0:
+        how, run_id = "reused", info.id
+    elif info is not None and not info.live_elsewhere:
+        continue_run(store, info.id, policy=make_policy(job.spec.policy, **job.spec.options))
+        how, run_id = "resumed", info.id
+    else:
+        result = run_recorded(
+            job.scenario,
+            make_policy(job.spec.policy, **job.spec.options),
+            LoopConfig(rounds=job.rounds, seed=job.seed),
+            store=store,
+            options=job.spec.options,
             experiment=EXPERIMENT,
         )
-        if info is not None and info.status == "finished" and info.rounds_done > 0:
-            how, run_id = "reused", info.id
-        elif info is not None and not info.live_elsewhere:
-            continue_run(store, info.id, policy=make_policy(job.spec.policy, **job.spec.options))
-            how, run_id = "resumed", info.id
-        else:
-            result = run_recorded(
-                job.scenario,
-                make_policy(job.spec.policy, **job.spec.options),
-                LoopConfig(rounds=job.rounds, seed=job.seed),
-                store=store,
-                options=job.spec.options,
-                experiment=EXPERIMENT,
-            )
-            assert result.run_id is not None
-            how, run_id = "ran", result.run_id
+        assert result.run_id is not None
+        how, run_id = "ran", result.run_id
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.scenario.name)
 
 
@@ -176,6 +193,7 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
                 complete, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in complete:
                     finished(pending.pop(fut), fut.result())
+    _close_stores()  # workers' connections close when the pool's processes exit
     out = BenchRun(config=config, seconds=time.perf_counter() - t0)
     for r in results:
         assert r is not None
