@@ -47,10 +47,10 @@ def bench(
         None, "--tools", help="Tool library (cards) for scenarios that do not name their own, bundled ones included."
     ),
     seeds: int | None = typer.Option(
-        None, "--seeds", min=1, help=f"Seeds 0..N-1 per cell [default: {DEFAULT_SEEDS}]."
+        None, "--seeds", min=1, help=f"Seeds 0..N-1 per cell (default: {DEFAULT_SEEDS})."
     ),
     rounds: int | None = typer.Option(
-        None, "--rounds", "-r", min=1, help=f"Rounds per run [default: {DEFAULT_ROUNDS}]."
+        None, "--rounds", "-r", min=1, help=f"Rounds per run (default: {DEFAULT_ROUNDS})."
     ),
     quick: bool = typer.Option(
         False, "--quick",
@@ -58,13 +58,13 @@ def bench(
         "(explicit --scenario/--seeds/--rounds win).",
     ),
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1, help="Worker processes [default: the CPUs available]."
+        None, "--jobs", "-j", min=1, help="Worker processes (default: the CPUs available)."
     ),
     out_dir: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for the report, tables and figures."),
     store: Path | None = typer.Option(
         None, "--store",
         help="Run store file; runs already stored there with the same settings are reused, interrupted ones "
-        "continued [default: OUT/runs.sqlite].",
+        "continued (default: OUT/runs.sqlite).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
 ) -> None:
@@ -130,10 +130,10 @@ def report(
         ..., help="A bench output folder (with bench.json), a run store file, or run ids (or unique prefixes)."
     ),
     out_dir: Path | None = typer.Option(
-        None, "--out", "-o", help="Where to write [default: the bench folder itself, else ./report-out]."
+        None, "--out", "-o", help="Where to write (default: the bench folder itself, else ./report-out)."
     ),
     store: Path | None = typer.Option(
-        None, "--store", help="Run store holding the run ids [default: $HETSCHED_STORE, else the user data dir]."
+        None, "--store", help="Run store holding the run ids (default: $HETSCHED_STORE, else the user data dir)."
     ),
     experiment: str | None = typer.Option(
         None, "--experiment", help=f"With a store file: only runs of this experiment (bench runs: {EXPERIMENT!r})."
