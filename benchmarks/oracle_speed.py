@@ -12,6 +12,7 @@ Run: python benchmarks/oracle_speed.py [--repeat 3]
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import random
 import time
@@ -33,7 +34,7 @@ def random_scenario(n: int, mode: Mode, seed: int) -> Scenario:
             layers.append([])
         layers[-1].append(node)
     edges = []
-    for prev, cur in zip(layers, layers[1:], strict=False):
+    for prev, cur in itertools.pairwise(layers):
         for node in cur:
             for src in rng.sample(prev, k=min(len(prev), rng.randint(1, 2))):
                 edges.append(Edge(src=src, dst=node))
@@ -64,7 +65,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print("| n | mode | space | full: s | full: simulated | full: mappings/s | full: simulations/s | bounded: s | bounded: simulated | bounded: mappings/s |")
+    print(
+        "| n | mode | space | full: s | full: simulated | full: mappings/s | full: simulations/s | bounded: s | bounded: simulated | bounded: mappings/s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for mode in (Mode.BINARY, Mode.THREE_WAY):
         for n in (4, 8, 10):
