@@ -66,7 +66,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     print(
-        "| n | mode | space | full: s | full: simulated | full: mappings/s | full: simulations/s | bounded: s | bounded: simulated | bounded: mappings/s |"
+        "| n | mode | space | full: s | full: simulated | full: mappings/s | full: simulations/s "
+        "| bounded: s | bounded: simulated | bounded: mappings/s |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for mode in (Mode.BINARY, Mode.THREE_WAY):
@@ -75,7 +76,8 @@ def main() -> None:
             full_s, space, full_sim = measure(sc, True, args.repeat)
             bounded_s, _, simulated = measure(sc, False, args.repeat)
             print(
-                f"| {n} | {mode.value} | {space} | {full_s:.3f} | {full_sim} | {space / full_s:,.0f} | {full_sim / full_s:,.0f} | "
+                f"| {n} | {mode.value} | {space} | {full_s:.3f} | {full_sim} | {space / full_s:,.0f} "
+                f"| {full_sim / full_s:,.0f} | "
                 f"{bounded_s:.3f} | {simulated} | {space / bounded_s:,.0f} |"
             )
 
