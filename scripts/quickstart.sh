@@ -7,7 +7,7 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet -e '.[bench]'
-hetsched run fanout --policy all-gpu --rounds 3
-hetsched run fanout --policy oracle --rounds 3
-hetsched run vram_3way --policy all-gpu --rounds 1
-hetsched run vram_3way --policy oracle --rounds 3 --trace out/vram_3way.trace.json
+# the main job: every policy (agentic with the deterministic rules decider; no LLM needed) on four
+# of the paper's scenarios (S2, S5, S11, S13), 2 seeds x 10 rounds, then tables, figures, HTML report
+hetsched bench --quick --out out/quick --no-progress
+echo "open out/quick/report.html (tables in out/quick/tables, figures in out/quick/figures)"

@@ -7,14 +7,16 @@ not of scheduling quality. Run with ``pytest -m integration``."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
 from hetsched.llm import LLMConfig
 from hetsched.llm.validate import check_mapping
-from hetsched.loop import LoopConfig, RunResult, run_rounds
+from hetsched.loop import LoopConfig, RunResult, run_recorded, run_rounds
 from hetsched.model.files import load_scenario
 from hetsched.policies.agentic import Agentic
+from hetsched.store import RunStore
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +44,19 @@ def check_run(result: RunResult, decider: str) -> None:
         assert len(info["observations"]) >= (2 if r.round else 0)
 
 
-def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str) -> None:
+def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, tmp_path: Path) -> None:
     sc = load_scenario("vram_3way")
     policy = Agentic(decider="openai", llm=LLMConfig(base_url=llama_server_url, max_tokens=MAX_TOKENS, seed=0))
-    result = run_rounds(sc, policy, LoopConfig(rounds=3, seed=0))
+    with RunStore(tmp_path / "runs.sqlite") as store:  # the real SQLite store, as `hetsched run` uses it
+        result = run_recorded(sc, policy, LoopConfig(rounds=3, seed=0), store=store)
+        assert result.run_id is not None
+        stored = store.transcript(result.run_id)
+        assert store.run(result.run_id).status == "finished"
     assert len(result.rounds) == 3
     check_run(result, "openai")
+    # every attempt of every round is in the store, prompt, reply and error as the decider saw them
+    sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in r.proposal.info["transcript"]]
+    assert [(t.round, t.prompt, t.reply, t.error) for t in stored] == sent
     for r in result.rounds:  # shown with -s: what a 135M model does with the prompt
         asks = [(round(a["latency_ms"]), a["prompt_tokens"], a["completion_tokens"], a["error"][:60])
                 for a in r.proposal.info["transcript"]]
