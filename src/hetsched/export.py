@@ -17,8 +17,9 @@ from hetsched.model import Placement, Trace
 _US = 1000.0  # trace-event timestamps are microseconds; ours are ms
 
 
-def _lanes(intervals: Sequence[tuple[float, float, str]]) -> dict[str, int]:
-    """Greedy interval colouring: the first free lane for each task in start order."""
+def lanes(intervals: Sequence[tuple[float, float, str]]) -> dict[str, int]:
+    """Greedy interval partitioning (earliest start first, first free lane; Kleinberg & Tardos,
+    ch. 4.1): overlapping tasks get different lanes, so parallel work shows side by side."""
     lane_end: list[float] = []
     out: dict[str, int] = {}
     for start, end, key in sorted(intervals):
@@ -47,10 +48,10 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
             continue
         cpu = [(n.start_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement is Placement.CPU]
         gpu = [(n.admitted_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement.on_gpu]
-        lanes = {**_lanes(cpu), **_lanes(gpu)}
+        lane_of = {**lanes(cpu), **lanes(gpu)}
         for n in trace.nodes.values():
             pid = gpu_pid if n.placement.on_gpu else cpu_pid
-            tid = lanes[n.node]
+            tid = lane_of[n.node]
             args = {"tool": n.tool, "placement": n.placement.value, "ready_ms": n.ready_ms, "wait_ms": n.wait_ms}
             if n.wait_ms > 0:
                 events.append(

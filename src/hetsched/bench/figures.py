@@ -24,6 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from hetsched.export import lanes
 from hetsched.model import Mode, Placement, Scenario, Trace
 from hetsched.sim import Simulator
 
@@ -168,23 +169,6 @@ def pick_fanout(data: BenchData) -> str | None:
         if sc.mode is Mode.BINARY and len(sc.workflow.sources) > 1:
             return s
     return None
-
-
-def lanes(intervals: Sequence[tuple[float, float, str]]) -> dict[str, int]:
-    """Greedy interval partitioning (earliest start first, first free lane): overlapping tasks get
-    different lanes, so parallel GPU work shows as stacked bars (Kleinberg & Tardos, ch. 4.1)."""
-    lane_end: list[float] = []
-    out: dict[str, int] = {}
-    for start, end, key in sorted(intervals):
-        for i, busy_until in enumerate(lane_end):
-            if busy_until <= start + 1e-9:
-                lane_end[i] = end
-                out[key] = i
-                break
-        else:
-            lane_end.append(end)
-            out[key] = len(lane_end) - 1
-    return out
 
 
 def _gpu_concurrency(trace: Trace) -> tuple[list[float], list[int]]:
