@@ -77,3 +77,16 @@ def test_bundled_examples_show_their_story() -> None:
     three = load_scenario("vram_3way")
     assert three.infeasibility(three.uniform(Placement.GPU_NOW)).startswith("OOM")
     assert not three.infeasibility(solve(three).best) and math.isfinite(solve(three).e2e_ms)
+
+
+def test_fanout_light_sharing_beats_offloading() -> None:
+    sc = load_scenario("fanout_light")
+    res = solve(sc)
+    assert res.best == sc.uniform(Placement.GPU_NOW) and len(res.optimal) == 1
+    sim = Simulator(sc, noise=False)
+    for node in sc.workflow.node_ids:  # every single move to the CPU is clearly worse
+        moved = sim.e2e(res.best.moved(node, Placement.CPU))
+        assert moved is not None and moved >= 1.1 * res.e2e_ms
+    # ...although an exclusive-GPU model would offload B: its CPU time beats the summed GPU times
+    b = sc.card_of("B")
+    assert b.cpu_ms < sum(sc.card_of(n).gpu_ms or 0 for n in sc.workflow.node_ids)
