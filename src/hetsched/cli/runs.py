@@ -93,7 +93,9 @@ def runs_command(
         best = _ms(i.best_e2e_ms)
         if i.best_e2e_ms is not None and i.oracle_e2e_ms:
             best += f" ({i.best_e2e_ms / i.oracle_e2e_ms:.2f}x)"
-        opts = f" {escape(json.dumps(i.options, sort_keys=True))}" if i.options else ""
+        # the decider is what tells agentic runs apart; every option is in `hetsched show-run`
+        opts = f":{escape(str(i.options['decider']))}" if "decider" in i.options else ""
+        opts += " (cold)" if i.options.get("cold_start") else ""
         table.add_row(
             i.id,
             escape(i.scenario_name),
@@ -229,3 +231,4 @@ def _print_transcript(rounds: list[RoundRecord], transcript: list[TranscriptEntr
         if info.get("fallback"):
             out.print(f"  [red]fallback[/]: {escape(str(info.get('fallback_reason') or 'no reason recorded'))}; "
                       f"ran {mapping_text(r.mapping)}")
+
