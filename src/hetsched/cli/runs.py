@@ -88,7 +88,7 @@ def runs_command(
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
         table.add_column(col, justify="right" if col in ("seed", "rounds", "best E2E ms") else "left",
-                         no_wrap=col in ("id", "rounds", "status", "created"))
+                         no_wrap=col in ("id", "policy", "rounds", "status"))
     for i in infos:
         best = _ms(i.best_e2e_ms)
         if i.best_e2e_ms is not None and i.oracle_e2e_ms:
