@@ -76,3 +76,12 @@ def test_trace_file_is_chrome_trace_events(tmp_path: Path) -> None:
     assert any(e["cat"] == "load" for e in slices)
     assert counters and all(c["args"]["used"] <= c["args"]["budget"] for c in counters)
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in slices)
+
+
+def test_scenarios_lists_every_bundled_scenario_in_natural_order() -> None:
+    from hetsched.model.files import bundled_scenarios
+
+    lines = [line.split()[0] for line in invoke("scenarios").splitlines()[1:] if line and not line[0].isspace()]
+    assert set(lines) == set(bundled_scenarios())
+    suite = [n for n in lines if n[0] == "S" and n[1:].isdigit()]
+    assert suite == [f"S{i}" for i in range(1, len(suite) + 1)]

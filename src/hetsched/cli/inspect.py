@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from hetsched.cli.app import app, out
@@ -132,10 +133,26 @@ def validate(
 
 @app.command("scenarios")
 def list_scenarios() -> None:
-    """List the bundled scenarios."""
-    for name, path in bundled_scenarios().items():
+    """List the bundled scenarios (the examples and the paper's suite S1-S13)."""
+    import re
+
+    def natural(name: str) -> tuple[str, int]:
+        m = re.fullmatch(r"([A-Za-z_]+?)(\d+)", name)
+        return (m[1], int(m[2])) if m else (name, -1)
+
+    table = Table(box=None, pad_edge=False, header_style="bold underline")
+    for col in ("name", "mode", "nodes", "VRAM MB", "shows"):
+        table.add_column(col, justify="right" if col in ("nodes", "VRAM MB") else "left", no_wrap=col != "shows")
+    for name, path in sorted(bundled_scenarios().items(), key=lambda kv: natural(kv[0])):
         sc = load_scenario(path)
-        out.print(f"{name:12} {sc.mode.value:9} {len(sc.workflow.nodes)} nodes  {sc.description}")
+        table.add_row(
+            name,
+            sc.mode.value,
+            str(len(sc.workflow.nodes)),
+            f"{sc.machine.vram_budget_mb:g}",
+            escape(sc.shows or sc.description),
+        )
+    out.print(table)
 
 
 @app.command()
