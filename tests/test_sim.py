@@ -292,3 +292,24 @@ def test_default_kappa_matches_papers_factor_a_band() -> None:
             for n in nodes:
                 slowdown = tr.nodes[n.id].run_ms / (lib[n.tool].gpu_ms or 0)
                 assert 1.4 <= slowdown <= 3.5, (combo, n.tool, slowdown)
+
+
+def test_mapping_equality_and_hash_ignore_node_order() -> None:
+    a = Mapping({"A": "cpu", "B": "gpu_now"})
+    b = Mapping({"B": "gpu_now", "A": "cpu"})
+    assert a == b and hash(a) == hash(b) and b in {a}
+    assert a != Mapping({"A": "cpu", "B": "cpu"})
+
+
+def test_head_of_line_deadlock_found_by_the_engine() -> None:
+    # Q1 cannot fit beside x (resident until X2 runs); Q2 would fit but waits behind Q1 in the
+    # FIFO, and X2 needs Q2: the static check passes, the engine reports the deadlock
+    cards = [make_card("s", vram_mb=0), make_card("q1", vram_mb=600), make_card("q2", vram_mb=100), make_card("x", vram_mb=700)]
+    wf = make_workflow([("S", "s"), ("Q1", "q1"), ("Q2", "q2"), ("X2", "x")], [("S", "Q1"), ("S", "Q2"), ("Q2", "X2")])
+    sc = make_scenario(wf, cards, mode=Mode.THREE_WAY, vram_budget_mb=1000)
+    m = Mapping({"S": C, "Q1": Q, "Q2": Q, "X2": G})
+    assert sc.infeasibility(m) == ""
+    tr = Simulator(sc).run(m)
+    assert not tr.feasible
+    assert tr.reason.startswith("never admissible: node 'Q1' (q1) at the head of the gpu_queue needs 600 MB")
+    assert "only 300 MB of 1000 MB are free" in tr.reason and "['x']" in tr.reason

@@ -39,7 +39,7 @@ import time
 from hetsched.llm.base import Attempt, Decider, Decision, DecisionContext
 from hetsched.llm.evidence import best_measured, last_round, measured
 from hetsched.llm.prompt import parallel_nodes
-from hetsched.llm.validate import check_mapping, deadlock_reason
+from hetsched.llm.validate import check_mapping
 from hetsched.model import Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 
@@ -141,7 +141,7 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             queue_ms = (card.gpu_ms or 0.0) + card.load_ms
             if queue_ok and card.vram_mb <= budget and queue_ms < card.cpu_ms:
                 place[n] = Placement.GPU_QUEUE
-                blocked = deadlock_reason(scenario, Mapping((m, place[m]) for m in wf.node_ids))
+                blocked = scenario.queue_deadlock(Mapping((m, place[m]) for m in wf.node_ids))
                 if not blocked:
                     steps.append(
                         f"{n}: left out of gpu_now; queue {queue_ms:.1f} ms < cpu {card.cpu_ms:g} ms -> gpu_queue"

@@ -4,8 +4,10 @@ A reply is usable only when its mapping names every node exactly once, uses only
 the scenario allows (``gpu_queue`` only in three-way scenarios, no GPU placement for a tool
 without a GPU implementation), keeps the ``gpu_now`` tools within the VRAM budget and queues
 nothing that could never be admitted: neither a node larger than the budget nor one that would
-wait forever for memory held by ``gpu_now`` tools whose nodes depend on it (a deadlock the
-scenario's static check leaves to the executor). Each failure raises :class:`ReplyError` with a message
+wait forever for memory held by ``gpu_now`` tools whose nodes depend on it (all three are the
+scenario's static check, ``Scenario.infeasibility``). A rarer deadlock, a FIFO head-of-line
+wait behind such a node, is not caught here; the executor reports it as an infeasible round.
+Each failure raises :class:`ReplyError` with a message
 that names the node and value and says what is accepted; the chat decider sends it back to
 the model as the re-ask.
 
@@ -15,8 +17,6 @@ Imports only ``hetsched.model`` and networkx.
 from __future__ import annotations
 
 from typing import Any
-
-import networkx as nx
 
 from hetsched.model import Mapping, MappingError, Placement, Scenario, parse_placement
 
@@ -97,7 +97,7 @@ def choice_from_object(scenario: Scenario, obj: Any) -> tuple[Mapping, str]:
             raise ReplyError(f"node {n!r} cannot be {p.value}: {why}; accepted: {_accepted(scenario, n)}")
         placements[n] = p
     mapping = Mapping((n, placements[n]) for n in ids)
-    reason = scenario.infeasibility(mapping) or deadlock_reason(scenario, mapping)
+    reason = scenario.infeasibility(mapping)
     if reason:
         raise ReplyError(
             f"the mapping is infeasible: {reason}. The gpu_now tools must fit the "
@@ -107,36 +107,10 @@ def choice_from_object(scenario: Scenario, obj: Any) -> tuple[Mapping, str]:
     return mapping, text[:MAX_RATIONALE_CHARS]
 
 
-def deadlock_reason(scenario: Scenario, mapping: Mapping) -> str:
-    """The reason a ``gpu_queue`` node can never be admitted, or ''.
-
-    ``gpu_now`` tools stay resident from the start until their last node ends, so a tool with a
-    ``gpu_now`` node downstream of a queued node q still holds its memory when q is ready, and
-    keeps holding it until q has run: if q does not fit beside those tools, it never will.
-    (Waits for memory held by nodes that do not depend on q end by themselves.)
-    """
-    wf = scenario.workflow
-    budget = scenario.machine.vram_budget_mb
-    for q in wf.node_ids:
-        if mapping[q] is not Placement.GPU_QUEUE:
-            continue
-        below = nx.descendants(wf.graph, q)
-        holders = list(dict.fromkeys(wf.tool_of[n] for n in wf.node_ids
-                                     if n in below and mapping[n] is Placement.GPU_NOW))
-        held = sum(scenario.cards[t].vram_mb for t in holders)
-        need = scenario.card_of(q).vram_mb
-        if holders and need + held > budget:
-            return (
-                f"never admissible: node {q!r} ({scenario.card_of(q).name}) needs {need:g} MB but gpu_now tools "
-                f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish (deadlock)"
-            )
-    return ""
-
-
 def check_mapping(scenario: Scenario, mapping: Mapping) -> str:
     """'' when a mapping is well-formed and passes the budget and deadlock checks, else the reason."""
     try:
         scenario.validate_mapping(mapping)
     except MappingError as exc:
         return str(exc)
-    return scenario.infeasibility(mapping) or deadlock_reason(scenario, mapping)
+    return scenario.infeasibility(mapping)

@@ -63,7 +63,8 @@ class Mapping(AbcMapping[str, Placement]):
     def __init__(self, items: AbcMapping[str, Placement | str] | Iterable[tuple[str, Placement | str]]):
         pairs = items.items() if isinstance(items, AbcMapping) else items
         self._items: dict[str, Placement] = {str(k): parse_placement(v, where=f"node {k!r}") for k, v in pairs}
-        self._hash = hash(tuple(self._items.items()))
+        # equality ignores insertion order, so the hash must too
+        self._hash = hash(frozenset(self._items.items()))
 
     def __getitem__(self, key: str) -> Placement:
         return self._items[key]

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from enum import StrEnum
 from functools import cached_property
 
+import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetsched.model.card import ToolCard
@@ -142,8 +143,9 @@ class Scenario(BaseModel):
         """The static reason a well-formed mapping cannot run, or '' when it passes the static checks.
 
         Static checks: the ``gpu_now`` set must fit the budget at t = 0 (where it is largest),
-        and every ``gpu_queue`` node must fit an empty GPU. Deadlocks (a queued node waiting for
-        VRAM held by a tool that needs that node) are found by the executor.
+        every ``gpu_queue`` node must fit an empty GPU, and no queued node may need memory held
+        by ``gpu_now`` tools whose nodes depend on it (:meth:`queue_deadlock`). Head-of-line
+        waits in the FIFO queue that end in a deadlock are found by the executor.
         """
         budget = self.machine.vram_budget_mb
         tools = self.gpu_now_tools(mapping)
@@ -158,4 +160,30 @@ class Scenario(BaseModel):
                     return (
                         f"never admissible: node {n!r} ({card.name}) needs {card.vram_mb:g} MB > budget {budget:g} MB"
                     )
+        return self.queue_deadlock(mapping)
+
+    def queue_deadlock(self, mapping: Mapping) -> str:
+        """The reason a ``gpu_queue`` node can never be admitted because of its own descendants, or ''.
+
+        ``gpu_now`` tools stay resident from the start until their last node ends, so a tool with
+        a ``gpu_now`` node downstream of a queued node q still holds its memory when q is ready,
+        and keeps holding it until q has run: if q does not fit beside those tools, it never will.
+        (Waits for memory held by nodes that do not depend on q end by themselves.)
+        """
+        wf = self.workflow
+        budget = self.machine.vram_budget_mb
+        for q in wf.node_ids:
+            if mapping[q] is not Placement.GPU_QUEUE:
+                continue
+            below = nx.descendants(wf.graph, q)
+            holders = list(
+                dict.fromkeys(wf.tool_of[n] for n in wf.node_ids if n in below and mapping[n] is Placement.GPU_NOW)
+            )
+            held = sum(self.cards[t].vram_mb for t in holders)
+            need = self.card_of(q).vram_mb
+            if holders and need + held > budget:
+                return (
+                    f"never admissible: node {q!r} ({self.card_of(q).name}) needs {need:g} MB but gpu_now tools "
+                    f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish (deadlock)"
+                )
         return ""

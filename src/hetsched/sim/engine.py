@@ -280,9 +280,9 @@ def _deadlock_reason(c: _Compiled, place: Sequence[int], queue: deque[int], used
     holders = [c.tools[t] for t, k in enumerate(now_left) if k]
     free = c.budget - used
     return (
-        f"never admissible: node {c.names[head]!r} ({c.tools[c.tool_idx[head]]}) needs "
-        f"{c.vram[head]:g} MB but only {free:g} MB of {c.budget:g} MB are free while gpu_now "
-        f"tools {holders} stay resident waiting on it"
+        f"never admissible: node {c.names[head]!r} ({c.tools[c.tool_idx[head]]}) at the head of the gpu_queue "
+        f"needs {c.vram[head]:g} MB but only {free:g} MB of {c.budget:g} MB are free and nothing running will "
+        f"free more: gpu_now tools {holders} stay resident until queued work they depend on has run (deadlock)"
     )
 
 
