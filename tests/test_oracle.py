@@ -90,3 +90,17 @@ def test_fanout_light_sharing_beats_offloading() -> None:
     # ...although an exclusive-GPU model would offload B: its CPU time beats the summed GPU times
     b = sc.card_of("B")
     assert b.cpu_ms < sum(sc.card_of(n).gpu_ms or 0 for n in sc.workflow.node_ids)
+
+
+def test_oversized_space_is_a_clear_input_error() -> None:
+    from tests.factories import make_card, make_scenario, make_workflow
+
+    from hetsched.model import InputError, Mode
+    from hetsched.policies.oracle import MAX_MAPPINGS
+
+    n = 13  # 3^13 > MAX_MAPPINGS
+    wf = make_workflow([(f"N{i}", "t") for i in range(n)])
+    sc = make_scenario(wf, [make_card("t")], mode=Mode.THREE_WAY)
+    assert sc.mapping_space_size() > MAX_MAPPINGS
+    with pytest.raises(InputError, match=r"would cover 1,594,323 mappings \(13 nodes, three_way\); the limit is"):
+        solve(sc)

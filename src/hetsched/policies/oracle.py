@@ -19,12 +19,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetsched.model import Mapping, Proposal, RoundRecord, Scenario
+from hetsched.model import InputError, Mapping, Proposal, RoundRecord, Scenario
 from hetsched.policies.base import Policy
 from hetsched.sim import Simulator, placement_of
 from hetsched.sim.engine import CODE, CPU, NOW, QUEUE
 
 _TIE_REL = 1e-9
+MAX_MAPPINGS = 1_000_000
+"""Largest mapping space the exhaustive search takes on (2^19 binary, 3^12 three-way fit;
+3^12 = 531,441 takes about 10 s here). Larger scenarios get an InputError, not a hang or a
+MemoryError."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,17 @@ _CACHE_MAX = 64
 
 
 def solve(scenario: Scenario, ranking: bool = True) -> OracleResult:
-    """Exhaustive search for the optimum (and the full ranking when ``ranking``); memoized."""
+    """Exhaustive search for the optimum (and the full ranking when ``ranking``); memoized.
+
+    Raises :class:`~hetsched.model.InputError` when the mapping space exceeds :data:`MAX_MAPPINGS`.
+    """
+    space = scenario.mapping_space_size()
+    if space > MAX_MAPPINGS:
+        raise InputError(
+            f"scenario {scenario.name!r}: the oracle's exhaustive search would cover {space:,} mappings "
+            f"({len(scenario.workflow.nodes)} nodes, {scenario.mode.value}); the limit is {MAX_MAPPINGS:,}. "
+            "Split the workflow, or mark tools without a GPU implementation (has_gpu: false) to shrink the space"
+        )
     key = (scenario.model_dump_json(exclude={"source"}), ranking)
     hit = _CACHE.get(key) or (None if ranking else _CACHE.get((key[0], True)))
     if hit is not None:
