@@ -134,3 +134,31 @@ def test_cli_validate_mapping_file(tmp_path: Path) -> None:
     mapping.write_text(textwrap.dedent("A: gpu_now\nB: gpu_now\n"))
     proc = run_cli("validate", str(mapping), "--scenario", str(write(tmp_path)))
     assert proc.returncode == 2 and "node 'B' cannot be gpu_now" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("nodes: {A: bert_base, A: ocr}\n", ["malformed YAML at line 1", "duplicate key 'A'"]),
+        ("nodes:\n  - {id: '', tool: bert_base}\n", ["node id '' (tool 'bert_base') is empty"]),
+        ("tools: 5\nnodes: {A: bert_base}\n", ["tools = 5", "give the path of a tool library file"]),
+        ("tools: nope.yaml\nnodes: {A: bert_base}\n", ["tools = 'nope.yaml'", "nope.yaml not found"]),
+    ],
+)
+def test_more_scenario_errors(tmp_path: Path, text: str, fragments: list[str]) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as info:
+        load_scenario(path)
+    assert str(info.value).startswith(f"file {path}")
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_mapping_file_errors_name_the_file(tmp_path: Path) -> None:
+    from hetsched.model.files import load_mapping
+
+    path = tmp_path / "m.yaml"
+    path.write_text("A: tpu\n")
+    with pytest.raises(MappingError, match=rf"^file {path}: node 'A': unknown placement 'tpu'; accepted: cpu"):
+        load_mapping(path)

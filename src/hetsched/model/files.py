@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from hetsched.model.card import Provenance, ToolCard
-from hetsched.model.errors import InputError, UnknownNameError
+from hetsched.model.errors import InputError, MappingError, UnknownNameError
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
@@ -44,6 +44,21 @@ def bundled_scenarios() -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------- low level
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (each key may appear once)", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_structured(path: Path) -> Any:
     """Parse a YAML (or JSON, which is YAML) file; errors name the file, line and column."""
     try:
@@ -53,7 +68,7 @@ def read_structured(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"file {path}: cannot be read ({exc})") from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -64,7 +79,7 @@ def read_structured(path: Path) -> Any:
 def _reject_nonfinite(value: Any, where: str, path: Path) -> None:
     """YAML accepts .nan and .inf; no figure of ours may be either."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"file {path}: {where} = {value!r} is not a finite number; give a number >= 0")
+        raise InputError(f"file {path}: {where} = {value!r} is not a finite number; give a finite number")
     if isinstance(value, dict):
         for k, v in value.items():
             _reject_nonfinite(v, f"{where}.{k}" if where else str(k), path)
@@ -215,9 +230,16 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
             raise InputError(f"file {path}: unknown key {key!r}; accepted keys: {sorted(known)}")
 
     if "tools" in doc:
-        lib_path = Path(str(doc["tools"]))
+        if not isinstance(doc["tools"], str) or not doc["tools"].strip():
+            raise InputError(
+                f"file {path}: tools = {doc['tools']!r}; give the path of a tool library file "
+                "(relative to this scenario), or put cards inline under 'cards:'"
+            )
+        lib_path = Path(doc["tools"])
         if not lib_path.is_absolute():
             lib_path = path.parent / lib_path
+        if not lib_path.exists():
+            raise InputError(f"file {path}: tools = {doc['tools']!r}: tool library {lib_path} not found")
         base_library = load_tool_library(lib_path)
     elif library is not None:
         base_library = library
@@ -291,6 +313,8 @@ def _parse_nodes(raw: Any, path: Path) -> list[Node]:
     for node_id, tool in items:
         if not isinstance(tool, str) or not tool:
             raise InputError(f"file {path}: node {node_id!r}: tool = {tool!r}; give a tool name")
+        if node_id is None or str(node_id).strip() == "":
+            raise InputError(f"file {path}: node id {node_id!r} (tool {tool!r}) is empty; give every node a name")
         nodes.append(Node(id=str(node_id), tool=tool))
     return nodes
 
@@ -346,7 +370,10 @@ def load_mapping(path: Path | str) -> Mapping:
     doc = _expect_dict(read_structured(path), "the top level", path)
     if "mapping" in doc and isinstance(doc["mapping"], dict):
         doc = doc["mapping"]
-    return Mapping({str(k): str(v) for k, v in doc.items()})
+    try:
+        return Mapping({str(k): str(v) for k, v in doc.items()})
+    except MappingError as exc:
+        raise MappingError(f"file {path}: {exc}") from None
 
 
 def detect_kind(path: Path) -> str:
