@@ -85,3 +85,22 @@ def test_scenarios_lists_every_bundled_scenario_in_natural_order() -> None:
     assert set(lines) == set(bundled_scenarios())
     suite = [n for n in lines if n[0] == "S" and n[1:].isdigit()]
     assert suite == [f"S{i}" for i in range(1, len(suite) + 1)]
+
+
+@pytest.mark.parametrize("mapping", ["A=gpu_now,B=gpu_queue,C=gpu_now,D=cpu", '{"A": "gpu", "B": "queue", "C": "gpu", "D": "cpu"}'])
+def test_simulate_prints_the_simulators_trace(mapping: str) -> None:
+    from hetsched.model import Mapping, Trace
+    from hetsched.model.files import load_scenario
+    from hetsched.sim import Simulator
+
+    got = Trace.from_dict(json.loads(invoke("simulate", "S13", mapping, "--seed", "3", "--json")))
+    sc = load_scenario("S13")
+    want = Simulator(sc).run(Mapping({"A": "gpu_now", "B": "gpu_queue", "C": "gpu_now", "D": "cpu"}), seed=3)
+    assert got == want
+
+
+def test_simulate_mapping_file_and_infeasible(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("mapping: {A: gpu_now, B: gpu_now, C: gpu_now, D: gpu_now}\n")
+    data = json.loads(invoke("simulate", "vram_3way", str(path), "--no-noise", "--json"))
+    assert data["feasible"] is False and data["reason"].startswith("OOM: gpu_now tools need 6350 MB of 3000 MB")

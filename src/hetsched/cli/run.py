@@ -50,6 +50,16 @@ def round_table(result: RunResult) -> Table:
     return table
 
 
+def check_output_file(path: Path, option: str) -> None:
+    """Fail early (exit 2) when an output file cannot be written, before any work is done."""
+    if path.is_dir():
+        raise fail(f"{option} {path} is a directory; give a file name such as {path / 'trace.json'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+
+
 def load(ref: str) -> Scenario:
     """Load a scenario by path or bundled name."""
     return load_scenario(ref)
@@ -193,6 +203,8 @@ def run(
     Every round is recorded in the run store as it completes (see ``hetsched runs``), unless
     --no-store; an interrupted run continues with --resume RUN_ID.
     """
+    if trace is not None:
+        check_output_file(trace, "--trace")
     if resume is not None:
         given = [p for p in ctx.command.params if p.name not in RESUME_MAY_SET and _given(ctx, p.name)]
         if given:
@@ -203,6 +215,8 @@ def run(
         if no_store:
             raise fail("--resume reads the run store; it cannot be combined with --no-store")
         rounds_given = _given(ctx, "rounds")
+        if llm_api_key is not None:  # never stored, so given again on resume; reaches the decider via the env
+            os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
         with RunStore(store, create=False) as st:
             info = st.run(resume)
             pol = make_policy(info.policy, **info.options)
