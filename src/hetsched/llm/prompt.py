@@ -72,17 +72,6 @@ def parallel_nodes(scenario: Scenario) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def isolated_critical_path_ms(scenario: Scenario) -> float:
-    """Longest input-to-sink chain with each node at its faster isolated latency (no contention, no transfers)."""
-    wf = scenario.workflow
-    finish: dict[str, float] = {}
-    for n in wf.topo_order:
-        card = scenario.card_of(n)
-        own = card.cpu_ms if card.gpu_ms is None else min(card.cpu_ms, card.gpu_ms)
-        finish[n] = max((finish[p] for p in wf.preds(n)), default=0.0) + own
-    return max(finish[s] for s in wf.sinks)
-
-
 def _fmt(value: float | None, unit: str = "") -> str:
     if value is None:
         return "-"
@@ -92,7 +81,7 @@ def _fmt(value: float | None, unit: str = "") -> str:
 def card_lines(scenario: Scenario) -> list[str]:
     """The tool-card table: figures in ms/MB and dimensionless ratios, one row per tool."""
     budget = scenario.machine.vram_budget_mb
-    cp = isolated_critical_path_ms(scenario)
+    cp = scenario.isolated_critical_path_ms()
     lines = [
         f"Tool cards (isolated profile: median latency in ms, GPU memory in MB). Dimensionless figures: "
         f"speedup = cpu/gpu; queue speedup = cpu/(gpu+load); vram share = vram / budget; "

@@ -103,6 +103,19 @@ class Scenario(BaseModel):
             (n, placement if placement in self.allowed(n) else Placement.CPU) for n in self.workflow.node_ids
         )
 
+    def isolated_critical_path_ms(self) -> float:
+        """Longest source-to-sink chain with every node at its faster isolated latency.
+
+        No contention, no transfers, no load: a lower bound on the E2E of any mapping.
+        """
+        wf = self.workflow
+        finish: dict[str, float] = {}
+        for n in wf.topo_order:
+            card = self.card_of(n)
+            own = card.cpu_ms if card.gpu_ms is None else min(card.cpu_ms, card.gpu_ms)
+            finish[n] = max((finish[p] for p in wf.preds(n)), default=0.0) + own
+        return max(finish[s] for s in wf.sinks)
+
     # ------------------------------------------------------------------ checks
     def validate_mapping(self, mapping: Mapping, where: str = "mapping") -> Mapping:
         """Raise :class:`MappingError` unless every node is placed once, legally; return it in node order."""

@@ -37,14 +37,8 @@ from hetsched.policies.base import Policy, PolicyContext
 
 
 def lower_bound_ms(scenario: Scenario) -> float:
-    """Critical path of isolated latencies with each node on its faster device (no transfers)."""
-    wf = scenario.workflow
-    finish: dict[str, float] = {}
-    for n in wf.topo_order:
-        card = scenario.card_of(n)
-        best = min(card.cpu_ms, card.gpu_ms) if card.gpu_ms is not None else card.cpu_ms
-        finish[n] = max((finish[p] for p in wf.preds(n)), default=0.0) + best
-    return max(finish[s] for s in wf.sinks)
+    """The reward's numerator: the isolated critical path, a lower bound on any mapping's E2E."""
+    return scenario.isolated_critical_path_ms()
 
 
 def reward(trace: Trace, lower_ms: float) -> float:
