@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 import random
+import re
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, Probe,
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library
 from hetsched.policies import PolicyContext, make_policy, policy_names
 from hetsched.policies.agentic import Agentic
+from hetsched.policies.oracle import solve
 from hetsched.sim import Simulator
 
 VRAM = load_scenario("vram_3way")
@@ -217,6 +219,58 @@ def test_cards_show_ms_mb_and_dimensionless_figures_and_cold_start_hides_them() 
     for prompt in cold:
         assert "| tool |" not in prompt and "4200" not in prompt and "card " not in prompt
         assert "Whisper small" in prompt  # descriptions stay
+
+
+def card_figures(sc: Scenario) -> re.Pattern[str]:
+    """The scenario's card figures (cpu_ms, gpu_ms, load_ms, vram_mb) wherever a prompt would print
+    them: with their unit (``4200 ms``, ``1300 MB``), in a table cell (``| 1088 |``) or after the
+    tool's name (``ocr 1300``, as the budget check lists VRAM). Measurements print ``%.1f ms``, so a
+    ms figure in that form is left out (a measured latency may equal a card figure); the machine's
+    VRAM budget is the machine's, not a card's."""
+    ms: set[str] = set()
+    mb: set[str] = set()
+    for card in sc.cards.values():
+        for value in (card.cpu_ms, card.gpu_ms, card.load_ms):
+            if value is not None:
+                ms |= {f"{value:g}", f"{value:.0f}"}
+        if card.vram_mb != sc.machine.vram_budget_mb:
+            mb |= {f"{card.vram_mb:g}", f"{card.vram_mb:.0f}", f"{card.vram_mb:.1f}"}
+    ms = {t for t in ms if not re.fullmatch(r"\d+\.\d", t)}
+
+    def alt(texts: set[str]) -> str:
+        return "(?:" + "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)) + ")"
+
+    num = rf"(?<![\d.]){alt(ms | mb)}(?!\.?\d)"
+    tools = alt(set(sc.cards) | {f'"{t}"' for t in sc.cards})
+    return re.compile(
+        rf"(?<![\d.]){alt(ms)}\s*ms\b|(?<![\d.]){alt(mb)}\s*MB\b|\|\s*{num}\s*\||{tools}\s+{num}"
+    )
+
+
+@pytest.mark.parametrize("name", ["chain", "fanout", "vram_3way"])
+def test_cold_start_prompts_hold_no_card_figure_in_any_round(name: str) -> None:
+    sc = load_scenario(name)
+    all_cpu = dict.fromkeys(sc.workflow.node_ids, "cpu")
+    best = solve(sc, ranking=False).best.to_dict()
+    decider = ScriptedDecider([reply(all_cpu)] + [reply(best)] * 5)
+    result = run_rounds(sc, Agentic(decider=decider, cold_start=True), LoopConfig(rounds=6, seed=0))
+    assert sum(len(r.probes) for r in result.rounds) >= 4  # the monitor probed (and budget-checked)
+    figures = card_figures(sc)
+    warm_decider = ScriptedDecider([reply(all_cpu)] + [reply(best)] * 5)
+    warm = run_rounds(sc, Agentic(decider=warm_decider), LoopConfig(rounds=6, seed=0))
+    # the check can fail: with the cards visible, card figures reach the prompt (the cards table)
+    # and, on the VRAM-bound example, the observations (budget checks list each tool's VRAM)
+    assert all(figures.search(m[1]["content"]) for m in warm_decider.received)
+    if name == "vram_3way":
+        assert any(figures.search(r.proposal.info["observations_text"]) for r in warm.rounds)
+    assert len(decider.received) == len(result.rounds)
+    for rec, messages in zip(result.rounds, decider.received, strict=True):
+        prompt = messages[1]["content"]
+        assert rec.proposal.info["observations_text"] in prompt  # the stored text is what the decider read
+        found = figures.search(prompt)
+        assert found is None, (rec.round, found.group(), prompt[max(0, found.start() - 120) : found.end() + 40])
+        for obs in rec.proposal.info["observations"]:
+            assert obs.get("isolated_ms") is None and obs.get("source") != "budget check", obs
 
 
 def drive(sc: Scenario, policy: Agentic, rounds: int) -> list[RoundRecord]:

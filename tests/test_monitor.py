@@ -23,6 +23,7 @@ from hetsched.monitor import (
     Observations,
     critical_path,
 )
+from hetsched.monitor.monitor import cold_reason
 from hetsched.policies import make_policy
 from hetsched.sim import Simulator
 
@@ -77,6 +78,7 @@ AGENTIC_RUNS = _agentic_runs()
 @pytest.mark.parametrize(("scenario", "rounds"), AGENTIC_RUNS)
 def test_every_figure_belongs_to_a_mapping_that_ran(scenario: Scenario, rounds: list[RoundRecord]) -> None:
     order = scenario.workflow.node_ids
+    assert any(rec.probes for rec in rounds)  # runs with probes, warm and cold start
     for rec in rounds:
         executed: set[Mapping] = set()
         for earlier in rounds[: rec.round]:
@@ -92,10 +94,17 @@ def test_every_figure_belongs_to_a_mapping_that_ran(scenario: Scenario, rounds: 
             if obs["kind"] == "infeasible" and obs["source"] == "budget check":
                 m = Mapping(obs["mapping"])
                 assert scenario.infeasibility(m) and m not in executed
-        monitor_text = Monitor(scenario).observe(rounds[: rec.round]).text
-        for code in re.findall(r"^- ([CGQ]+): mean E2E", monitor_text, flags=re.MULTILINE):
+        # the text the decider was given this round, as the policy stored it
+        monitor_text = rec.proposal.info["observations_text"]
+        listed = re.findall(r"^- ([CGQ]+): mean E2E", monitor_text, flags=re.MULTILINE)
+        probed = re.findall(r"^- (?:reprobe|swap) ([CGQ]+) \(", monitor_text, flags=re.MULTILINE)
+        assert len(probed) == len(rec.probes)
+        assert bool(listed) == (rec.round > 0 or bool(rec.probes))  # the code check below is not vacuous
+        for code in listed + probed:
             assert code in codes
         assert not ADVICE.search(monitor_text), ADVICE.search(monitor_text)
+        if rec.proposal.info["cold_start"]:
+            assert "budget check" not in monitor_text and " card " not in monitor_text
 
 
 def test_text_of_a_full_round_has_no_advice_and_lists_probes() -> None:
@@ -157,6 +166,29 @@ def test_cold_start_hides_the_card_figure() -> None:
     obs = Monitor(sc, cards_visible=False).observe([RoundRecord(0, Proposal(t1.mapping), t1)])
     assert all(r.isolated_ms is None for r in obs.records if r.kind == "latency")
     assert "card" not in obs.text
+
+
+def test_cold_start_lists_no_budget_check_and_cuts_reasons_to_their_kind() -> None:
+    sc = load_scenario("vram_3way")
+    good = Mapping({"A": "gpu_now", "B": "gpu_now", "C": "cpu", "D": "gpu_queue"})
+    oom = sc.uniform(Placement.GPU_NOW)  # ran once (an earlier policy's round): 6350 MB of 3000 MB
+    history = [record(sc, 0, oom), record(sc, 1, good)]
+    assert "whisper_small 1100" in history[0].trace.reason
+    warm = Monitor(sc).observe(history, Runner(sc))
+    cold = Monitor(sc, cards_visible=False).observe(history, Runner(sc))
+    assert [p.mapping for p in cold.probes] == [p.mapping for p in warm.probes]  # same probes either way
+    assert any(r.kind == "infeasible" and r.source == "budget check" for r in warm.records)
+    assert "[budget check" in warm.text and "whisper_small 1100" in warm.text
+    infeasible = [r for r in cold.records if r.kind == "infeasible"]
+    assert [(r.code, r.source, r.reason) for r in infeasible] == [
+        ("GGGG", "round", "OOM: the gpu_now tools did not fit the VRAM budget")
+    ]
+    assert "budget check" not in cold.text and not re.search(r"\b(1100|1300|1350|2600|6350)\b", cold.text)
+    assert cold_reason("never admissible: node 'D' (llama_1b) needs 2600 MB but only 400 MB of 3000 MB are free") == (
+        "never admissible: a gpu_queue node could never get the VRAM it needs"
+    )
+    assert cold_reason("stalled: x 12 MB") == "stalled: details withheld in cold start (they quote the tool cards)"
+    assert cold_reason("") == ""
 
 
 def test_critical_path_follows_the_latest_predecessor() -> None:

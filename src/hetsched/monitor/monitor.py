@@ -27,6 +27,11 @@ It never chooses: its output is :class:`Observations` (records + text), with no 
 mapping and no figure for a mapping that was not executed. Budget checks use only the VRAM
 arithmetic of the scenario (``Scenario.infeasibility``), which is a fact, not a prediction.
 
+In cold start (``cards_visible=False``) nothing drawn from the cards reaches the records: no
+isolated figures, no budget-check records (their reasons list each tool's VRAM), and the reason
+of an execution that could not run is cut to its kind (``OOM``, ``never admissible``), since the
+executor's text quotes the cards' VRAM too. The budget check still prunes probe candidates.
+
 Imports only ``hetsched.model``.
 """
 
@@ -106,6 +111,21 @@ def _pairs(mapping: Mapping, order: Sequence[str]) -> Pairs:
 
 def _change(node: str, old: Placement, new: Placement) -> str:
     return f"{node}: {old.value} -> {new.value}"
+
+
+_COLD_REASONS = {
+    "OOM": "OOM: the gpu_now tools did not fit the VRAM budget",
+    "never admissible": "never admissible: a gpu_queue node could never get the VRAM it needs",
+}
+"""Cold-start wording of the executor's reasons, by the kind before the first colon."""
+
+
+def cold_reason(reason: str) -> str:
+    """``reason`` without the card figures it quotes (cold start): its kind, in fixed words."""
+    if not reason:
+        return ""
+    kind = reason.split(":", 1)[0].strip()
+    return _COLD_REASONS.get(kind, f"{kind}: details withheld in cold start (they quote the tool cards)")
 
 
 def critical_path(trace: Trace, scenario: Scenario) -> tuple[str, ...]:
@@ -339,7 +359,7 @@ class Monitor:
                     code=last.mapping.code(order),
                     feasible=last.feasible,
                     e2e_ms=last.e2e_ms,
-                    reason=last.reason if cfg.feasibility else "",
+                    reason=self._reason(last.reason) if cfg.feasibility else "",
                 )
             )
         measured = self._measured(runs)
@@ -367,12 +387,13 @@ class Monitor:
                         Infeasible(
                             _pairs(t.mapping, order),
                             t.mapping.code(order),
-                            t.reason,
+                            self._reason(t.reason),
                             "probe" if run.probe else "round",
                             run.round,
                         )
                     )
-            records.extend(s for s in static if Mapping(dict(s.mapping)) not in seen)
+            if self.cards_visible:  # a budget check's reason lists each tool's card VRAM
+                records.extend(s for s in static if Mapping(dict(s.mapping)) not in seen)
         if cfg.running_averages:
             records.extend(self._latencies(runs))
         base_means = {m: self._mean(g) for m, g in measured.items()}
@@ -390,7 +411,7 @@ class Monitor:
                     changes=tuple(_change(n, p.base[n], t.mapping[n]) for n in t.mapping.differs_at(p.base)),
                     feasible=t.feasible,
                     e2e_ms=t.e2e_ms,
-                    reason=t.reason if cfg.feasibility else "",
+                    reason=self._reason(t.reason) if cfg.feasibility else "",
                 )
             )
         if cfg.hints:
@@ -402,6 +423,10 @@ class Monitor:
         if cfg.probing:
             records.append(Budget(len(fresh), cfg.probes_per_round, spent_before + len(fresh), self.run_budget))
         return records
+
+    def _reason(self, reason: str) -> str:
+        """An executor's reason as the decider may see it (card figures cut in cold start)."""
+        return reason if self.cards_visible else cold_reason(reason)
 
     def _latencies(self, runs: Sequence[_Run]) -> list[NodeLatency]:
         sc = self.scenario

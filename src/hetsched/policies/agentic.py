@@ -8,7 +8,9 @@ measured feasible mapping (all-CPU before anything ran) and records that it did.
 fails the scenario's checks is ever proposed.
 
 ``Proposal.info`` follows the shared transcript contract (docs/agentic.md): ``decider``,
-``model``, ``transcript``, ``fallback``, ``fallback_reason``, ``observations``, ``probes_spent``.
+``model``, ``transcript``, ``fallback``, ``fallback_reason``, ``observations``, ``probes_spent``;
+plus ``observations_text``, the rendered observations exactly as the decider was given them (so
+what the decider read can be checked from the stored run), and ``cold_start``.
 
 The policy keeps no state beyond its monitor and decider: decisions are a function of the
 history (plus the LLM's sampling), so a resumed run continues where it stopped.
@@ -124,6 +126,7 @@ class Agentic(Policy):
             "fallback": fallback,
             "fallback_reason": reason,
             "observations": list(records),
+            "observations_text": obs.text,
             "probes_spent": len(obs.probes),
             "cold_start": self.cold_start,
         }
