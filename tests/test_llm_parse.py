@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.factories import canonical_scenario, make_card, make_scenario, make_workflow
 
-from hetsched.llm.parse import close_truncated, last_json_object, parse_reply, split_reasoning
+from hetsched.llm.parse import MAX_REPAIR_BACKTRACK, close_truncated, last_json_object, parse_reply, split_reasoning
 from hetsched.llm.validate import ReplyError, check_mapping, choice_from_object
 from hetsched.model import Mapping, Mode
 from hetsched.model.files import load_scenario
@@ -109,13 +109,32 @@ def test_any_cut_either_fails_validation_or_gives_back_the_exact_mapping(
     codes: list[str], rationale: str, cut: int
 ) -> None:
     mapping = dict(zip("ABCD", codes, strict=True))
-    text = reply(mapping, rationale)
-    text = text[: min(cut, len(text))]
+    full = reply(mapping, rationale)
+    closed = full.index("}") + 1  # the mapping object ends here (no brace in node ids or placements)
+    text = full[: min(cut, len(full))]
+    if closed <= len(text) < closed + MAX_REPAIR_BACKTRACK:
+        # cut after the mapping closed (within the repair's backtrack): the mapping comes back whole
+        assert parse_reply(text, finish_reason="length").obj["mapping"] == mapping, text
     try:
         got, _ = choice_from_object(VRAM, parse_reply(text, finish_reason="length").obj)
     except ReplyError:
-        return
+        return  # unparseable, a node missing, or the mapping itself breaks the VRAM budget
     assert got.to_dict() == mapping
+
+
+@pytest.mark.parametrize("rationale", ["short", "a \"quoted\" {brace} and a \\ slash, then more words"])
+def test_every_cut_after_the_mapping_closed_recovers_it(rationale: str) -> None:
+    full = reply(GOOD, rationale)
+    closed = full.index("}") + 1
+    for end in range(closed, len(full) + 1):
+        parsed = parse_reply(full[:end], finish_reason="length")
+        got, _ = choice_from_object(VRAM, parsed.obj)
+        assert got.to_dict() == GOOD, full[:end]
+    # one character fewer and the mapping object is still open: its last pair is complete, so it
+    # closes to the same mapping; cut inside the last placement, and a node is missing
+    assert choice_from_object(VRAM, parse_reply(full[: closed - 1], finish_reason="length").obj)[0].to_dict() == GOOD
+    with pytest.raises(ReplyError, match=r"misses node\(s\) \['D'\]"):
+        choice_from_object(VRAM, parse_reply(full[: closed - 3], finish_reason="length").obj)
 
 
 @settings(max_examples=100, deadline=None)
