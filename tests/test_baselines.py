@@ -18,6 +18,7 @@ from hetsched.policies.greedy_mem import benefit_order
 from hetsched.policies.oracle import solve
 from hetsched.policies.starpu_dmda import StarpuDmda
 from hetsched.policies.ucb1 import Ucb1, lower_bound_ms, reward
+from hetsched.sim import Simulator
 
 BASELINES = ("heft-cf", "starpu-dmda", "ucb1", "greedy-mem")
 BUDGET_SAFE = ("heft-cf", "starpu-dmda", "greedy-mem")
@@ -71,15 +72,51 @@ def test_resumed_run_replays_identically(policy: str) -> None:
     assert codes(resumed) == codes(straight)
 
 
+BEST_RATIO: dict[tuple[str, str], float] = {
+    # documented behaviour (docs/baselines.md, "Results on the bundled examples"): the noise-free
+    # E2E of the best mapping a policy plays in 20 rounds, over the oracle's
+    ("heft-cf", "chain"): 1.0,
+    ("heft-cf", "fanout"): 1.0,
+    ("heft-cf", "vram_3way"): 1.484,  # contention-free costs, then the shared memory fallback
+    ("starpu-dmda", "chain"): 1.0,
+    ("starpu-dmda", "fanout"): 1.0,
+    ("starpu-dmda", "vram_3way"): 1.154,  # the calibration round's mapping; the model then settles at 1.484
+    ("ucb1", "chain"): 1.0,  # 16 arms, all played within 20 rounds
+    ("ucb1", "fanout"): 1.0,
+    ("greedy-mem", "chain"): 1.0,
+    ("greedy-mem", "fanout"): 1.118,
+    ("greedy-mem", "vram_3way"): 1.400,  # the LLM holds 2600 of 3000 MB, everything else on the CPU
+}
+UCB1_VRAM_3WAY_MAX_RATIO = 1.57
+"""UCB1 on vram_3way plays 20 of its 53 arms: its best is between 1.00x and 1.57x over seeds 0-9."""
+
+
 @pytest.mark.parametrize("name", ["chain", "fanout", "vram_3way"])
 @pytest.mark.parametrize("policy", BASELINES)
-def test_bundled_examples_run(policy: str, name: str) -> None:
+def test_bundled_examples_reach_their_documented_ratio(policy: str, name: str) -> None:
     sc = load_scenario(name)
     result = run(sc, policy, rounds=20)
-    best = result.best()
-    assert best is not None and best.trace.e2e_ms is not None
-    # within noise of the oracle at best (3% cv); never better than it by more than the noise
-    assert best.trace.e2e_ms >= 0.85 * result.oracle_e2e_ms
+    exact = Simulator(sc, noise=False)
+    played = [e2e for e2e in (exact.e2e(r.mapping) for r in result.rounds) if e2e is not None]
+    assert played, "no feasible round"
+    ratio = min(played) / result.oracle_e2e_ms  # noise-free: no lucky draw moves it
+    assert ratio >= 1 - 1e-9  # nothing beats the oracle without noise
+    if (policy, name) in BEST_RATIO:
+        assert ratio == pytest.approx(BEST_RATIO[policy, name], abs=5e-4)
+    else:
+        assert ratio <= UCB1_VRAM_3WAY_MAX_RATIO
+    best = result.best()  # the lowest measured round is a mapping that was played
+    assert best is not None and best.trace.e2e_ms is not None and best.mapping in {r.mapping for r in result.rounds}
+
+
+@pytest.mark.parametrize("name", ["chain", "fanout"])
+@pytest.mark.parametrize("policy", ["heft-cf", "starpu-dmda", "ucb1"])
+def test_oracle_mapping_is_played_on_chain_and_fanout(policy: str, name: str) -> None:
+    sc = load_scenario(name)
+    result = run(sc, policy, rounds=20)
+    assert result.oracle_mapping in {r.mapping for r in result.rounds}
+    if policy != "ucb1":  # the model-based ones settle there; UCB1 keeps exploring
+        assert result.rounds[-1].mapping == result.oracle_mapping
 
 
 # ---------------------------------------------------------------------------- HEFT-CF
