@@ -38,8 +38,7 @@ def e2e(s: Scenario, m: Mapping) -> float | None:
 
 
 def greedy_mapping(s: Scenario) -> Mapping:
-    if "greedy-mem" not in policy_names():
-        pytest.skip("greedy-mem is not registered yet (issue 3's memory-aware greedy)")
+    assert "greedy-mem" in policy_names(), "the memory-aware greedy baseline must be registered"
     policy = make_policy("greedy-mem")
     policy.reset(PolicyContext(scenario=s))
     return policy.propose([]).mapping
