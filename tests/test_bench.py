@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from hetsched.bench import BenchConfig, PolicySpec, default_specs, load_runs, load_scenarios, parse_specs, run_bench
 from hetsched.bench.data import RunSummary, summarize_run
-from hetsched.bench.runner import EXPERIMENT
+from hetsched.bench.runner import EXPERIMENT, store_run_ids
 from hetsched.bench.spec import parse_spec
 from hetsched.bench.tables import best_match_cell, table4
 from hetsched.cli import app
@@ -40,9 +40,11 @@ def cli(*args: str) -> str:
 def test_default_specs_follow_the_registry() -> None:
     specs = default_specs()
     assert {s.policy for s in specs} == set(policy_names())
-    if "agentic" in policy_names():
-        assert {"agentic:rules", "agentic:argmin"} <= {s.label for s in specs}
-        assert not any(s.uses_llm for s in specs)  # LLM deciders only when asked for
+    assert {"all-cpu", "all-gpu", "oracle", "heft-cf", "starpu-dmda", "ucb1", "greedy-mem", "agentic"} <= set(
+        policy_names()
+    )
+    assert {"agentic:rules", "agentic:argmin"} <= {s.label for s in specs}
+    assert not any(s.uses_llm for s in specs)  # LLM deciders only when asked for
 
 
 def test_parse_spec_names_and_errors() -> None:
@@ -169,6 +171,25 @@ def test_interrupted_run_is_resumed_to_the_same_rounds(tmp_path: Path) -> None:
     f = load_runs(tmp_path / "fresh.sqlite", fresh.run_ids)
     assert _comparable(r.runs) == _comparable(f.runs)
     assert all(len(run.rounds) == 6 for run in r.runs)
+
+
+def test_nested_options_in_another_key_order_are_one_configuration(tmp_path: Path) -> None:
+    sc = _tiny()
+    first = {"decider": "rules", "monitor": {"probes_per_round": 1, "hints": False}}
+    same = {"monitor": {"hints": False, "probes_per_round": 1}, "decider": "rules"}  # key order only
+    other = {"decider": "rules", "monitor": {"probes_per_round": 2, "hints": False}}
+    ids = []
+    with RunStore(tmp_path / "s.sqlite") as store:
+        for options in (first, same, other):
+            run_id = store.create_run(sc, "agentic", options=options, seed=0, rounds=1, experiment=EXPERIMENT)
+            run_rounds(sc, make_policy("all-cpu"), LoopConfig(rounds=1), recorder=store.recorder(run_id))
+            ids.append(run_id)
+        stored = store.run(ids[1]).options
+        assert stored == first and list(stored["monitor"]) == ["hints", "probes_per_round"]  # stored as written
+        found = store.find_run(sc, "agentic", options=first, seed=0, rounds=1, experiment=EXPERIMENT)
+    assert found is not None and found.id == ids[1]  # the store: one configuration, newest run
+    # the bench agrees with the store: the newest of the two equal ones, and the different one
+    assert sorted(store_run_ids(tmp_path / "s.sqlite", EXPERIMENT)) == sorted([ids[1], ids[2]])
 
 
 # ---------------------------------------------------------------------------- CLI, report, regeneration

@@ -23,7 +23,7 @@ from typing import Any
 from hetsched.loop import LoopConfig, continue_run, run_recorded
 from hetsched.model import InputError, Scenario
 from hetsched.policies import make_policy, policy_names
-from hetsched.store import RunStore
+from hetsched.store import RunStore, canonical
 
 from .data import BenchData, RunSummary, summarize_run
 from .spec import PolicySpec, natural_key
@@ -243,13 +243,17 @@ def registry_order(specs: Iterable[PolicySpec]) -> list[str]:
 
 
 def store_run_ids(store_path: Path | str, experiment: str | None = None) -> list[str]:
-    """Ids of the newest run per (scenario content, policy, options, seed, rounds) in a store."""
+    """Ids of the newest run per (scenario content, policy, options, seed, rounds) in a store.
+
+    Options compare in the store's canonical form (key-sorted JSON at every depth), the same test
+    ``RunStore.find_run`` uses, so nested options (``llm``, ``monitor``) written in another key
+    order are the same configuration."""
     with RunStore(store_path, create=False) as store:
         infos = store.runs(experiment=experiment)
     seen: set[tuple[str, str, str, int, int]] = set()
     out: list[str] = []
     for info in infos:  # newest first
-        key = (info.scenario_sha256, info.policy, repr(sorted(info.options.items())), info.seed, info.rounds_planned)
+        key = (info.scenario_sha256, info.policy, canonical(info.options), info.seed, info.rounds_planned)
         if key in seen or info.rounds_done == 0:
             continue
         seen.add(key)

@@ -12,6 +12,7 @@ from hetsched.store.codec import (
     NotJsonReady,
     StoreError,
     TranscriptEntry,
+    canonical,
     public_options,
 )
 from hetsched.store.db import (
@@ -42,6 +43,7 @@ __all__ = [
     "StoredRun",
     "TranscriptEntry",
     "UnknownRunError",
+    "canonical",
     "default_store_path",
     "public_options",
     "resolve_store_path",
