@@ -33,15 +33,47 @@ def room_of(path: Path) -> str:
     return rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.suffix == ".py" else ""
 
 
-def imported_rooms(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+def package_of(path: Path) -> str:
+    """The dotted package a module file belongs to (``hetsched.bench`` for bench/runner.py and bench/__init__.py)."""
+    parts = ("hetsched", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1])
+
+
+def absolute_names(node: ast.ImportFrom, package: str) -> list[str]:
+    """The absolute modules a ``from ... import`` statement in ``package`` reaches.
+
+    Relative imports resolve as Python does: ``level`` 1 is the package itself, each further dot
+    one package up (``from ..policies import x`` in hetsched.bench -> hetsched.policies;
+    ``from . import data`` -> hetsched.bench.data). A name imported from a package may be a
+    submodule, so ``from hetsched import loop`` and ``from .. import loop`` both reach
+    hetsched.loop.
+    """
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = package.split(".")
+        if node.level > len(parts):
+            raise ValueError(f"relative import beyond the top package: level {node.level} in {package}")
+        base = ".".join(parts[: len(parts) - node.level + 1])
+        if node.module:
+            base = f"{base}.{node.module}"
+    if node.module is None or base == "hetsched":
+        return [f"{base}.{a.name}" for a in node.names]
+    return [base]
+
+
+def imported_rooms(path: Path, text: str | None = None) -> set[str]:
+    """Rooms (top-level packages/modules of hetsched) the module at ``path`` imports; ``text``
+    stands in for the file's source (for tests of this checker)."""
+    tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
+    package = package_of(path)
     rooms: set[str] = set()
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] if node.module != "hetsched" else [f"hetsched.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = absolute_names(node, package)
         for name in names:
             parts = name.split(".")
             if parts[0] == "hetsched":
@@ -64,3 +96,39 @@ def test_imports_point_down(path: Path) -> None:
 def test_every_room_is_known() -> None:
     rooms = {room_of(p) for p in SRC.rglob("*.py")} - {"", "__init__", "__main__"}
     assert rooms <= set(ALLOWED), f"new room(s) {sorted(rooms - set(ALLOWED))}: add them to ALLOWED and the docs"
+
+
+def _from(statement: str) -> ast.ImportFrom:
+    node = ast.parse(statement).body[0]
+    assert isinstance(node, ast.ImportFrom)
+    return node
+
+
+def test_relative_imports_resolve_to_absolute_modules() -> None:
+    assert package_of(SRC / "bench" / "runner.py") == "hetsched.bench"
+    assert package_of(SRC / "bench" / "__init__.py") == "hetsched.bench"
+    assert package_of(SRC / "loop.py") == "hetsched"
+    cases = {
+        ("from .data import BenchData", "hetsched.bench"): ["hetsched.bench.data"],
+        ("from . import data, spec", "hetsched.bench"): ["hetsched.bench.data", "hetsched.bench.spec"],
+        ("from ..policies import make_policy", "hetsched.bench"): ["hetsched.policies"],
+        ("from .. import loop", "hetsched.bench"): ["hetsched.loop"],
+        ("from ...model import Mapping", "hetsched.llm.sub"): ["hetsched.model"],
+        ("from .policies import oracle", "hetsched"): ["hetsched.policies"],
+        ("from hetsched import loop", "hetsched.cli"): ["hetsched.loop"],
+        ("from hetsched.store import canonical", "hetsched.bench"): ["hetsched.store"],
+    }
+    for (statement, package), want in cases.items():
+        assert absolute_names(_from(statement), package) == want, statement
+    with pytest.raises(ValueError, match="beyond the top package"):
+        absolute_names(_from("from ... import x"), "hetsched.bench")
+
+
+def test_a_relative_import_against_the_direction_is_caught() -> None:
+    monitor = SRC / "monitor" / "monitor.py"
+    assert imported_rooms(monitor, "from ..policies import make_policy\nfrom .config import MonitorConfig\n") == {
+        "policies", "monitor"
+    }
+    assert imported_rooms(SRC / "bench" / "runner.py", "from .data import BenchData\nfrom .. import loop\n") == {
+        "bench", "loop"
+    }
