@@ -456,3 +456,16 @@ def test_recorded_options_hold_no_api_key(monkeypatch: pytest.MonkeyPatch) -> No
                                        "sk-secret", None)
     assert "sk-secret" not in json.dumps(options) and os.environ["HETSCHED_LLM_API_KEY"] == "sk-secret"
     assert options == {"decider": "openai", "cold_start": False, "llm": {"base_url": "http://x/v1"}}
+
+
+def test_cold_start_reask_hides_card_vram() -> None:
+    """An over-budget reply in cold start is re-asked with the kind of failure, not the cards' VRAM."""
+    for cold in (True, False):
+        decider = ScriptedDecider([reply(ALL_GPU), reply(ORACLE_3WAY)])
+        result = run_rounds(VRAM, Agentic(decider=decider, cold_start=cold), LoopConfig(rounds=1, seed=0))
+        asks = result.rounds[0].proposal.info["transcript"]
+        error = asks[0]["error"]
+        assert error.startswith("the mapping is infeasible: OOM")
+        figures = [f"{c.vram_mb:g}" for c in VRAM.cards.values()]
+        leaked = [f for f in figures if f in error or f in asks[1]["prompt"]]
+        assert (leaked == []) is cold, (cold, leaked, error)

@@ -182,7 +182,7 @@ class ChatDecider(Decider):
             try:
                 parsed = parse_reply(reply.text, finish_reason=reply.finish_reason)
                 reasoning = "\n".join(x for x in (reply.reasoning, parsed.reasoning) if x)
-                mapping, rationale = choice_from_object(ctx.scenario, parsed.obj)
+                mapping, rationale = choice_from_object(ctx.scenario, parsed.obj, cards_visible=ctx.cards_visible)
             except ReplyError as exc:
                 error = str(exc)
                 attempts.append(

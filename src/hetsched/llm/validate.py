@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from hetsched.model import Mapping, MappingError, Placement, Scenario, parse_placement
+from hetsched.model.scenario import cold_reason
 
 MAX_RATIONALE_CHARS = 2000
 """Longer rationales are cut (they are stored, not acted on)."""
@@ -40,11 +41,13 @@ def _accepted(scenario: Scenario, node: str) -> str:
     return ", ".join(p.value for p in scenario.allowed(node))
 
 
-def choice_from_object(scenario: Scenario, obj: Any) -> tuple[Mapping, str]:
+def choice_from_object(scenario: Scenario, obj: Any, cards_visible: bool = True) -> tuple[Mapping, str]:
     """The validated mapping and rationale in a reply object; raise :class:`ReplyError`.
 
     Accepts ``{"mapping": {node: placement}, "rationale": "..."}``, and also a bare
-    ``{node: placement}`` object whose keys are all node ids.
+    ``{node: placement}`` object whose keys are all node ids. With ``cards_visible`` False
+    (cold start) an infeasibility is reported by its kind only: the full reason quotes the
+    cards' VRAM figures.
     """
     ids = scenario.workflow.node_ids
     if not isinstance(obj, dict):
@@ -98,6 +101,8 @@ def choice_from_object(scenario: Scenario, obj: Any) -> tuple[Mapping, str]:
         placements[n] = p
     mapping = Mapping((n, placements[n]) for n in ids)
     reason = scenario.infeasibility(mapping)
+    if reason and not cards_visible:
+        reason = cold_reason(reason)
     if reason:
         raise ReplyError(
             f"the mapping is infeasible: {reason}. The gpu_now tools must fit the "

@@ -200,3 +200,18 @@ class Scenario(BaseModel):
                     f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish (deadlock)"
                 )
         return ""
+
+
+_COLD_REASONS = {
+    "OOM": "OOM: the gpu_now tools did not fit the VRAM budget",
+    "never admissible": "never admissible: a gpu_queue node could never get the VRAM it needs",
+}
+"""Cold-start wording of infeasibility reasons, by the kind before the first colon."""
+
+
+def cold_reason(reason: str) -> str:
+    """``reason`` without the card figures it quotes (for cold start): its kind, in fixed words."""
+    if not reason:
+        return ""
+    kind = reason.split(":", 1)[0].strip()
+    return _COLD_REASONS.get(kind, f"{kind}: details withheld in cold start (they quote the tool cards)")

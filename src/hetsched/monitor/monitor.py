@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hetsched.model import Mapping, Placement, Probe, RoundRecord, Scenario, Trace
+from hetsched.model.scenario import cold_reason
 from hetsched.monitor.config import MonitorConfig
 from hetsched.monitor.observations import (
     Budget,
@@ -111,21 +112,6 @@ def _pairs(mapping: Mapping, order: Sequence[str]) -> Pairs:
 
 def _change(node: str, old: Placement, new: Placement) -> str:
     return f"{node}: {old.value} -> {new.value}"
-
-
-_COLD_REASONS = {
-    "OOM": "OOM: the gpu_now tools did not fit the VRAM budget",
-    "never admissible": "never admissible: a gpu_queue node could never get the VRAM it needs",
-}
-"""Cold-start wording of the executor's reasons, by the kind before the first colon."""
-
-
-def cold_reason(reason: str) -> str:
-    """``reason`` without the card figures it quotes (cold start): its kind, in fixed words."""
-    if not reason:
-        return ""
-    kind = reason.split(":", 1)[0].strip()
-    return _COLD_REASONS.get(kind, f"{kind}: details withheld in cold start (they quote the tool cards)")
 
 
 def critical_path(trace: Trace, scenario: Scenario) -> tuple[str, ...]:
