@@ -264,7 +264,7 @@ def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
         exc.add_note(f"run {run_id} could not be marked interrupted in {store.path}: {store_exc}")
 
 
-def run_or_resume(
+def ensure_run(
     store: RunStore,
     scenario: Scenario,
     policy: str,
@@ -273,10 +273,15 @@ def run_or_resume(
     config: LoopConfig = LoopConfig(),
     executor: Executor | None = None,
     experiment: str = "",
-) -> RunResult:
-    """The bench's unit of work: return the stored run with exactly this configuration when it
-    is finished, continue it when it was interrupted, else start it. Safe to call again after a
-    crash: nothing finished is re-run."""
+) -> tuple[str, str]:
+    """The bench's unit of work: make sure the run with exactly this configuration is finished
+    in ``store``, and return ``(run_id, how)``.
+
+    ``how`` is ``reused`` (finished before: nothing runs, nothing is loaded), ``resumed`` (an
+    interrupted run continued) or ``ran`` (started: none existed, or the one found is being
+    driven by a live process elsewhere). Safe to call again after a crash: nothing finished is
+    re-run.
+    """
     built = make_policy(policy, **(options or {}))
     found = store.find_run(
         scenario,
@@ -288,12 +293,31 @@ def run_or_resume(
         executor=executor.name if executor is not None else Simulator.name,
         experiment=experiment,
     )
-    if found is None:
-        return run_recorded(scenario, built, config, store=store, options=options, executor=executor,
-                            experiment=experiment)
-    if found.status == "finished":
-        return load_result(store, found.id)
-    return continue_run(store, found.id, policy=built, executor=executor)
+    if found is not None and found.status == "finished" and found.rounds_done > 0:
+        return found.id, "reused"
+    if found is not None and not found.live_elsewhere:
+        continue_run(store, found.id, policy=built, executor=executor)
+        return found.id, "resumed"
+    result = run_recorded(scenario, built, config, store=store, options=options, executor=executor,
+                          experiment=experiment)
+    assert result.run_id is not None
+    return result.run_id, "ran"
+
+
+def run_or_resume(
+    store: RunStore,
+    scenario: Scenario,
+    policy: str,
+    *,
+    options: dict[str, Any] | None = None,
+    config: LoopConfig = LoopConfig(),
+    executor: Executor | None = None,
+    experiment: str = "",
+) -> RunResult:
+    """:func:`ensure_run`, then the finished run as a :class:`RunResult`."""
+    run_id, _ = ensure_run(store, scenario, policy, options=options, config=config, executor=executor,
+                           experiment=experiment)
+    return load_result(store, run_id)
 
 
 def load_result(store: RunStore, run_id: str) -> RunResult:

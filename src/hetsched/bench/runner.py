@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.loop import LoopConfig, continue_run, run_recorded
+from hetsched.loop import LoopConfig, ensure_run
 from hetsched.model import InputError, Scenario
-from hetsched.policies import make_policy, policy_names
+from hetsched.policies import policy_names
 from hetsched.store import RunStore, canonical
 
 from .data import BenchData, RunSummary, summarize_run
@@ -120,27 +120,10 @@ def _close_stores() -> None:
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    store = _store(job.store)
-    info = store.find_run(
-        job.scenario, job.spec.policy, options=job.spec.options, seed=job.seed, rounds=job.rounds,
-        experiment=EXPERIMENT,
+    run_id, how = ensure_run(
+        _store(job.store), job.scenario, job.spec.policy, options=job.spec.options,
+        config=LoopConfig(rounds=job.rounds, seed=job.seed), experiment=EXPERIMENT,
     )
-    if info is not None and info.status == "finished" and info.rounds_done > 0:
-        how, run_id = "reused", info.id
-    elif info is not None and not info.live_elsewhere:
-        continue_run(store, info.id, policy=make_policy(job.spec.policy, **job.spec.options))
-        how, run_id = "resumed", info.id
-    else:
-        result = run_recorded(
-            job.scenario,
-            make_policy(job.spec.policy, **job.spec.options),
-            LoopConfig(rounds=job.rounds, seed=job.seed),
-            store=store,
-            options=job.spec.options,
-            experiment=EXPERIMENT,
-        )
-        assert result.run_id is not None
-        how, run_id = "ran", result.run_id
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.scenario.name)
 
 
