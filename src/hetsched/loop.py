@@ -158,6 +158,20 @@ def _stable(rounds: Sequence[RoundRecord], k: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the run store
+def _run_identity(
+    options: dict[str, Any] | None, config: LoopConfig, executor: Executor | None, experiment: str
+) -> dict[str, Any]:
+    """What identifies a stored run besides its scenario and policy (shared by create and find)."""
+    return {
+        "options": options,
+        "seed": config.seed,
+        "rounds": config.rounds,
+        "stop_after": config.stop_after,
+        "executor": executor.name if executor is not None else Simulator.name,
+        "experiment": experiment,
+    }
+
+
 def run_recorded(
     scenario: Scenario,
     policy: Policy,
@@ -176,16 +190,7 @@ def run_recorded(
     On any exception (Ctrl-C included) the run is marked ``interrupted`` and the exception
     propagates; the rounds already done stay stored.
     """
-    run_id = store.create_run(
-        scenario,
-        policy.name,
-        options=options,
-        seed=config.seed,
-        rounds=config.rounds,
-        stop_after=config.stop_after,
-        executor=executor.name if executor is not None else Simulator.name,
-        experiment=experiment,
-    )
+    run_id = store.create_run(scenario, policy.name, **_run_identity(options, config, executor, experiment))
     return continue_run(store, run_id, policy=policy, executor=executor, recorder=recorder)
 
 
@@ -283,16 +288,7 @@ def ensure_run(
     re-run.
     """
     built = make_policy(policy, **(options or {}))
-    found = store.find_run(
-        scenario,
-        built.name,
-        options=options,
-        seed=config.seed,
-        rounds=config.rounds,
-        stop_after=config.stop_after,
-        executor=executor.name if executor is not None else Simulator.name,
-        experiment=experiment,
-    )
+    found = store.find_run(scenario, built.name, **_run_identity(options, config, executor, experiment))
     if found is not None and found.status == "finished" and found.rounds_done > 0:
         return found.id, "reused"
     if found is not None and not found.live_elsewhere:
