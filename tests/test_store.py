@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hetsched.cli import app
-from hetsched.loop import LoopConfig, continue_run, load_result, run_or_resume, run_recorded, run_rounds
+from hetsched.loop import LoopConfig, continue_run, ensure_run, load_result, run_recorded, run_rounds
 from hetsched.model import InputError, Mapping, NodeTrace, Placement, Probe, Proposal, RoundRecord, Trace, VramPoint
 from hetsched.model.files import load_scenario
 from hetsched.policies import _REGISTRY, Policy, make_policy, policy_names
@@ -285,26 +285,28 @@ def decisions(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
     return out
 
 
-def test_run_or_resume_skips_finished_work_and_resumes_interrupted(tmp_path: Path, walker_registered: None) -> None:
+def test_ensure_run_skips_finished_work_and_resumes_interrupted(tmp_path: Path, walker_registered: None) -> None:
     sc = load_scenario("fanout")
     config = LoopConfig(rounds=5, seed=0)
     with RunStore(tmp_path / "s.sqlite") as st:
-        first = run_or_resume(st, sc, "walker", config=config, experiment="bench-1")
-        again = run_or_resume(st, sc, "walker", config=config, experiment="bench-1")
-        assert again.run_id == first.run_id and again.rounds == first.rounds
+        first_id, how = ensure_run(st, sc, "walker", config=config, experiment="bench-1")
+        assert how == "ran"
+        assert ensure_run(st, sc, "walker", config=config, experiment="bench-1") == (first_id, "reused")
         assert len(st.runs()) == 1
+        first = load_result(st, first_id)
         # another experiment, seed or scenario content is another run
-        other = run_or_resume(st, sc, "walker", config=LoopConfig(rounds=5, seed=1), experiment="bench-1")
+        other, _ = ensure_run(st, sc, "walker", config=LoopConfig(rounds=5, seed=1), experiment="bench-1")
         changed = sc.model_copy(update={"machine": sc.machine.model_copy(update={"cpu_cores": 3})})
-        moved = run_or_resume(st, changed, "walker", config=config, experiment="bench-1")
-        assert len({first.run_id, other.run_id, moved.run_id}) == 3
+        moved, _ = ensure_run(st, changed, "walker", config=config, experiment="bench-1")
+        assert len({first_id, other, moved}) == 3
         # an interrupted one is continued, not restarted
         Walker.interrupt_at = 2
         with pytest.raises(KeyboardInterrupt):
-            run_or_resume(st, sc, "walker", config=config, experiment="bench-2")
+            ensure_run(st, sc, "walker", config=config, experiment="bench-2")
         Walker.interrupt_at = None
-        resumed = run_or_resume(st, sc, "walker", config=config, experiment="bench-2")
-        assert resumed.rounds == first.rounds
+        resumed_id, how = ensure_run(st, sc, "walker", config=config, experiment="bench-2")
+        assert how == "resumed"
+        assert load_result(st, resumed_id).rounds == first.rounds
         assert len(st.runs(experiment="bench-2")) == 1
 
 

@@ -2,7 +2,7 @@
 
 Owns the per-round seeds, binds what-if probes to the executor, and hands every finished
 round to an optional recorder (the run store) as soon as it completes, so an interrupted run
-loses nothing. :func:`run_recorded`, :func:`continue_run` and :func:`run_or_resume` drive a run
+loses nothing. :func:`run_recorded`, :func:`continue_run` and :func:`ensure_run` drive a run
 through the run store (``hetsched.store``) and mark it finished or interrupted; a resumed run
 replays to the same rounds as an uninterrupted one because every seed derives from
 (run seed, round, probe) and policies decide from (context, history). Imports the model,
@@ -298,22 +298,6 @@ def ensure_run(
                           experiment=experiment)
     assert result.run_id is not None
     return result.run_id, "ran"
-
-
-def run_or_resume(
-    store: RunStore,
-    scenario: Scenario,
-    policy: str,
-    *,
-    options: dict[str, Any] | None = None,
-    config: LoopConfig = LoopConfig(),
-    executor: Executor | None = None,
-    experiment: str = "",
-) -> RunResult:
-    """:func:`ensure_run`, then the finished run as a :class:`RunResult`."""
-    run_id, _ = ensure_run(store, scenario, policy, options=options, config=config, executor=executor,
-                           experiment=experiment)
-    return load_result(store, run_id)
 
 
 def load_result(store: RunStore, run_id: str) -> RunResult:
