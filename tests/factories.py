@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from hetsched.model import Edge, Machine, Mode, Node, Scenario, ToolCard, Workflow
+from hetsched.model import Edge, Machine, Mode, Node, RoundRecord, Scenario, ToolCard, Workflow
+from hetsched.store import decision_to_dict
 
 
 def make_card(
@@ -102,3 +104,11 @@ def canonical_scenario(kind: str, mode: Mode | str = Mode.BINARY, **machine: obj
     defaults: dict[str, object] = {"gpu_kappa": 0.15, "vram_budget_mb": 1500.0}
     defaults.update(machine)
     return make_scenario(wf, cards, mode=mode, name=kind, **defaults)
+
+
+def decision_info(record: RoundRecord) -> dict[str, Any]:
+    """A round's decision record in its JSON form (``show-run --json``): decider, model, transcript
+    (attempts as dicts), fallback, fallback_reason, observations, observations_text, probes_spent."""
+    decision = record.proposal.decision
+    assert decision is not None, f"round {record.round} has no decision record"
+    return decision_to_dict(decision)

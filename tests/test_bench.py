@@ -17,10 +17,10 @@ from hetsched.bench.spec import parse_spec
 from hetsched.bench.tables import best_match_cell, table4
 from hetsched.cli import app
 from hetsched.loop import LoopConfig, run_rounds
-from hetsched.model import InputError, Mapping, Placement, Proposal, RoundRecord, Scenario, UnknownNameError
+from hetsched.model import InputError, Mapping, Placement, Proposal, RoundRecord, RunKey, Scenario, UnknownNameError
 from hetsched.policies import make_policy, policy_names
-from hetsched.policies.oracle import solve
 from hetsched.sim import Simulator
+from hetsched.sim.oracle import solve
 from hetsched.store import RunInfo, RunStore
 
 pytest.importorskip("matplotlib", reason="the bench report draws with matplotlib (the 'bench' extra)")
@@ -161,7 +161,7 @@ def test_interrupted_run_is_resumed_to_the_same_rounds(tmp_path: Path) -> None:
     cfg = _config(tmp_path / "s.sqlite", jobs=1, specs=(PolicySpec("ucb1"),), rounds=6)
     sc = cfg.scenarios[0]
     with RunStore(cfg.store) as store:  # a run killed after 2 of its 6 rounds
-        run_id = store.create_run(sc, "ucb1", seed=0, rounds=6, experiment=EXPERIMENT)
+        run_id = store.create_run(RunKey(sc, "ucb1", seed=0, rounds=6, experiment=EXPERIMENT))
         run_rounds(sc, make_policy("ucb1"), LoopConfig(rounds=2, seed=0), recorder=store.recorder(run_id))
         store.set_status(run_id, "interrupted", "KeyboardInterrupt")
     resumed = run_bench(cfg)
@@ -181,12 +181,12 @@ def test_nested_options_in_another_key_order_are_one_configuration(tmp_path: Pat
     ids = []
     with RunStore(tmp_path / "s.sqlite") as store:
         for options in (first, same, other):
-            run_id = store.create_run(sc, "agentic", options=options, seed=0, rounds=1, experiment=EXPERIMENT)
+            run_id = store.create_run(RunKey(sc, "agentic", options=options, seed=0, rounds=1, experiment=EXPERIMENT))
             run_rounds(sc, make_policy("all-cpu"), LoopConfig(rounds=1), recorder=store.recorder(run_id))
             ids.append(run_id)
         stored = store.run(ids[1]).options
         assert stored == first and list(stored["monitor"]) == ["hints", "probes_per_round"]  # stored as written
-        found = store.find_run(sc, "agentic", options=first, seed=0, rounds=1, experiment=EXPERIMENT)
+        found = store.find_run(RunKey(sc, "agentic", options=first, seed=0, rounds=1, experiment=EXPERIMENT))
     assert found is not None and found.id == ids[1]  # the store: one configuration, newest run
     # the bench agrees with the store: the newest of the two equal ones, and the different one
     assert sorted(store_run_ids(tmp_path / "s.sqlite", EXPERIMENT)) == sorted([ids[1], ids[2]])

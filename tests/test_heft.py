@@ -143,7 +143,7 @@ def test_heft_cf_never_exceeds_the_budget() -> None:
     prop = pol.propose([])
     assert sc.gpu_now_vram_mb(prop.mapping) <= 1000.0
     assert prop.mapping.to_dict() == {"N0": "gpu_now", "N1": "gpu_now", "N2": "gpu_queue"}
-    assert sc.infeasibility(prop.mapping) == ""
+    assert sc.infeasibility(prop.mapping) is None
     binary = sc.model_copy(update={"mode": Mode.BINARY})
     pol.reset(PolicyContext(scenario=binary))
     assert pol.propose([]).mapping["N2"] is Placement.CPU

@@ -10,6 +10,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from tests.factories import decision_info
 
 from hetsched.llm import LLMConfig
 from hetsched.llm.validate import check_mapping
@@ -27,7 +28,7 @@ MAX_TOKENS = 160
 def check_run(result: RunResult, decider: str) -> None:
     """Every executed mapping passed validation or was a recorded fallback; transcripts are kept."""
     for r in result.rounds:
-        info = r.proposal.info
+        info = decision_info(r)
         assert info["decider"] == decider and info["model"]
         assert r.trace.feasible and not check_mapping(result.scenario, r.mapping)
         transcript = info["transcript"]
@@ -55,12 +56,12 @@ def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, t
     assert len(result.rounds) == 3
     check_run(result, "openai")
     # every attempt of every round is in the store, prompt, reply and error as the decider saw them
-    sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in r.proposal.info["transcript"]]
+    sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in decision_info(r)["transcript"]]
     assert [(t.round, t.prompt, t.reply, t.error) for t in stored] == sent
     for r in result.rounds:  # shown with -s: what a 135M model does with the prompt
         asks = [(round(a["latency_ms"]), a["prompt_tokens"], a["completion_tokens"], a["error"][:60])
-                for a in r.proposal.info["transcript"]]
-        print(f"round {r.round}: {r.mapping.code()} fallback={r.proposal.info['fallback']} asks={asks}")
+                for a in decision_info(r)["transcript"]]
+        print(f"round {r.round}: {r.mapping.code()} fallback={decision_info(r)['fallback']} asks={asks}")
 
 
 def test_local_decider_in_process() -> None:
@@ -70,4 +71,4 @@ def test_local_decider_in_process() -> None:
     policy = Agentic(decider="local", llm=LLMConfig(max_tokens=MAX_TOKENS, seed=0, n_threads=2))
     result = run_rounds(sc, policy, LoopConfig(rounds=2, seed=0))
     check_run(result, "local")
-    assert result.rounds[0].proposal.info["model"].startswith("SmolLM2-135M")
+    assert decision_info(result.rounds[0])["model"].startswith("SmolLM2-135M")

@@ -10,11 +10,24 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.factories import canonical_scenario, make_card, make_scenario, make_workflow
+from tests.factories import canonical_scenario, decision_info, make_card, make_scenario, make_workflow
 
 from hetsched.loop import LoopConfig, run_rounds
-from hetsched.model import Mapping, Mode, NodeTrace, Placement, Probe, Proposal, RoundRecord, Scenario, Trace
+from hetsched.model import (
+    Infeasibility,
+    InfeasibleKind,
+    Mapping,
+    Mode,
+    NodeTrace,
+    Placement,
+    Probe,
+    Proposal,
+    RoundRecord,
+    Scenario,
+    Trace,
+)
 from hetsched.model.files import load_scenario
+from hetsched.model.scenario import cold_reason
 from hetsched.monitor import (
     MECHANISMS,
     OBSERVATION_TYPES,
@@ -23,7 +36,6 @@ from hetsched.monitor import (
     Observations,
     critical_path,
 )
-from hetsched.monitor.monitor import cold_reason
 from hetsched.policies import make_policy
 from hetsched.sim import Simulator
 
@@ -44,6 +56,16 @@ class Runner:
     def __call__(self, kind: str, base: Mapping, mapping: Mapping, note: str) -> Probe:
         self.calls.append((kind, base, mapping, note))
         return Probe(kind, base, self.sim.run(mapping, seed=len(self.calls)), note)
+
+
+def probe_and_observe(mon: Monitor, history: Sequence[RoundRecord], runner: Runner | None = None) -> Observations:
+    """What the loop does each round: execute the monitor's probe requests one at a time (through
+    ``runner``), then have the monitor observe the history and the round's probes."""
+    probes: list[Probe] = []
+    if runner is not None:
+        while (request := mon.next_probe(history, probes)) is not None:
+            probes.append(runner(request.kind, request.base, request.mapping, request.note))
+    return mon.observe(history, probes)
 
 
 def record(scenario: Scenario, r: int, mapping: Mapping, probes: Sequence[Probe] = (), noise: bool = True) -> RoundRecord:
@@ -86,7 +108,7 @@ def test_every_figure_belongs_to_a_mapping_that_ran(scenario: Scenario, rounds: 
             executed.update(p.mapping for p in earlier.probes)
         executed.update(p.mapping for p in rec.probes)  # this round's probes ran before the decision
         codes = {m.code(order) for m in executed}
-        for obs in rec.proposal.info["observations"]:
+        for obs in decision_info(rec)["observations"]:
             if obs["kind"] in ("execution", "probe", "last_round"):
                 assert Mapping(obs["mapping"]) in executed, obs
             if obs["kind"] == "probe":
@@ -95,7 +117,7 @@ def test_every_figure_belongs_to_a_mapping_that_ran(scenario: Scenario, rounds: 
                 m = Mapping(obs["mapping"])
                 assert scenario.infeasibility(m) and m not in executed
         # the text the decider was given this round, as the policy stored it
-        monitor_text = rec.proposal.info["observations_text"]
+        monitor_text = decision_info(rec)["observations_text"]
         listed = re.findall(r"^- ([CGQ]+): mean E2E", monitor_text, flags=re.MULTILINE)
         probed = re.findall(r"^- (?:reprobe|swap) ([CGQ]+) \(", monitor_text, flags=re.MULTILINE)
         assert len(probed) == len(rec.probes)
@@ -103,14 +125,14 @@ def test_every_figure_belongs_to_a_mapping_that_ran(scenario: Scenario, rounds: 
         for code in listed + probed:
             assert code in codes
         assert not ADVICE.search(monitor_text), ADVICE.search(monitor_text)
-        if rec.proposal.info["cold_start"]:
+        if decision_info(rec)["cold_start"]:
             assert "budget check" not in monitor_text and " card " not in monitor_text
 
 
 def test_text_of_a_full_round_has_no_advice_and_lists_probes() -> None:
     sc = load_scenario("vram_3way")
     history = [record(sc, 0, Mapping({"A": "gpu_now", "B": "gpu_now", "C": "cpu", "D": "gpu_queue"}))]
-    obs = Monitor(sc).observe(history, Runner(sc))
+    obs = probe_and_observe(Monitor(sc), history, Runner(sc))
     assert len(obs.probes) == 2
     assert "What-if probes executed this round" in obs.text
     assert "Never measured" in obs.text
@@ -174,8 +196,8 @@ def test_cold_start_lists_no_budget_check_and_cuts_reasons_to_their_kind() -> No
     oom = sc.uniform(Placement.GPU_NOW)  # ran once (an earlier policy's round): 6350 MB of 3000 MB
     history = [record(sc, 0, oom), record(sc, 1, good)]
     assert "whisper_small 1100" in history[0].trace.reason
-    warm = Monitor(sc).observe(history, Runner(sc))
-    cold = Monitor(sc, cards_visible=False).observe(history, Runner(sc))
+    warm = probe_and_observe(Monitor(sc), history, Runner(sc))
+    cold = probe_and_observe(Monitor(sc, cards_visible=False), history, Runner(sc))
     assert [p.mapping for p in cold.probes] == [p.mapping for p in warm.probes]  # same probes either way
     assert any(r.kind == "infeasible" and r.source == "budget check" for r in warm.records)
     assert "[budget check" in warm.text and "whisper_small 1100" in warm.text
@@ -184,11 +206,11 @@ def test_cold_start_lists_no_budget_check_and_cuts_reasons_to_their_kind() -> No
         ("GGGG", "round", "OOM: the gpu_now tools did not fit the VRAM budget")
     ]
     assert "budget check" not in cold.text and not re.search(r"\b(1100|1300|1350|2600|6350)\b", cold.text)
-    assert cold_reason("never admissible: node 'D' (llama_1b) needs 2600 MB but only 400 MB of 3000 MB are free") == (
-        "never admissible: a gpu_queue node could never get the VRAM it needs"
-    )
-    assert cold_reason("stalled: x 12 MB") == "stalled: details withheld in cold start (they quote the tool cards)"
-    assert cold_reason("") == ""
+    head = Infeasibility.parse("never admissible: node 'D' (llama_1b) needs 2600 MB but only 400 MB of 3000 MB are free")
+    assert cold_reason(head) == "never admissible: a gpu_queue node could never get the VRAM it needs"
+    stalled = Infeasibility(InfeasibleKind.TOOL_ERROR, "x 12 MB")
+    assert cold_reason(stalled) == "tool error: details withheld in cold start (they may quote the tool cards)"
+    assert cold_reason(None) == ""
 
 
 def test_critical_path_follows_the_latest_predecessor() -> None:
@@ -239,11 +261,11 @@ def test_swap_found_after_a_reprobe_fails_s13_style() -> None:
     base = Mapping({"A": "gpu_now", "B": "gpu_now", "C": "cpu"})
     mon = Monitor(sc, MonitorConfig(probes_per_round=8))
     runner = Runner(sc, noise=False)
-    mon.observe([record(sc, 0, base, noise=False)], runner)
+    probe_and_observe(mon, [record(sc, 0, base, noise=False)], runner)
     kinds = [(k, m.to_dict()) for k, _, m, _ in runner.calls]
     swap = ("swap", {"A": "gpu_now", "B": "gpu_queue", "C": "gpu_now"})
     assert swap in kinds
-    assert sc.infeasibility(base.moved("C", Placement.GPU_NOW)).startswith("OOM")
+    assert str(sc.infeasibility(base.moved("C", Placement.GPU_NOW))).startswith("OOM")
 
 
 # ---------------------------------------------------------------- switches and budgets
@@ -256,11 +278,11 @@ def _history(sc: Scenario) -> list[RoundRecord]:
 def test_each_mechanism_can_be_switched_off(mechanism: str) -> None:
     sc = load_scenario("vram_3way")
     runner = Runner(sc)
-    obs = Monitor(sc, MonitorConfig().without(mechanism)).observe(_history(sc), runner)
+    obs = probe_and_observe(Monitor(sc, MonitorConfig().without(mechanism)), _history(sc), runner)
     kinds = {r.kind for r in obs.records}
     probe_kinds = {c[0] for c in runner.calls}
     full_runner = Runner(sc)
-    full = Monitor(sc, MonitorConfig(probes_per_round=20, probes_per_run=20)).observe(_history(sc), full_runner)
+    full = probe_and_observe(Monitor(sc, MonitorConfig(probes_per_round=20, probes_per_run=20)), _history(sc), full_runner)
     assert {"latency", "infeasible", "unmeasured"} <= {r.kind for r in full.records}
     assert {"reprobe", "swap"} <= {c[0] for c in full_runner.calls}
     gone = {"running_averages": "latency", "feasibility": "infeasible", "hints": "unmeasured"}
@@ -273,7 +295,7 @@ def test_each_mechanism_can_be_switched_off(mechanism: str) -> None:
 def test_no_monitor_leaves_only_the_round_outcomes() -> None:
     sc = load_scenario("vram_3way")
     runner = Runner(sc)
-    obs = Monitor(sc, MonitorConfig.off()).observe(_history(sc), runner)
+    obs = probe_and_observe(Monitor(sc, MonitorConfig.off()), _history(sc), runner)
     assert {r.kind for r in obs.records} == {"last_round", "execution"}
     assert runner.calls == []
 
@@ -322,7 +344,7 @@ def test_probe_invariants(
             for t in [p.trace for p in h.probes] + [h.trace]:
                 if t.feasible and t.e2e_ms is not None:
                     means.setdefault(t.mapping, []).append(t.e2e_ms)
-        obs = mon.observe(history, runner)
+        obs = probe_and_observe(mon, history, runner)
         calls = runner.calls[before:]
         assert len(calls) <= per_round
         for k, base, mapping, _ in calls:

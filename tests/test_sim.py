@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.factories import chain, diamond, fork, make_card, make_scenario, make_workflow
 
-from hetsched.model import Mapping, Mode, Placement, Scenario, Trace
+from hetsched.model import InfeasibleKind, Mapping, Mode, Placement, Scenario, Trace
 from hetsched.sim import Simulator
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
@@ -113,7 +113,8 @@ def test_deadlock_is_reported_not_hung() -> None:
     sc = make_scenario(wf, cards, mode=Mode.THREE_WAY, vram_budget_mb=1000)
     tr = Simulator(sc).run(Mapping({"A": G, "B": Q, "C": G}))
     assert not tr.feasible
-    assert "never admissible: node 'B'" in tr.reason and "['x']" in tr.reason
+    assert tr.kind is InfeasibleKind.DEADLOCK  # reads "deadlock", not "OOM" or "never admissible"
+    assert "deadlock: node 'B'" in tr.reason and "['x']" in tr.reason
 
 
 def test_same_tool_resident_once() -> None:
@@ -190,10 +191,10 @@ def test_trace_invariants(inst: tuple[Scenario, Mapping, int]) -> None:
     tr = Simulator(sc).run(mapping, seed=seed)
     static = sc.infeasibility(mapping)
     if static:
-        assert not tr.feasible and tr.reason == static
+        assert not tr.feasible and tr.infeasibility == static
         return
-    if not tr.feasible:
-        assert tr.reason.startswith("never admissible")
+    if not tr.feasible:  # only the FIFO order can add a deadlock to the static checks
+        assert tr.kind is InfeasibleKind.DEADLOCK and tr.reason.startswith("deadlock: ")
         return
     wf = sc.workflow
     for v, nt in tr.nodes.items():
@@ -308,8 +309,9 @@ def test_head_of_line_deadlock_found_by_the_engine() -> None:
     wf = make_workflow([("S", "s"), ("Q1", "q1"), ("Q2", "q2"), ("X2", "x")], [("S", "Q1"), ("S", "Q2"), ("Q2", "X2")])
     sc = make_scenario(wf, cards, mode=Mode.THREE_WAY, vram_budget_mb=1000)
     m = Mapping({"S": C, "Q1": Q, "Q2": Q, "X2": G})
-    assert sc.infeasibility(m) == ""
+    assert sc.infeasibility(m) is None
     tr = Simulator(sc).run(m)
     assert not tr.feasible
-    assert tr.reason.startswith("never admissible: node 'Q1' (q1) at the head of the gpu_queue needs 600 MB")
+    assert tr.kind is InfeasibleKind.DEADLOCK
+    assert tr.reason.startswith("deadlock: node 'Q1' (q1) at the head of the gpu_queue needs 600 MB")
     assert "only 300 MB of 1000 MB are free" in tr.reason and "['x']" in tr.reason

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,24 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from hetsched.cli import app
-from hetsched.loop import LoopConfig, continue_run, ensure_run, load_result, run_recorded, run_rounds
-from hetsched.model import InputError, Mapping, NodeTrace, Placement, Probe, Proposal, RoundRecord, Trace, VramPoint
+from hetsched.loop import LoopConfig, continue_run, ensure_run, load_result, run_key, run_recorded, run_rounds
+from hetsched.model import (
+    Attempt,
+    DecisionRecord,
+    Infeasibility,
+    InfeasibleKind,
+    InputError,
+    Mapping,
+    NodeTrace,
+    Placement,
+    Probe,
+    ProbeRequest,
+    Proposal,
+    RoundRecord,
+    RunKey,
+    Trace,
+    VramPoint,
+)
 from hetsched.model.files import load_scenario
 from hetsched.policies import _REGISTRY, Policy, make_policy, policy_names
 from hetsched.store import (
@@ -37,51 +54,63 @@ from hetsched.store import (
 # ---------------------------------------------------------------------------- a policy to resume
 class Walker(Policy):
     """Test policy whose every decision depends on the history: it proposes the best measured
-    mapping so far, probes one neighbour of it per round through ``ctx.run_probe``, and leaves
-    a decider-style transcript (with a rejected first attempt every third round and a fallback
-    every fifth) and observations in ``Proposal.info``."""
+    mapping so far, asks the loop to probe one neighbour of it per round, and leaves a
+    decider-style record (with a rejected first attempt every third round and a fallback every
+    fifth) with observations."""
 
     name = "walker"
     adaptive = True
     interrupt_at: int | None = None  # class-level switch so CLI-built instances can be told to stop
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
-        r = len(history)
-        if Walker.interrupt_at is not None and r == Walker.interrupt_at:
-            raise KeyboardInterrupt
-        sc = self.ctx.scenario
+    def _best(self, history: Sequence[RoundRecord]) -> Mapping:
         measured = [(x.trace.e2e_ms, x.mapping) for x in history if x.trace.feasible and x.trace.e2e_ms]
         measured += [(p.trace.e2e_ms, p.mapping) for x in history for p in x.probes
                      if p.trace.feasible and p.trace.e2e_ms]
-        best = min(measured, key=lambda t: t[0])[1] if measured else sc.uniform(Placement.CPU)
+        return min(measured, key=lambda t: t[0])[1] if measured else self.ctx.scenario.uniform(Placement.CPU)
+
+    def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe]) -> ProbeRequest | None:
+        if probes:
+            return None
+        r = len(history)
+        sc = self.ctx.scenario
+        best = self._best(history)
         nodes = sc.workflow.node_ids
         node = nodes[(r + self.ctx.seed) % len(nodes)]
         allowed = sc.allowed(node)
         target = allowed[(allowed.index(best[node]) + 1) % len(allowed)]
-        probe = None
-        if self.ctx.run_probe is not None and target != best[node]:
-            probe = self.ctx.run_probe("reprobe", best, best.moved(node, target), f"{node}: {best[node].value} -> "
-                                       f"{target.value}")
-        transcript: list[dict[str, Any]] = []
+        if target == best[node]:
+            return None
+        return ProbeRequest("reprobe", best, best.moved(node, target), f"{node}: {best[node].value} -> {target.value}")
+
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Any = None
+    ) -> Proposal:
+        r = len(history)
+        if Walker.interrupt_at is not None and r == Walker.interrupt_at:
+            raise KeyboardInterrupt
+        best = self._best(history)
+        node = self.ctx.scenario.workflow.node_ids[(r + self.ctx.seed) % len(self.ctx.scenario.workflow.node_ids)]
+        probe = probes[0] if probes else None
+        attempts: list[Attempt] = []
         if r % 3 == 0:
-            transcript.append({"attempt": 0, "prompt": f"round {r} [bold]prompt[/]", "reply": "{not json",
-                               "reasoning": "", "prompt_tokens": 120 + r, "completion_tokens": 7,
-                               "latency_ms": 12.5, "error": "reply is not JSON"})
-        transcript.append({"attempt": len(transcript), "prompt": f"round {r} prompt", "reply": json.dumps(
-            best.to_dict()), "reasoning": "best measured", "prompt_tokens": 130 + r, "completion_tokens": None,
-            "latency_ms": 10.0 + r, "error": ""})
+            attempts.append(Attempt(1, f"round {r} [bold]prompt[/]", "{not json", "", 120 + r, 7, 12.5,
+                                    "reply is not JSON"))
+        attempts.append(Attempt(len(attempts) + 1, f"round {r} prompt", json.dumps(best.to_dict()), "best measured",
+                                130 + r, None, 10.0 + r, ""))
         return Proposal(
             best,
             rationale=f"best measured after {r} rounds",
-            info={
-                "decider": "scripted",
-                "model": None,
-                "transcript": transcript,
-                "fallback": r % 5 == 4,
-                "fallback_reason": "validation failed twice" if r % 5 == 4 else "",
-                "observations": [{"kind": "latency", "node": node, "probe_e2e_ms": probe.trace.e2e_ms if probe else None}],
-                "probes_spent": r + (probe is not None),
-            },
+            decision=DecisionRecord(
+                decider="scripted",
+                attempts=tuple(attempts),
+                fallback=r % 5 == 4,
+                fallback_reason="validation failed twice" if r % 5 == 4 else "",
+                observations=({"kind": "latency", "node": node,
+                               "probe_e2e_ms": probe.trace.e2e_ms if probe else None},),
+                observations_text=f"round {r}: [red]observed[/]",
+                probes_spent=len(probes),
+            ),
+            info={"walker_round": r},
         )
 
     def converged(self, history: Sequence[RoundRecord]) -> bool:
@@ -111,7 +140,7 @@ def interrupting_recorder(at_round: int, exc: BaseException) -> Any:
 def test_recorded_run_reads_back_equal(tmp_path: Path, walker_registered: None) -> None:
     sc = load_scenario("vram_3way")
     with RunStore(tmp_path / "s.sqlite") as st:
-        result = run_recorded(sc, Walker(), LoopConfig(rounds=7, seed=3), store=st, options={})
+        result = run_recorded(run_key(sc, "walker", LoopConfig(rounds=7, seed=3)), Walker(), store=st)
         assert result.run_id is not None
         stored = st.load(result.run_id)
         assert stored.rounds == result.rounds
@@ -119,18 +148,18 @@ def test_recorded_run_reads_back_equal(tmp_path: Path, walker_registered: None) 
         info = stored.info
         assert (info.status, info.rounds_done, info.rounds_planned, info.seed, info.policy) == (
             "finished", 7, 7, 3, "walker")
-        assert info.oracle_mapping == result.oracle_mapping and info.oracle_e2e_ms == result.oracle_e2e_ms
+        assert info.reference is None  # a run needs no oracle; reports store their reference
         feasible = [r.trace.e2e_ms for r in result.rounds if r.trace.feasible and r.trace.e2e_ms is not None]
         assert info.best_e2e_ms == min(feasible)
         # the normalized tables carry the contract fields for SQL queries
         entries = st.transcript(result.run_id)
-        assert len(entries) == sum(len(r.proposal.info["transcript"]) for r in result.rounds)
-        assert [e.error for e in entries if e.error] == ["reply is not JSON"] * 3  # rounds 0, 3, 6
+        assert len(entries) == sum(len(r.proposal.decision.attempts) for r in result.rounds if r.proposal.decision)
+        assert [e.error for _, e in entries if e.error] == ["reply is not JSON"] * 3  # rounds 0, 3, 6
         raw = sqlite3.connect(st.path)
         assert raw.execute("SELECT COUNT(*) FROM validation_errors").fetchone()[0] == 3
         assert raw.execute("SELECT round FROM fallbacks").fetchall() == [(4,)]
         assert raw.execute("SELECT SUM(prompt_tokens) FROM rounds").fetchone()[0] == sum(
-            e.prompt_tokens or 0 for e in entries)
+            e.prompt_tokens or 0 for _, e in entries)
         assert raw.execute("SELECT COUNT(*) FROM probes").fetchone()[0] == sum(len(r.probes) for r in result.rounds)
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert load_result(st, result.run_id).rounds == result.rounds
@@ -154,48 +183,47 @@ def traces(draw: st.DrawFn) -> Trace:
             nodes[n] = NodeTrace(node=n, tool=draw(st.text(min_size=1, max_size=10)), placement=mapping[n],
                                  ready_ms=t[0], admitted_ms=t[1], start_ms=t[2], end_ms=t[3], load_ms=draw(finite))
     timeline = tuple(VramPoint(t, u) for t, u in draw(st.lists(st.tuples(finite, finite), max_size=5)))
+    infeasibility = None if feasible else Infeasibility(draw(st.sampled_from(list(InfeasibleKind))),
+                                                        draw(st.text(max_size=60)))
     return Trace(mapping=mapping, feasible=feasible, e2e_ms=draw(finite) if feasible else None, nodes=nodes,
-                 vram_timeline=timeline, reason="" if feasible else draw(st.text(max_size=60)),
+                 vram_timeline=timeline, infeasibility=infeasibility,
                  vram_budget_mb=draw(finite), seed=draw(st.none() | st.integers(0, 2**31 - 1)),
-                 executor=draw(st.sampled_from(["sim", "local"])))
+                 executor=draw(st.sampled_from(["sim", "local"])),
+                 notes=tuple(draw(st.lists(st.text(max_size=20), max_size=2))))
 
 
 @st.composite
-def transcript_entries(draw: st.DrawFn) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "attempt": draw(st.integers(0, 5)), "prompt": draw(st.text(max_size=200)),
-        "reply": draw(st.text(max_size=100)), "reasoning": draw(st.text(max_size=50)),
-        "prompt_tokens": draw(st.none() | st.integers(0, 10**6)),
-        "completion_tokens": draw(st.none() | st.integers(0, 10**6)),
-        "latency_ms": draw(st.none() | finite), "error": draw(st.text(max_size=40)),
-    }
-    # off-contract entries must survive too: a missing key, a mistyped field, extra keys
-    for key in draw(st.lists(st.sampled_from(sorted(entry)), max_size=2, unique=True)):
-        if draw(st.booleans()):
-            del entry[key]
-        else:
-            entry[key] = draw(json_value)
-    entry.update(draw(st.dictionaries(st.text(max_size=8).filter(lambda k: k not in entry), json_value, max_size=2)))
-    return entry
+def attempts(draw: st.DrawFn) -> Attempt:
+    return Attempt(
+        attempt=draw(st.integers(1, 5)), prompt=draw(st.text(max_size=200)), reply=draw(st.text(max_size=100)),
+        reasoning=draw(st.text(max_size=50)), prompt_tokens=draw(st.none() | st.integers(0, 10**6)),
+        completion_tokens=draw(st.none() | st.integers(0, 10**6)), latency_ms=draw(st.none() | finite),
+        error=draw(st.text(max_size=40)),
+    )
+
+
+@st.composite
+def decision_records(draw: st.DrawFn) -> DecisionRecord:
+    return DecisionRecord(
+        decider=draw(st.text(min_size=1, max_size=10)), model=draw(st.none() | st.text(max_size=10)),
+        attempts=tuple(draw(st.lists(attempts(), max_size=3))), fallback=draw(st.booleans()),
+        fallback_reason=draw(st.text(max_size=40)),
+        observations=tuple(draw(st.lists(st.dictionaries(st.text(max_size=6), json_value, max_size=3), max_size=3))),
+        observations_text=draw(st.text(max_size=80)), probes_spent=draw(st.integers(0, 9)),
+        cold_start=draw(st.booleans()),
+    )
 
 
 @st.composite
 def round_records(draw: st.DrawFn) -> RoundRecord:
     trace = draw(traces())
-    info: dict[str, Any] = draw(st.dictionaries(st.sampled_from(["decider", "model", "fallback", "fallback_reason",
-                                                                 "probes_spent", "custom"]), json_value, max_size=4))
-    if draw(st.booleans()):
-        info["transcript"] = draw(st.lists(transcript_entries(), max_size=3))
-    if draw(st.booleans()):
-        info["observations"] = draw(st.lists(st.dictionaries(st.text(max_size=6), json_value, max_size=3),
-                                             max_size=3))
-    elif draw(st.booleans()):
-        info["observations"] = draw(json_value)  # not a list of records: stays in info_json as is
+    info: dict[str, Any] = draw(st.dictionaries(st.text(max_size=8), json_value, max_size=4))
+    decision = draw(st.none() | decision_records())
     probes = tuple(Probe(kind=draw(st.sampled_from(["reprobe", "swap"])), base=draw(traces()).mapping,
                          trace=draw(traces()), note=draw(st.text(max_size=30)))
                    for _ in range(draw(st.integers(0, 2))))
-    return RoundRecord(round=0, proposal=Proposal(trace.mapping, draw(st.text(max_size=50)), info), trace=trace,
-                       probes=probes)
+    return RoundRecord(round=0, proposal=Proposal(trace.mapping, draw(st.text(max_size=50)), decision, info),
+                       trace=trace, probes=probes)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -203,7 +231,7 @@ def round_records(draw: st.DrawFn) -> RoundRecord:
 def test_round_record_round_trip(tmp_path_factory: pytest.TempPathFactory, record: RoundRecord) -> None:
     path = tmp_path_factory.getbasetemp() / "roundtrip.sqlite"
     with RunStore(path) as store:
-        run_id = store.create_run(load_scenario("chain"), "walker", rounds=1)
+        run_id = store.create_run(RunKey(load_scenario("chain"), "walker", rounds=1))
         store.record_round(run_id, record)
         assert store.rounds(run_id) == [record]
 
@@ -222,13 +250,13 @@ def test_interrupted_run_loses_nothing_and_resumes_to_the_same_rounds(
         if how == "policy":  # Ctrl-C while the policy decides round k: rounds 0..k-1 are stored
             Walker.interrupt_at = k
             with pytest.raises(KeyboardInterrupt):
-                run_recorded(sc, Walker(), config, store=st)
+                run_recorded(run_key(sc, "walker", config), Walker(), store=st)
             Walker.interrupt_at = None
             stored_rounds, reason = k, "KeyboardInterrupt"
         else:  # a recorder after the store fails at round k: round k itself is already stored
             exc: BaseException = KeyboardInterrupt() if how == "recorder" else Interrupt("disk full")
             with pytest.raises(type(exc)):
-                run_recorded(sc, Walker(), config, store=st, recorder=interrupting_recorder(k, exc))
+                run_recorded(run_key(sc, "walker", config), Walker(), store=st, recorder=interrupting_recorder(k, exc))
             stored_rounds = k + 1
             reason = "KeyboardInterrupt" if how == "recorder" else "Interrupt: disk full"
         (info,) = st.runs()
@@ -251,7 +279,8 @@ def test_resume_at_the_early_stop_round_stops_like_the_uninterrupted_run(
     assert len(reference) == 6
     with RunStore(tmp_path / "s.sqlite") as st:
         with pytest.raises(KeyboardInterrupt):  # interrupted after storing the last round, before the stop check
-            run_recorded(sc, Walker(), config, store=st, recorder=interrupting_recorder(5, KeyboardInterrupt()))
+            run_recorded(run_key(sc, "walker", config), Walker(), store=st,
+                         recorder=interrupting_recorder(5, KeyboardInterrupt()))
         run_id = st.runs()[0].id
         assert continue_run(st, run_id).rounds == reference
         info = st.run(run_id)
@@ -269,7 +298,8 @@ def test_every_registered_policy_resumes_to_the_same_rounds(tmp_path: Path, name
         pytest.skip(f"policy {name} needs an optional dependency: {exc}")
     with RunStore(tmp_path / "s.sqlite") as st:
         with pytest.raises(KeyboardInterrupt):
-            run_recorded(sc, make_policy(name), config, store=st, recorder=interrupting_recorder(2, KeyboardInterrupt()))
+            run_recorded(run_key(sc, name, config), make_policy(name), store=st,
+                         recorder=interrupting_recorder(2, KeyboardInterrupt()))
         run_id = st.runs()[0].id
         assert decisions(continue_run(st, run_id).rounds) == decisions(reference)
 
@@ -278,10 +308,10 @@ def decisions(rounds: Sequence[RoundRecord]) -> list[RoundRecord]:
     """Rounds without the one thing a replay cannot reproduce: decider wall-clock latency."""
     out = []
     for r in rounds:
-        info = dict(r.proposal.info)
-        if isinstance(info.get("transcript"), list):
-            info["transcript"] = [{k: v for k, v in e.items() if k != "latency_ms"} for e in info["transcript"]]
-        out.append(RoundRecord(r.round, Proposal(r.mapping, r.proposal.rationale, info), r.trace, r.probes))
+        d = r.proposal.decision
+        if d is not None:
+            d = replace(d, attempts=tuple(replace(a, latency_ms=None) for a in d.attempts))
+        out.append(RoundRecord(r.round, replace(r.proposal, decision=d), r.trace, r.probes))
     return out
 
 
@@ -289,22 +319,22 @@ def test_ensure_run_skips_finished_work_and_resumes_interrupted(tmp_path: Path, 
     sc = load_scenario("fanout")
     config = LoopConfig(rounds=5, seed=0)
     with RunStore(tmp_path / "s.sqlite") as st:
-        first_id, how = ensure_run(st, sc, "walker", config=config, experiment="bench-1")
+        first_id, how = ensure_run(st, run_key(sc, "walker", config, experiment="bench-1"))
         assert how == "ran"
-        assert ensure_run(st, sc, "walker", config=config, experiment="bench-1") == (first_id, "reused")
+        assert ensure_run(st, run_key(sc, "walker", config, experiment="bench-1")) == (first_id, "reused")
         assert len(st.runs()) == 1
         first = load_result(st, first_id)
         # another experiment, seed or scenario content is another run
-        other, _ = ensure_run(st, sc, "walker", config=LoopConfig(rounds=5, seed=1), experiment="bench-1")
+        other, _ = ensure_run(st, run_key(sc, "walker", LoopConfig(rounds=5, seed=1), experiment="bench-1"))
         changed = sc.model_copy(update={"machine": sc.machine.model_copy(update={"cpu_cores": 3})})
-        moved, _ = ensure_run(st, changed, "walker", config=config, experiment="bench-1")
+        moved, _ = ensure_run(st, run_key(changed, "walker", config, experiment="bench-1"))
         assert len({first_id, other, moved}) == 3
         # an interrupted one is continued, not restarted
         Walker.interrupt_at = 2
         with pytest.raises(KeyboardInterrupt):
-            ensure_run(st, sc, "walker", config=config, experiment="bench-2")
+            ensure_run(st, run_key(sc, "walker", config, experiment="bench-2"))
         Walker.interrupt_at = None
-        resumed_id, how = ensure_run(st, sc, "walker", config=config, experiment="bench-2")
+        resumed_id, how = ensure_run(st, run_key(sc, "walker", config, experiment="bench-2"))
         assert how == "resumed"
         assert load_result(st, resumed_id).rounds == first.rounds
         assert len(st.runs(experiment="bench-2")) == 1
@@ -313,7 +343,7 @@ def test_ensure_run_skips_finished_work_and_resumes_interrupted(tmp_path: Path, 
 def test_resume_checks(tmp_path: Path, walker_registered: None) -> None:
     sc = load_scenario("chain")
     with RunStore(tmp_path / "s.sqlite") as st:
-        done = run_recorded(sc, Walker(), LoopConfig(rounds=3), store=st)
+        done = run_recorded(run_key(sc, "walker", LoopConfig(rounds=3)), Walker(), store=st)
         assert done.run_id is not None
         with pytest.raises(InputError, match="cannot continue it with 'all-gpu'"):
             continue_run(st, done.run_id, policy=make_policy("all-gpu"))
@@ -330,7 +360,7 @@ def test_resume_checks(tmp_path: Path, walker_registered: None) -> None:
 def test_running_run_of_a_live_process_is_not_taken_over_and_a_dead_one_is_stale(tmp_path: Path) -> None:
     sc = load_scenario("chain")
     with RunStore(tmp_path / "s.sqlite") as st:
-        run_id = st.create_run(sc, "all-gpu", rounds=2)
+        run_id = st.create_run(RunKey(sc, "all-gpu", rounds=2))
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         try:
             st._conn().execute("UPDATE runs SET pid = ? WHERE id = ?", (sleeper.pid, run_id))
@@ -349,7 +379,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from hetsched.loop import LoopConfig, run_recorded
+    from hetsched.loop import LoopConfig, run_key, run_recorded
     from hetsched.model.files import load_scenario
     from hetsched.policies import make_policy
     from hetsched.store import RunStore
@@ -360,7 +390,8 @@ WRITER = textwrap.dedent(
     sc = load_scenario("fanout")
     for seed in range(4):
         for policy in ("all-cpu", "oracle"):
-            run_recorded(sc, make_policy(policy), LoopConfig(rounds=15, seed=seed), store=store, experiment=tag)
+            run_recorded(run_key(sc, policy, LoopConfig(rounds=15, seed=seed), experiment=tag), make_policy(policy),
+                         store=store)
     print("ok")
     """
 )
@@ -393,7 +424,8 @@ def test_newer_schema_is_refused_and_foreign_files_are_named(tmp_path: Path) -> 
     RunStore(path).close()
     with sqlite3.connect(path) as raw:
         raw.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match=r"has schema version 99, but this hetsched .* knows versions up to 1"):
+    with pytest.raises(StoreError, match=rf"has schema version 99, but this hetsched .* knows versions up to "
+                                         rf"{schema.SCHEMA_VERSION}"):
         RunStore(path)
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as raw:
@@ -415,18 +447,20 @@ def test_older_schema_is_migrated_in_place_or_refused_without_a_path(
 ) -> None:
     path = tmp_path / "s.sqlite"
     with RunStore(path) as st:
-        run_id = run_recorded(load_scenario("chain"), make_policy("all-gpu"), LoopConfig(rounds=2), store=st).run_id
+        run_id = run_recorded(run_key(load_scenario("chain"), "all-gpu", LoopConfig(rounds=2)), store=st).run_id
         assert run_id is not None
         before = st.rounds(run_id)
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(schema.MIGRATIONS, 1, lambda conn: conn.execute("ALTER TABLE runs ADD COLUMN label TEXT"))
+    now = schema.SCHEMA_VERSION
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 1)
+    monkeypatch.setitem(schema.MIGRATIONS, now, lambda conn: conn.execute("ALTER TABLE runs ADD COLUMN label TEXT"))
     with RunStore(path) as st:
         assert st.rounds(run_id) == before
         raw = st._conn()
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == now + 1
         assert "label" in [r[1] for r in raw.execute("PRAGMA table_info(runs)")]
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 4)
-    with pytest.raises(StoreError, match=r"has schema version 2; this hetsched .* uses 4 and has no migration from 2"):
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", now + 3)
+    with pytest.raises(StoreError, match=rf"has schema version {now + 1}; this hetsched .* uses {now + 3} and has "
+                                         rf"no migration from {now + 1}"):
         RunStore(path)
 
 
@@ -445,7 +479,7 @@ def test_secrets_are_never_written(tmp_path: Path) -> None:
                                        "server": {"base_url": "http://127.0.0.1:8080/v1"}}
     path = tmp_path / "s.sqlite"
     with RunStore(path) as st:
-        run_id = st.create_run(load_scenario("chain"), "agentic", options=options)
+        run_id = st.create_run(RunKey(load_scenario("chain"), "agentic", options=options))
         assert st.run(run_id).options == public_options(options)
     data = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())  # the file, its -wal and -shm
     assert b"sk-SECRET" not in data
@@ -453,10 +487,10 @@ def test_secrets_are_never_written(tmp_path: Path) -> None:
 
 def test_non_json_info_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     sc = load_scenario("chain")
-    trace = Trace(mapping=sc.uniform(Placement.CPU), feasible=False, e2e_ms=None, reason="x")
-    bad = RoundRecord(round=0, proposal=Proposal(trace.mapping, "", {"decider": object()}), trace=trace)
+    trace = Trace.refused(sc.uniform(Placement.CPU), Infeasibility(InfeasibleKind.TOOL_ERROR, "x"))
+    bad = RoundRecord(round=0, proposal=Proposal(trace.mapping, "", info={"decider": object()}), trace=trace)
     with RunStore(tmp_path / "s.sqlite") as st:
-        run_id = st.create_run(sc, "all-cpu", rounds=1)
+        run_id = st.create_run(RunKey(sc, "all-cpu", rounds=1))
         with pytest.raises(NotJsonReady, match=r"round 0 Proposal.info: cannot store a object"):
             st.record_round(run_id, bad)
         assert st.run(run_id).rounds_done == 0
@@ -494,7 +528,8 @@ def test_cli_records_lists_and_shows(tmp_path: Path, cli_commands: None, walker_
     exported = json.loads(cli("show-run", run_id, "--json").stdout)
     with RunStore(path) as st:
         assert [r["round"] for r in exported["rounds"]] == list(range(7))
-        assert exported["rounds"][3]["info"] == st.rounds(run_id)[3].proposal.info
+        assert exported["rounds"][3]["info"] == st.rounds(run_id)[3].proposal.info == {"walker_round": 3}
+        assert exported["rounds"][3]["decision"]["transcript"][0]["error"] == "reply is not JSON"
     assert json.loads(cli("run", "chain", "--rounds", "1", "--json").stdout)["rounds"]  # stdout stays pure JSON
     cli("run", "chain", "--rounds", "1", "--no-store")
     assert len(json.loads(cli("runs", "--json").stdout)) == 2

@@ -1,26 +1,54 @@
-"""The rounds loop: propose -> feasibility check -> execute -> record, R times.
+"""The rounds loop, the only part of hetsched that executes anything:
+probe -> observe -> propose -> check -> execute -> record, R times.
 
-Owns the per-round seeds, binds what-if probes to the executor, and hands every finished
-round to an optional recorder (the run store) as soon as it completes, so an interrupted run
-loses nothing. :func:`run_recorded`, :func:`continue_run` and :func:`ensure_run` drive a run
-through the run store (``hetsched.store``) and mark it finished or interrupted; a resumed run
-replays to the same rounds as an uninterrupted one because every seed derives from
-(run seed, round, probe) and policies decide from (context, history). Imports the model,
-policies, the simulator (default executor), the oracle and the store.
+Each round the loop asks the policy for what-if probes (``Policy.next_probe``) and executes
+each one, has the policy's runtime monitor (if it has one) observe the history and the probes
+(``Monitor.observe``: passive, it reads traces and returns observations), asks for the round's
+mapping (``Policy.propose``, given those observations), refuses it without executing when the
+scenario's static check rules it out, executes it, and hands the finished round (probes,
+proposal with its decision record, trace) to an optional recorder (the run store) before the
+next round starts, so an interrupted run loses nothing.
+
+:func:`run_recorded`, :func:`continue_run` and :func:`ensure_run` drive a run through the run
+store (``hetsched.store``) by its :class:`~hetsched.model.RunKey`; a resumed run replays to the
+same rounds as an uninterrupted one because every seed derives from (run seed, round, probe)
+and policies decide from (context, history, probes). A run needs no oracle: references are
+computed for reports only (``hetsched.sim.reference``).
+
+Imports the model, the policies, the monitor, the executors (``hetsched.exec``, the simulator)
+and the store.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hetsched.model import Executor, InputError, Mapping, Probe, Proposal, RoundRecord, Scenario, Trace
+from hetsched.exec import Executor, make_executor
+from hetsched.model import (
+    SIM,
+    ExecutorSpec,
+    InputError,
+    Mapping,
+    Planner,
+    Probe,
+    Proposal,
+    Reference,
+    RoundRecord,
+    RunKey,
+    Scenario,
+    Trace,
+)
+from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
-from hetsched.policies.oracle import solve
-from hetsched.sim import Simulator
+from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunStore, StoreError
+
+DEFAULT_MAX_PROBES_PER_ROUND = 64
+"""The loop's own cap on probes in one round, whatever a policy asks (a safety net; policies
+keep their own, smaller budgets)."""
 
 
 def round_seed(seed: int, round_index: int, probe_index: int = -1) -> int:
@@ -39,12 +67,16 @@ class LoopConfig:
     stop_after: int = 0
     """Stop early once the mapping has been unchanged for this many rounds and the policy says
     it has converged (0: never stop early)."""
+    max_probes_per_round: int = DEFAULT_MAX_PROBES_PER_ROUND
+    """Most probes the loop executes in one round, whatever the policy asks (0: no probes)."""
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if self.stop_after < 0:
             raise ValueError(f"stop_after must be >= 0, got {self.stop_after}")
+        if self.max_probes_per_round < 0:
+            raise ValueError(f"max_probes_per_round must be >= 0, got {self.max_probes_per_round}")
 
 
 @dataclass
@@ -52,24 +84,53 @@ class RunResult:
     """A finished (or resumed-and-finished) run."""
 
     scenario: Scenario
+    """The scenario it ran."""
     policy: str
-    oracle_mapping: Mapping
-    oracle_e2e_ms: float
+    """Policy name."""
     rounds: list[RoundRecord] = field(default_factory=list)
+    """Rounds in order."""
     run_id: str | None = None
     """Id in the run store when the run was recorded there."""
+    executor: str = SIM.name
+    """Name of the executor the rounds ran on."""
+    reference: Reference | None = None
+    """The mapping reports compare against (set by the caller for reporting; None: not computed)."""
 
-    def best(self) -> RoundRecord | None:
-        """The feasible round with the lowest measured E2E."""
+    @property
+    def best_round(self) -> RoundRecord | None:
+        """The feasible round with the lowest measured E2E (the first on ties)."""
         ok = [r for r in self.rounds if r.trace.feasible and r.trace.e2e_ms is not None]
         return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
 
+    @property
+    def feasible_rounds(self) -> int:
+        """Rounds whose mapping ran to completion."""
+        return sum(1 for r in self.rounds if r.trace.feasible)
+
+    def __repr__(self) -> str:
+        best = self.best_round
+        what = "no feasible round" if best is None else f"best E2E {best.trace.e2e_ms:.1f} ms in round {best.round}"
+        ref = "" if self.reference is None else f", {self.reference.label} {self.reference.e2e_ms:.1f} ms"
+        rid = "" if self.run_id is None else f", run {self.run_id}"
+        return (f"RunResult({self.policy!r} on {self.scenario.name!r}, {len(self.rounds)} rounds on "
+                f"{self.executor}, {what}{ref}{rid})")
+
     def to_dict(self) -> dict[str, object]:
-        """The ``hetsched run --json`` object."""
+        """The ``hetsched run --json`` object.
+
+        ``oracle`` is the exact optimum when the reference is the oracle, else null; ``reference``
+        says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``), or
+        is null when none was.
+        """
+        ref = self.reference
         return {
             "scenario": self.scenario.name,
             "policy": self.policy,
-            "oracle": {"mapping": self.oracle_mapping.to_dict(), "e2e_ms": self.oracle_e2e_ms},
+            "executor": self.executor,
+            "run_id": self.run_id,
+            "oracle": {"mapping": ref.mapping.to_dict(), "e2e_ms": ref.e2e_ms} if ref is not None and ref.exact
+            else None,
+            "reference": None if ref is None else ref.to_dict(),
             "rounds": [
                 {
                     "round": r.round,
@@ -77,6 +138,7 @@ class RunResult:
                     "e2e_ms": r.trace.e2e_ms,
                     "feasible": r.trace.feasible,
                     "reason": r.trace.reason,
+                    "infeasible_kind": None if r.trace.kind is None else r.trace.kind.value,
                     "probes": len(r.probes),
                 }
                 for r in self.rounds
@@ -94,39 +156,36 @@ def run_rounds(
     executor: Executor | None = None,
     recorder: Recorder | None = None,
     history: Sequence[RoundRecord] = (),
+    planner: Planner | None = None,
 ) -> RunResult:
     """Run ``config.rounds`` rounds of ``policy`` on ``scenario`` (continuing ``history``).
 
-    Each proposal is validated against the scenario (a malformed mapping from a policy is a
-    bug and raises :class:`~hetsched.model.MappingError`); infeasible ones are recorded with
+    ``executor`` defaults to the noisy simulator; ``planner`` (the model's noise-free
+    predictions handed to the policy) to the simulator's. Nothing is recorded unless a
+    ``recorder`` is given: :func:`run_recorded` records into the run store. Each proposal and
+    probe is validated against the scenario (a malformed mapping from a policy is a bug and
+    raises :class:`~hetsched.model.MappingError`); statically infeasible ones are recorded with
     their reason and not executed.
     """
-    executor = executor or Simulator(scenario, noise=True)
-    oracle = solve(scenario, ranking=False)
+    executor = executor or make_executor(SIM, scenario)
+    planner = planner or SimPlanner(scenario)
     rounds: list[RoundRecord] = list(history)
-    probes: list[Probe] = []
-    current = {"round": len(rounds)}
-
-    def run_probe(kind: str, base: Mapping, mapping: Mapping, note: str) -> Probe:
-        mapping = scenario.validate_mapping(mapping, where=f"{kind} probe")
-        seed = round_seed(config.seed, current["round"], len(probes))
-        probe = Probe(kind=kind, base=base, trace=_execute(scenario, executor, mapping, seed), note=note)
-        probes.append(probe)
-        return probe
-
-    policy.reset(PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, run_probe=run_probe))
-    result = RunResult(scenario, policy.name, oracle.best, oracle.e2e_ms, rounds)
+    ctx = PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, planner=planner,
+                        probes=config.max_probes_per_round > 0)
+    policy.reset(ctx)
+    result = RunResult(scenario, policy.name, rounds, executor=executor.name)
     # a continued history may end exactly where the uninterrupted run would have stopped early
     if rounds and config.stop_after and _stable(rounds, config.stop_after) and policy.converged(rounds):
         return result
     while len(rounds) < config.rounds:
         r = len(rounds)
-        current["round"] = r
-        probes.clear()
-        proposal: Proposal = policy.propose(rounds)
+        probes = _probe(scenario, policy, executor, rounds, config, r)
+        monitor: Monitor | None = policy.monitor
+        observations = None if monitor is None else monitor.observe(rounds, probes)
+        proposal: Proposal = policy.propose(rounds, probes, observations)
         mapping = scenario.validate_mapping(proposal.mapping, where=f"policy {policy.name!r} round {r}")
         trace = _execute(scenario, executor, mapping, round_seed(config.seed, r))
-        record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=tuple(probes))
+        record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=probes)
         rounds.append(record)
         if recorder is not None:
             recorder(record)
@@ -135,18 +194,26 @@ def run_rounds(
     return result
 
 
+def _probe(
+    scenario: Scenario, policy: Policy, executor: Executor, rounds: Sequence[RoundRecord], config: LoopConfig, r: int
+) -> tuple[Probe, ...]:
+    """Execute the what-if probes the policy asks for before round ``r``'s decision."""
+    probes: list[Probe] = []
+    while len(probes) < config.max_probes_per_round:
+        request = policy.next_probe(rounds, tuple(probes))
+        if request is None:
+            break
+        mapping = scenario.validate_mapping(request.mapping, where=f"{request.kind} probe")
+        trace = _execute(scenario, executor, mapping, round_seed(config.seed, r, len(probes)))
+        probes.append(Probe(kind=request.kind, base=request.base, trace=trace, note=request.note))
+    return tuple(probes)
+
+
 def _execute(scenario: Scenario, executor: Executor, mapping: Mapping, seed: int) -> Trace:
-    reason = scenario.infeasibility(mapping)
-    if reason:  # never hand an OOM mapping to a real executor
-        return Trace(
-            mapping=mapping,
-            feasible=False,
-            e2e_ms=None,
-            reason=reason,
-            vram_budget_mb=scenario.machine.vram_budget_mb,
-            seed=seed,
-            executor=executor.name,
-        )
+    refused = scenario.infeasibility(mapping)
+    if refused is not None:  # never hand an OOM mapping to a real executor
+        return Trace.refused(mapping, refused, vram_budget_mb=scenario.machine.vram_budget_mb, seed=seed,
+                             executor=executor.name)
     return executor.run(mapping, seed=seed)
 
 
@@ -158,39 +225,38 @@ def _stable(rounds: Sequence[RoundRecord], k: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the run store
-def _run_identity(
-    options: dict[str, Any] | None, config: LoopConfig, executor: Executor | None, experiment: str
-) -> dict[str, Any]:
-    """What identifies a stored run besides its scenario and policy (shared by create and find)."""
-    return {
-        "options": options,
-        "seed": config.seed,
-        "rounds": config.rounds,
-        "stop_after": config.stop_after,
-        "executor": executor.name if executor is not None else Simulator.name,
-        "experiment": experiment,
-    }
+def run_key(
+    scenario: Scenario,
+    policy: str,
+    config: LoopConfig = LoopConfig(),
+    *,
+    options: dict[str, Any] | None = None,
+    executor: ExecutorSpec = SIM,
+    experiment: str = "",
+) -> RunKey:
+    """The :class:`~hetsched.model.RunKey` of a run driven with ``config`` (its rounds, seed, early stop)."""
+    return RunKey(scenario=scenario, policy=policy, options=dict(options or {}), seed=config.seed,
+                  rounds=config.rounds, stop_after=config.stop_after, executor=executor, experiment=experiment)
 
 
 def run_recorded(
-    scenario: Scenario,
-    policy: Policy,
-    config: LoopConfig = LoopConfig(),
+    key: RunKey,
+    policy: Policy | None = None,
     *,
     store: RunStore,
-    options: dict[str, Any] | None = None,
     executor: Executor | None = None,
-    experiment: str = "",
     recorder: Recorder | None = None,
 ) -> RunResult:
-    """Create a run in ``store`` and drive it to the end, writing each round as it completes.
+    """Create the run ``key`` in ``store`` and drive it to the end, writing each round as it completes.
 
-    ``options`` are the keyword options ``policy`` was built with (``make_policy(name,
-    **options)``); they are stored (secrets removed) so :func:`continue_run` can rebuild it.
-    On any exception (Ctrl-C included) the run is marked ``interrupted`` and the exception
-    propagates; the rounds already done stay stored.
+    ``policy`` defaults to ``make_policy(key.policy, **key.options)`` (give it when its options
+    are not JSON, e.g. a decider object); ``executor`` to ``make_executor(key.executor)``. On any
+    exception (Ctrl-C included) the run is marked ``interrupted`` and the exception propagates;
+    the rounds already done stay stored.
     """
-    run_id = store.create_run(scenario, policy.name, **_run_identity(options, config, executor, experiment))
+    if policy is not None and policy.name != key.policy:
+        raise InputError(f"run key names policy {key.policy!r}, but the policy given is {policy.name!r}")
+    run_id = store.create_run(key)
     return continue_run(store, run_id, policy=policy, executor=executor, recorder=recorder)
 
 
@@ -205,11 +271,11 @@ def continue_run(
 ) -> RunResult:
     """Continue a stored run from its recorded rounds to its planned rounds (``hetsched run --resume``).
 
-    The policy is rebuilt from the stored name and options unless given (give it when its
-    options are not JSON, e.g. a decider object); the executor defaults to the noisy simulator
-    and must match the stored executor name. ``rounds`` changes the planned rounds (not below
-    the rounds done). The same scenario, seed and early-stop setting are used, so the rounds
-    equal those of an uninterrupted run. A finished run is returned as stored (nothing runs).
+    The policy is rebuilt from the stored name and options unless given, and the executor from
+    the stored :class:`~hetsched.model.ExecutorSpec` unless given (then its name must match).
+    ``rounds`` changes the planned rounds (not below the rounds done). The same scenario, seed
+    and early-stop setting are used, so the rounds equal those of an uninterrupted run. A
+    finished run is returned as stored (nothing runs).
     """
     info = store.run(run_id)
     run_id = info.id
@@ -217,9 +283,9 @@ def continue_run(
         raise StoreError(
             f"run {run_id} is being driven by process {info.pid} on {info.host}; wait for it or stop it first"
         )
-    scenario = store.scenario(run_id)
+    key = store.key(run_id)
     history = store.rounds(run_id)
-    planned = info.rounds_planned
+    planned = key.rounds
     if rounds is not None and rounds != planned:
         if rounds < len(history):
             raise InputError(f"run {run_id} already has {len(history)} rounds; rounds must be >= {len(history)}, "
@@ -227,19 +293,14 @@ def continue_run(
         store.set_rounds_planned(run_id, rounds)
         planned = rounds
     if policy is None:
-        policy = make_policy(info.policy, **info.options)
-    elif policy.name != info.policy:
-        raise InputError(f"run {run_id} was made by policy {info.policy!r}; cannot continue it with {policy.name!r}")
-    if executor is None:
-        if info.executor != Simulator.name:
-            raise InputError(
-                f"run {run_id} was executed by {info.executor!r}; pass that executor to continue it "
-                f"(only {Simulator.name!r} runs can be continued without one)"
-            )
-        executor = Simulator(scenario, noise=True)
-    elif executor.name != info.executor:
-        raise InputError(f"run {run_id} was executed by {info.executor!r}; cannot continue it with {executor.name!r}")
-    config = LoopConfig(rounds=planned, seed=info.seed, stop_after=info.stop_after)
+        policy = make_policy(key.policy, **key.options)
+    elif policy.name != key.policy:
+        raise InputError(f"run {run_id} was made by policy {key.policy!r}; cannot continue it with {policy.name!r}")
+    if executor is not None and executor.name != key.executor.name:
+        raise InputError(
+            f"run {run_id} was executed by {key.executor.name!r}; cannot continue it with {executor.name!r}"
+        )
+    config = LoopConfig(rounds=planned, seed=key.seed, stop_after=key.stop_after)
     store.claim(run_id)
     write = store.recorder(run_id)
 
@@ -248,12 +309,17 @@ def continue_run(
         if recorder is not None:
             recorder(r)
 
+    own = executor is None
     try:
-        result = run_rounds(scenario, policy, config, executor=executor, recorder=record, history=history)
+        if executor is None:
+            executor = make_executor(key.executor, key.scenario)
+        result = run_rounds(key.scenario, policy, config, executor=executor, recorder=record, history=history)
     except BaseException as exc:
         _mark_interrupted(store, run_id, exc)
         raise
-    store.set_oracle(run_id, result.oracle_mapping, result.oracle_e2e_ms)
+    finally:
+        if own and executor is not None:
+            executor.close()
     stopped_early = len(result.rounds) < planned
     store.set_status(run_id, "finished", f"converged after {len(result.rounds)} rounds" if stopped_early else "")
     result.run_id = run_id
@@ -269,44 +335,31 @@ def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
         exc.add_note(f"run {run_id} could not be marked interrupted in {store.path}: {store_exc}")
 
 
-def ensure_run(
-    store: RunStore,
-    scenario: Scenario,
-    policy: str,
-    *,
-    options: dict[str, Any] | None = None,
-    config: LoopConfig = LoopConfig(),
-    executor: Executor | None = None,
-    experiment: str = "",
-) -> tuple[str, str]:
-    """The bench's unit of work: make sure the run with exactly this configuration is finished
-    in ``store``, and return ``(run_id, how)``.
+def ensure_run(store: RunStore, key: RunKey) -> tuple[str, str]:
+    """The bench's unit of work: make sure the run ``key`` is finished in ``store``, and return
+    ``(run_id, how)``.
 
     ``how`` is ``reused`` (finished before: nothing runs, nothing is loaded), ``resumed`` (an
     interrupted run continued) or ``ran`` (started: none existed, or the one found is being
     driven by a live process elsewhere). Safe to call again after a crash: nothing finished is
     re-run.
     """
-    built = make_policy(policy, **(options or {}))
-    found = store.find_run(scenario, built.name, **_run_identity(options, config, executor, experiment))
+    built = make_policy(key.policy, **key.options)
+    key = replace(key, policy=built.name)
+    found = store.find_run(key)
     if found is not None and found.status == "finished" and found.rounds_done > 0:
         return found.id, "reused"
     if found is not None and not found.live_elsewhere:
-        continue_run(store, found.id, policy=built, executor=executor)
+        continue_run(store, found.id, policy=built)
         return found.id, "resumed"
-    result = run_recorded(scenario, built, config, store=store, options=options, executor=executor,
-                          experiment=experiment)
+    result = run_recorded(key, built, store=store)
     assert result.run_id is not None
     return result.run_id, "ran"
 
 
 def load_result(store: RunStore, run_id: str) -> RunResult:
-    """A stored run as a :class:`RunResult` (for reports); the oracle is solved if not stored."""
+    """A stored run as a :class:`RunResult` (for reports), with the reference stored for it, if any."""
     stored = store.load(run_id)
     info = stored.info
-    if info.oracle_mapping is not None and info.oracle_e2e_ms is not None:
-        oracle_mapping, oracle_e2e_ms = info.oracle_mapping, info.oracle_e2e_ms
-    else:
-        oracle = solve(stored.scenario, ranking=False)
-        oracle_mapping, oracle_e2e_ms = oracle.best, oracle.e2e_ms
-    return RunResult(stored.scenario, info.policy, oracle_mapping, oracle_e2e_ms, stored.rounds, run_id=info.id)
+    return RunResult(stored.scenario, info.policy, stored.rounds, run_id=info.id, executor=info.executor.name,
+                     reference=info.reference)

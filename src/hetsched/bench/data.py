@@ -3,8 +3,10 @@ tables and figures are made of.
 
 Every summary is built from what the run store holds (scenario, rounds, probes, proposal
 info), so a report made right after a bench and one regenerated later from the store are the
-same. Noise-free figures (a round mapping's true E2E, the oracle, the all-CPU penalty) are
-recomputed from the stored scenario with the simulator, which defines them.
+same. Noise-free figures (a round mapping's true E2E, the all-CPU penalty) are recomputed from
+the stored scenario with the simulator, which defines them; the reference ("oracle" in the
+tables) is the one stored with the run (the exact oracle, or a labelled best-known mapping for
+scenarios too large to solve exactly), else computed the same way.
 
 Metric definitions (docs/bench.md):
 - match: nodes placed as in the oracle mapping; an infeasible round matches nothing (it ran
@@ -19,7 +21,7 @@ Metric definitions (docs/bench.md):
 - probes: what-if executions the policy asked for; "with probes" regret adds each feasible
   probe's true E2E minus the oracle E2E (infeasible probes are refused before they run).
 
-Imports the model, the simulator, the oracle and the store; never the CLI.
+Imports the model, the simulator and its reference search, and the store; never the CLI.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from hetsched.model import Mapping, Placement, RoundRecord, Scenario
-from hetsched.policies.oracle import solve
+from hetsched.model import Mapping, Placement, Reference, RoundRecord, Scenario
 from hetsched.sim import Simulator
+from hetsched.sim.reference import reference
 from hetsched.store import RunInfo
 
 from .spec import PolicySpec
@@ -110,13 +112,17 @@ class RunSummary:
     nodes: tuple[str, ...]
     """Workflow node ids (the order of the mapping codes)."""
     oracle_code: str
-    """Oracle mapping code."""
+    """Reference mapping code (the oracle's, unless ``reference_kind`` says best-known)."""
     oracle_e2e_ms: float
-    """Oracle's noise-free E2E."""
+    """Reference's noise-free E2E."""
     penalty_e2e_ms: float
     """E2E charged for an infeasible round (the all-CPU E2E)."""
     rounds: tuple[RoundSummary, ...] = field(default_factory=tuple)
     """Rounds in order."""
+    reference_kind: str = "oracle"
+    """``oracle`` (exact) or ``best-known`` (a bounded search's best; see ``reference_gap``)."""
+    reference_gap: float | None = 0.0
+    """How far the reference may be above the optimum (0 for the oracle; None when unknown)."""
 
     # ------------------------------------------------------------------ metrics
     @property
@@ -185,6 +191,8 @@ class RunSummary:
             "status": self.status,
             "nodes": list(self.nodes),
             "oracle": {"code": self.oracle_code, "e2e_ms": self.oracle_e2e_ms},
+            **({} if self.reference_kind == "oracle" else
+               {"reference": {"kind": self.reference_kind, "gap": self.reference_gap}}),
             "penalty_e2e_ms": self.penalty_e2e_ms,
             "rounds": [
                 {
@@ -226,18 +234,30 @@ class _TrueE2E:
 
 
 @lru_cache(maxsize=256)
-def _scenario_facts(scenario_json: str) -> tuple[str, float, float]:
-    """(oracle code, oracle E2E, all-CPU E2E) of a scenario, from its JSON (memoized)."""
+def _all_cpu_e2e(scenario_json: str) -> float:
     sc = Scenario.model_validate_json(scenario_json)
-    res = solve(sc, ranking=False)
     cpu = Simulator(sc, noise=False).e2e(sc.uniform(Placement.CPU))
     assert cpu is not None  # all-CPU holds no VRAM: always feasible
-    return res.best.code(sc.workflow.node_ids), res.e2e_ms, cpu
+    return cpu
 
 
-def scenario_facts(scenario: Scenario) -> tuple[str, float, float]:
-    """(oracle code, oracle E2E, all-CPU E2E) of a scenario."""
-    return _scenario_facts(scenario.model_dump_json(exclude={"source"}))
+@lru_cache(maxsize=256)
+def _reference(scenario_json: str) -> Reference:
+    ref = reference(Scenario.model_validate_json(scenario_json))
+    assert ref is not None
+    return ref
+
+
+def scenario_reference(scenario: Scenario, stored: Reference | None = None) -> Reference:
+    """The run's stored reference, else the one ``--reference auto`` computes (memoized per scenario)."""
+    return stored if stored is not None else _reference(scenario.model_dump_json(exclude={"source"}))
+
+
+def scenario_facts(scenario: Scenario, stored: Reference | None = None) -> tuple[str, float, float]:
+    """(reference code, reference E2E, all-CPU E2E) of a scenario."""
+    ref = scenario_reference(scenario, stored)
+    cpu = _all_cpu_e2e(scenario.model_dump_json(exclude={"source"}))
+    return ref.mapping.code(scenario.workflow.node_ids), ref.e2e_ms, cpu
 
 
 def _sum_or_none(values: Iterable[float | int | None]) -> Any:
@@ -251,9 +271,8 @@ def summarize_round(record: RoundRecord, scenario: Scenario, oracle: Mapping, tr
     t = record.trace
     feasible = bool(t.feasible)
     match = sum(1 for n in ids if record.mapping[n] == oracle[n]) if feasible else 0
-    info = record.proposal.info or {}
-    transcript = info.get("transcript")
-    entries = [e for e in transcript if isinstance(e, dict)] if isinstance(transcript, list) else []
+    d = record.proposal.decision
+    attempts = d.attempts if d is not None else ()
     probes = tuple(
         ProbeSummary(
             code=p.mapping.code(ids),
@@ -271,21 +290,22 @@ def summarize_round(record: RoundRecord, scenario: Scenario, oracle: Mapping, tr
         true_e2e_ms=true_e2e(record.mapping) if feasible else None,
         match=match,
         probes=probes,
-        decider=info.get("decider") if isinstance(info.get("decider"), str) else None,
-        fallback=bool(info.get("fallback", False)),
-        attempts=len(entries),
-        reasks=sum(1 for e in entries if e.get("error")),
-        prompt_tokens=_sum_or_none(e.get("prompt_tokens") for e in entries),
-        completion_tokens=_sum_or_none(e.get("completion_tokens") for e in entries),
-        decision_ms=_sum_or_none(e.get("latency_ms") for e in entries) if entries else None,
+        decider=None if d is None else d.decider,
+        fallback=d is not None and d.fallback,
+        attempts=len(attempts),
+        reasks=0 if d is None else d.reasks,
+        prompt_tokens=None if d is None else d.tokens("prompt_tokens"),
+        completion_tokens=None if d is None else d.tokens("completion_tokens"),
+        decision_ms=_sum_or_none(a.latency_ms for a in attempts) if attempts else None,
     )
 
 
 def summarize_run(info: RunInfo, scenario: Scenario, rounds: Sequence[RoundRecord]) -> RunSummary:
     """A stored run (its row, scenario and rounds) as a :class:`RunSummary`."""
-    oracle_code, oracle_e2e, cpu_e2e = scenario_facts(scenario)
+    ref = scenario_reference(scenario, info.reference)
+    oracle_code, oracle_e2e, cpu_e2e = scenario_facts(scenario, ref)
     ids = scenario.workflow.node_ids
-    oracle = Mapping(zip(ids, (_PLACEMENT_OF[ch] for ch in oracle_code), strict=True))
+    oracle = Mapping(zip(ids, (Placement.of_letter(ch) for ch in oracle_code), strict=True))
     true_e2e = _TrueE2E(scenario)
     spec = PolicySpec(info.policy, dict(info.options))
     return RunSummary(
@@ -302,15 +322,14 @@ def summarize_run(info: RunInfo, scenario: Scenario, rounds: Sequence[RoundRecor
         oracle_e2e_ms=oracle_e2e,
         penalty_e2e_ms=cpu_e2e,
         rounds=tuple(summarize_round(r, scenario, oracle, true_e2e) for r in rounds),
+        reference_kind=ref.kind.value,
+        reference_gap=ref.gap,
     )
-
-
-_PLACEMENT_OF = {"C": Placement.CPU, "G": Placement.GPU_NOW, "Q": Placement.GPU_QUEUE}
 
 
 def code_mapping(scenario: Scenario, code: str) -> Mapping:
     """The mapping a code names for a scenario's node order."""
-    return Mapping(zip(scenario.workflow.node_ids, (_PLACEMENT_OF[ch] for ch in code), strict=True))
+    return Mapping(zip(scenario.workflow.node_ids, (Placement.of_letter(ch) for ch in code), strict=True))
 
 
 # ---------------------------------------------------------------------------- the data set

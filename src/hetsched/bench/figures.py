@@ -28,7 +28,7 @@ from hetsched.export import lanes
 from hetsched.model import Mode, Placement, Scenario, Trace
 from hetsched.sim import Simulator
 
-from .data import BenchData, code_mapping
+from .data import BenchData, code_mapping, scenario_reference
 
 CLIP = 3.0
 """E2E ratios above this are drawn at the top edge of the ratio plots (all-CPU can be 10x+)."""
@@ -220,11 +220,9 @@ def _gantt(ax: Axes, share: Axes, trace: Trace, title: str, xmax: float, node_co
 
 def fig_gantt(scenario: Scenario, path: Path) -> Path:
     """All-GPU vs the oracle on one scenario, noise-free; the strip under each chart counts GPU sharers."""
-    from hetsched.policies.oracle import solve
-
     sim = Simulator(scenario, noise=False)
     all_gpu = sim.run(scenario.uniform(Placement.GPU_NOW))
-    best = sim.run(solve(scenario, ranking=False).best)
+    best = sim.run(scenario_reference(scenario).mapping)
     cmap = plt.get_cmap("Set2")
     node_color = {n: cmap(i % cmap.N) for i, n in enumerate(scenario.workflow.node_ids)}
     traces = [("all-GPU", all_gpu), ("oracle", best)] if all_gpu.feasible else [("oracle", best)]
@@ -265,11 +263,11 @@ def _vram_steps(trace: Trace) -> tuple[list[float], list[float]]:
 
 def fig_vram(data: BenchData, scenario: Scenario, path: Path) -> Path:
     """VRAM in use over time for the oracle (best) mapping against the budget, with greedy's if it ran."""
-    from hetsched.policies.oracle import solve
-
     sim = Simulator(scenario, noise=False)
     budget = scenario.machine.vram_budget_mb
-    lines: list[tuple[str, Trace]] = [("oracle (best mapping)", sim.run(solve(scenario, ranking=False).best))]
+    runs = [r for r in data.runs if r.scenario == scenario.name]
+    best_mapping = code_mapping(scenario, runs[0].oracle_code) if runs else scenario_reference(scenario).mapping
+    lines: list[tuple[str, Trace]] = [("oracle (best mapping)", sim.run(best_mapping))]
     greedy = data.cell(scenario.name, "greedy-mem")
     if greedy and greedy[0].rounds:
         tr = sim.run(code_mapping(scenario, greedy[0].rounds[0].code))

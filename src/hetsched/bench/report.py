@@ -27,7 +27,7 @@ from hetsched import __version__
 from hetsched.model import InputError
 
 from .data import BenchData
-from .tables import Table, all_tables, regret_csv, rounds_csv
+from .tables import Table, all_tables, reference_note, regret_csv, rounds_csv
 
 MANIFEST = "bench.json"
 """Manifest file name in a bench output folder."""
@@ -67,7 +67,9 @@ def _meta_lines(data: BenchData) -> list[str]:
             lines.append(f"command: {m['command']}")
     else:
         lines.append(f"{len(data.runs)} stored runs")
-    lines.append(f"hetsched {__version__}; simulator executor (noise cv per scenario machine block)")
+    executor = m.get("executor", "sim")
+    lines.append(f"hetsched {__version__}; " + ("simulator executor (noise cv per scenario machine block)"
+                                                if executor == "sim" else f"executor {executor}"))
     return lines
 
 
@@ -85,6 +87,9 @@ def _scenario_rows(data: BenchData) -> Table:
         ])
     t.notes.append("Mapping codes: one letter a node in the order of the 'nodes' column: C cpu, G gpu_now, "
                    "Q gpu_queue.")
+    note = reference_note(data)
+    if note:
+        t.notes.append(note)
     return t
 
 

@@ -7,7 +7,12 @@ interrupted one is continued, so a bench killed half-way resumes where it stoppe
 bench over the same store only runs what is new. After the runs, every summary is read back
 from the store, so the report depends only on what the store holds.
 
-Imports the model, the policies, the loop and the store; never the CLI.
+After the runs, the reference of each scenario (``--reference``: the exact oracle when the
+space allows, else a labelled best-known mapping) is computed once and stored with every run
+that lacks it, so ``hetsched report`` rebuilds the same tables from the store alone.
+
+Imports the model, the policies, the loop, the simulator's reference search and the store; never
+the CLI.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.loop import LoopConfig, ensure_run
-from hetsched.model import InputError, Scenario
+from hetsched.loop import ensure_run
+from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
 from hetsched.policies import policy_names
+from hetsched.sim.reference import ReferenceChoice, reference
 from hetsched.store import RunStore, canonical
 
 from .data import BenchData, RunSummary, summarize_run
@@ -56,8 +62,15 @@ class BenchConfig:
     """Run store file."""
     jobs: int = 1
     """Worker processes (1: run in this process)."""
+    executor: ExecutorSpec = SIM
+    """Where every run executes (the simulator by default)."""
+    reference: ReferenceChoice = ReferenceChoice.AUTO
+    """What the tables compare against (``none`` is refused: the tables need a reference)."""
 
     def __post_init__(self) -> None:
+        if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
+            raise InputError("--reference none: the bench's tables compare every run with a reference; "
+                             "accepted: auto, oracle, best-known")
         if self.rounds < 1:
             raise InputError(f"--rounds must be >= 1, got {self.rounds}")
         if not self.seeds:
@@ -70,16 +83,12 @@ class BenchConfig:
 
 @dataclass(frozen=True)
 class Job:
-    """One run: a policy variant on a scenario with a seed."""
+    """One run: a policy variant on a scenario with a seed, on the bench's executor."""
 
     spec: PolicySpec
-    """The policy variant."""
-    scenario: Scenario
-    """The scenario."""
-    seed: int
-    """The run seed."""
-    rounds: int
-    """Rounds to reach."""
+    """The policy variant (its label names the table column)."""
+    key: RunKey
+    """The run's full identity (scenario, policy, options, seed, rounds, executor, experiment)."""
     store: str
     """Run store file."""
 
@@ -120,17 +129,15 @@ def _close_stores() -> None:
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    run_id, how = ensure_run(
-        _store(job.store), job.scenario, job.spec.policy, options=job.spec.options,
-        config=LoopConfig(rounds=job.rounds, seed=job.seed), experiment=EXPERIMENT,
-    )
-    return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.scenario.name)
+    run_id, how = ensure_run(_store(job.store), job.key)
+    return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.key.scenario.name)
 
 
 def plan(config: BenchConfig) -> list[Job]:
     """Every run of a bench, scenario-major (so early results cover every policy)."""
     return [
-        Job(spec, sc, seed, config.rounds, str(config.store))
+        Job(spec, RunKey(scenario=sc, policy=spec.policy, options=spec.options, seed=seed, rounds=config.rounds,
+                         executor=config.executor, experiment=EXPERIMENT), str(config.store))
         for sc in config.scenarios
         for seed in config.seeds
         for spec in config.specs
@@ -182,7 +189,26 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
         assert r is not None
         out.run_ids.append(r.run_id)
         out.counts[r.how] = out.counts.get(r.how, 0) + 1
+    store_references(config.store, out.run_ids, ReferenceChoice(config.reference))
     return out
+
+
+def store_references(store_path: Path | str, run_ids: Sequence[str], choice: ReferenceChoice) -> None:
+    """Compute each scenario's reference once and store it with every run that lacks one of that kind."""
+    with RunStore(store_path) as store:
+        by_scenario: dict[str, tuple[Scenario, list[str]]] = {}
+        for run_id in dict.fromkeys(run_ids):
+            info = store.run(run_id)
+            wanted = {ReferenceChoice.ORACLE: "oracle", ReferenceChoice.BEST_KNOWN: "best-known"}.get(choice)
+            if info.reference is not None and wanted in (None, info.reference.kind.value):
+                continue
+            sc = store.scenario(run_id)
+            by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
+        for sc, ids in by_scenario.values():
+            ref = reference(sc, choice)
+            assert ref is not None
+            for run_id in ids:
+                store.set_reference(run_id, ref)
 
 
 def default_jobs() -> int:
@@ -226,17 +252,19 @@ def registry_order(specs: Iterable[PolicySpec]) -> list[str]:
 
 
 def store_run_ids(store_path: Path | str, experiment: str | None = None) -> list[str]:
-    """Ids of the newest run per (scenario content, policy, options, seed, rounds) in a store.
+    """Ids of the newest run per run key (experiment, scenario content, policy, options, seed, rounds,
+    early stop, executor and its options) in a store.
 
     Options compare in the store's canonical form (key-sorted JSON at every depth), the same test
     ``RunStore.find_run`` uses, so nested options (``llm``, ``monitor``) written in another key
     order are the same configuration."""
     with RunStore(store_path, create=False) as store:
         infos = store.runs(experiment=experiment)
-    seen: set[tuple[str, str, str, int, int]] = set()
+    seen: set[tuple[object, ...]] = set()
     out: list[str] = []
     for info in infos:  # newest first
-        key = (info.scenario_sha256, info.policy, canonical(info.options), info.seed, info.rounds_planned)
+        key = (info.experiment, info.scenario_sha256, info.policy, canonical(info.options), info.seed,
+               info.rounds_planned, info.stop_after, info.executor.name, canonical(info.executor.options))
         if key in seen or info.rounds_done == 0:
             continue
         seen.add(key)

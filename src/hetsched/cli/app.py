@@ -1,18 +1,14 @@
-"""The ``hetsched`` command's Typer app, consoles and the error boundary.
+"""The ``hetsched`` command's Typer app and consoles, which every command module registers on.
 
-Bad input (any :class:`HetschedError`) is printed as one clear message on stderr and the
-process exits 2, with no traceback. Sits at the top of the import graph.
+The entry point that loads the command modules and turns bad input into exit 2 is
+``hetsched.cli.main`` (in the package's ``__init__``), so this module imports none of them.
 """
 
 from __future__ import annotations
 
-import sys
-
 import typer
 from rich.console import Console
 from rich.markup import escape
-
-from hetsched.model import HetschedError
 
 app = typer.Typer(
     name="hetsched",
@@ -32,14 +28,3 @@ def fail(message: str) -> typer.Exit:
     """Print an error and return the exit to raise (``raise fail(...)``)."""
     err.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(EXIT_BAD_INPUT)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
-    from hetsched.cli import bench, inspect, run, runs  # noqa: F401  (registers commands)
-
-    try:
-        app(args=argv, prog_name="hetsched")
-    except HetschedError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        sys.exit(EXIT_BAD_INPUT)

@@ -27,9 +27,11 @@ from hetsched.bench import (
     write_report,
 )
 from hetsched.bench.runner import JobResult, default_jobs
-from hetsched.bench.tables import table4, table5
+from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, fail, out
-from hetsched.model import InputError
+from hetsched.exec import executor_class, executor_names
+from hetsched.model import ExecutorSpec, InputError
+from hetsched.sim.reference import parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 
@@ -67,8 +69,18 @@ def bench(
         "continued (default: OUT/runs.sqlite).",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    executor: str = typer.Option(
+        "sim", "--executor", "-e", help=f"Where every run executes: {', '.join(executor_names())} (default: sim)."
+    ),
+    reference_choice: str = typer.Option(
+        "auto", "--reference", help="What the tables compare against: auto (the oracle when the mapping space is "
+        "small enough, else a labelled best-known mapping), oracle, or best-known.",
+    ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
+    choice = parse_reference_choice(reference_choice)
+    spec = ExecutorSpec(executor)
+    executor_class(spec.name)  # an unknown name or a missing extra fails before any run
     specs = parse_specs(policy)
     refs = list(scenario) or (list(QUICK_SCENARIOS) if quick else [])
     scenarios = load_scenarios(refs, tools)
@@ -79,13 +91,13 @@ def bench(
         raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
     config = BenchConfig(
         specs=specs, scenarios=scenarios, seeds=tuple(range(n_seeds)), rounds=n_rounds, store=store_path,
-        jobs=jobs or default_jobs(),
+        jobs=jobs or default_jobs(), executor=spec, reference=choice,
     )
     llm = [s.label for s in specs if s.uses_llm]
     total = len(specs) * len(scenarios) * n_seeds
     err.print(
         f"bench: {len(specs)} policies x {len(scenarios)} scenarios x {n_seeds} seeds x {n_rounds} rounds = "
-        f"{total} runs on {config.jobs} process(es); store {store_path}"
+        f"{total} runs on {config.jobs} process(es), executor {spec.label}; store {store_path}"
         + (f"; LLM deciders: {', '.join(llm)}" if llm else ""),
         soft_wrap=True,
     )
@@ -112,13 +124,14 @@ def bench(
         "seconds": round(result.seconds, 2),
         "counts": dict(sorted(result.counts.items())),
     }
+    if spec.name != "sim":
+        meta["executor"] = spec.label
     write_manifest(out_dir, store_path, result.run_ids, [s.label for s in specs], meta)
     data = load_runs(store_path, result.run_ids, [s.label for s in specs], meta)
     paths = write_report(data, out_dir)
-    out.print(table4(data).to_markdown(), markup=False, soft_wrap=True)
-    t5 = table5(data)
-    if t5 is not None:
-        out.print(t5.to_markdown(), markup=False, soft_wrap=True)
+    for t in all_tables(data):
+        if t.key in ("table4", "table5"):
+            out.print(t.to_markdown(), markup=False, soft_wrap=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     out.print(f"{total} runs in {result.seconds:.1f} s ({counts})")
     out.print(f"report: {paths['html']}  (tables: {paths['tables']}, figures: {paths['figures']})", soft_wrap=True)

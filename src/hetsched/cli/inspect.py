@@ -14,7 +14,9 @@ from hetsched.cli.app import app, out
 from hetsched.cli.run import load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
-from hetsched.policies.oracle import solve
+from hetsched.sim import Simulator
+from hetsched.sim.oracle import solve
+from hetsched.sim.reference import reference
 
 
 def cards_table(sc: Scenario) -> Table:
@@ -127,8 +129,9 @@ def validate(
             return
         sc = load(scenario)
         mapping = sc.validate_mapping(mapping, where=f"file {file}")
-        reason = sc.infeasibility(mapping)
-        out.print(f"ok: mapping for {sc.name}" + (f", but infeasible: {reason}" if reason else ", feasible"))
+        reason = Simulator(sc, noise=False).infeasibility(mapping)
+        verdict = f", but infeasible: {escape(str(reason))}" if reason else ", feasible"
+        out.print(f"ok: mapping for {escape(sc.name)}{verdict}")
 
 
 @app.command("scenarios")
@@ -186,7 +189,6 @@ def simulate(
     from hetsched.cli.run import check_output_file
     from hetsched.export import write_chrome_trace
     from hetsched.model.files import parse_mapping_text
-    from hetsched.sim import Simulator
 
     if trace is not None:
         check_output_file(trace, "--trace")
@@ -218,10 +220,11 @@ def simulate(
             "-" if alone is None else f"{alone:g}",
         )
     out.print(table)
-    best = solve(sc, ranking=False)
+    best = reference(sc)
+    assert best is not None
     e2e = tr.e2e_ms or 0.0
     out.print(
-        f"E2E {e2e:.1f} ms = {e2e / best.e2e_ms:.3f} x oracle ({best.e2e_ms:.1f} ms); "
+        f"E2E {e2e:.1f} ms = {e2e / best.e2e_ms:.3f} x {best.kind.value} ({best.e2e_ms:.1f} ms); "
         f"peak VRAM {tr.peak_vram_mb:g} of {sc.machine.vram_budget_mb:g} MB; times in ms, 'alone' = card figure"
     )
     if trace is not None:

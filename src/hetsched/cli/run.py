@@ -1,4 +1,6 @@
-"""``hetsched run``: run R rounds of a policy on a scenario and show each round against the oracle."""
+"""``hetsched run``: run R rounds of a policy on a scenario (on the simulator or a real executor)
+and show each round against a reference computed for the report (the oracle, a labelled
+best-known mapping, or none)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from hetsched.cli.app import app, err, fail, out
+from hetsched.exec import executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
-from hetsched.model import Mapping, Scenario
+from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, make_policy, policy_names
+from hetsched.sim.reference import ReferenceChoice, parse_reference_choice, reference
 from hetsched.store import RunStore
 
 
@@ -28,25 +33,30 @@ def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
     return " ".join(parts)
 
 
+def reference_name(ref: Reference | None) -> str:
+    """``oracle`` or ``best-known`` (column headers)."""
+    return "reference" if ref is None else ref.kind.value
+
+
 def round_table(result: RunResult) -> Table:
-    """One row per round: mapping, E2E, ratio to the oracle, feasibility."""
-    table = Table(title=f"{result.policy} on {result.scenario.name}", title_justify="left")
+    """One row per round: mapping, E2E, ratio to the reference (when computed), feasibility."""
+    ref = result.reference
+    table = Table(title=f"{result.policy} on {result.scenario.name} ({result.executor})", title_justify="left")
     table.add_column("round", justify="right")
-    table.add_column("mapping (* differs from oracle)")
+    table.add_column("mapping" if ref is None else f"mapping (* differs from {reference_name(ref)})")
     table.add_column("E2E ms", justify="right")
-    table.add_column("/ oracle", justify="right")
+    if ref is not None:
+        table.add_column(f"/ {reference_name(ref)}", justify="right")
     table.add_column("probes", justify="right")
     table.add_column("feasible / reason")
     for r in result.rounds:
         e2e = r.trace.e2e_ms
-        table.add_row(
-            str(r.round),
-            mapping_text(r.mapping, result.oracle_mapping),
-            "-" if e2e is None else f"{e2e:.1f}",
-            "-" if e2e is None else f"{e2e / result.oracle_e2e_ms:.3f}",
-            str(len(r.probes)),
-            "yes" if r.trace.feasible else f"[red]no[/]: {r.trace.reason}",
-        )
+        cells = [str(r.round), escape(mapping_text(r.mapping, None if ref is None else ref.mapping)),
+                 "-" if e2e is None else f"{e2e:.1f}"]
+        if ref is not None:
+            cells.append("-" if e2e is None else f"{e2e / ref.e2e_ms:.3f}")
+        cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {escape(r.trace.reason)}"]
+        table.add_row(*cells)
     return table
 
 
@@ -65,7 +75,7 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key"}
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference"}
 """Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
 
 
@@ -129,16 +139,17 @@ def _agentic_options(
 
 def _print_decider_summary(result: RunResult) -> None:
     """For agentic runs: which decider decided, and how often it fell back."""
-    infos = [r.proposal.info for r in result.rounds if r.proposal.info.get("decider")]
-    if not infos:
+    decisions = [(r.round, r.proposal.decision) for r in result.rounds if r.proposal.decision is not None]
+    if not decisions:
         return
-    name = infos[-1]["decider"]
-    model = infos[-1].get("model")
+    last = decisions[-1][1]
+    name, model = last.decider, last.model
     what = {"rules": "deterministic rules, not an LLM", "argmin": "lowest measured mapping, not an LLM"}.get(
         name, f"LLM {model}" if model else "LLM")
-    fallbacks = [(r.round, r.proposal.info.get("fallback_reason", "")) for r in result.rounds
-                 if r.proposal.info.get("fallback")]
-    out.print(f"decider: {name} ({what}); fallbacks: {len(fallbacks)} of {len(infos)} rounds", soft_wrap=True)
+    fallbacks = [(rnd, d.fallback_reason) for rnd, d in decisions if d.fallback]
+    infos = decisions
+    out.print(f"decider: {escape(name)} ({escape(what)}); fallbacks: {len(fallbacks)} of {len(infos)} rounds",
+              soft_wrap=True)
     for rnd, why in fallbacks[:3]:
         out.print(f"  round {rnd}: {why}", soft_wrap=True, markup=False)
 
@@ -197,12 +208,21 @@ def run(
     probe_budget: int | None = typer.Option(
         None, "--probe-budget", min=0, help="agentic: what-if probes allowed in the whole run (default 3 per node)."
     ),
+    executor: str = typer.Option(
+        "sim", "--executor", "-e", help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator)."
+    ),
+    reference_choice: str = typer.Option(
+        "auto", "--reference", help="What to compare against in the report: auto (the oracle when the mapping "
+        "space is small enough, else a labelled best-known mapping), oracle, best-known, or none.",
+    ),
 ) -> None:
-    """Run ROUNDS rounds of a policy and show each round's mapping and E2E against the oracle.
+    """Run ROUNDS rounds of a policy and show each round's mapping and E2E against a reference.
 
     Every round is recorded in the run store as it completes (see ``hetsched runs``), unless
-    --no-store; an interrupted run continues with --resume RUN_ID.
+    --no-store; an interrupted run continues with --resume RUN_ID. The reference (--reference)
+    is computed after the run, for the report only: a run never needs it.
     """
+    choice = parse_reference_choice(reference_choice)
     if trace is not None:
         check_output_file(trace, "--trace")
     if resume is not None:
@@ -230,29 +250,42 @@ def run(
                "max_tokens": llm_max_tokens, "model_path": llm_model_path}
         options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
+        spec = ExecutorSpec(executor)
         config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
         if no_store:
-            result = run_rounds(sc, pol, config)
+            with make_executor(spec, sc) as ex:
+                result = run_rounds(sc, pol, config, executor=ex)
         else:
+            key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
+                         stop_after=stop_after, executor=spec)
+            make_executor(spec, sc).close()  # a missing extra or device fails here, before a run is stored
             with RunStore(store) as st:
-                run_id = st.create_run(sc, pol.name, options=options, seed=config.seed, rounds=config.rounds,
-                                       stop_after=config.stop_after)
+                run_id = st.create_run(key)
             result = _stored_run(store, run_id, pol, as_json)
+    if choice is not ReferenceChoice.NONE:
+        result.reference = ref = reference(result.scenario, choice)
+        if result.run_id is not None and ref is not None:
+            with RunStore(store) as st:
+                st.set_reference(result.run_id, ref)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
         return
-    out.print(
-        f"oracle: {mapping_text(result.oracle_mapping)}  E2E {result.oracle_e2e_ms:.1f} ms (noise-free)"
-    )
+    ref = result.reference
+    if ref is None:
+        out.print("reference: none computed (--reference none)")
+    else:
+        out.print(f"{escape(ref.label)}: {escape(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms (noise-free)",
+                  soft_wrap=True)
     out.print(round_table(result))
     _print_decider_summary(result)
-    best = result.best()
+    best = result.best_round
     if best is None:
         out.print("[red]no round was feasible[/]")
     else:
         e2e = best.trace.e2e_ms or 0.0
-        out.print(f"best round {best.round}: E2E {e2e:.1f} ms = {e2e / result.oracle_e2e_ms:.3f} x oracle")
+        ratio = "" if ref is None else f" = {e2e / ref.e2e_ms:.3f} x {reference_name(ref)}"
+        out.print(f"best round {best.round}: E2E {e2e:.1f} ms{ratio}")
     if trace is not None:
         out.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.markup import escape
@@ -17,7 +16,7 @@ from rich.table import Table
 from hetsched.cli.app import app, fail, out
 from hetsched.cli.run import mapping_text
 from hetsched.model import Mapping, RoundRecord
-from hetsched.store import STATUSES, RunInfo, RunStore, TranscriptEntry, UnknownRunError, resolve_store_path
+from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
 
 STORE_HELP = "Run store file (default: $HETSCHED_STORE, else runs.sqlite in the user data dir)."
 
@@ -91,8 +90,8 @@ def runs_command(
                          no_wrap=col in ("id", "policy", "rounds", "status"))
     for i in infos:
         best = _ms(i.best_e2e_ms)
-        if i.best_e2e_ms is not None and i.oracle_e2e_ms:
-            best += f" ({i.best_e2e_ms / i.oracle_e2e_ms:.2f}x)"
+        if i.best_e2e_ms is not None and i.reference is not None:
+            best += f" ({i.best_e2e_ms / i.reference.e2e_ms:.2f}x)"
         # the decider is what tells agentic runs apart; every option is in `hetsched show-run`
         opts = f":{escape(str(i.options['decider']))}" if "decider" in i.options else ""
         opts += " (cold)" if i.options.get("cold_start") else ""
@@ -116,7 +115,7 @@ def show_run(
     as_json: bool = typer.Option(False, "--json", help="Print the whole run (traces included) as one JSON object."),
     full: bool = typer.Option(False, "--full", help="Print prompts, replies and observations in full."),
 ) -> None:
-    """Show one run: its settings, each round against the oracle, probes, the decider transcript and fallbacks."""
+    """Show one run: its settings, each round against its reference, probes, the decider transcript and fallbacks."""
     path = resolve_store_path(store)
     if not path.exists():
         raise UnknownRunError(f"no run {run_id!r}: run store {path} does not exist")
@@ -125,9 +124,8 @@ def show_run(
             typer.echo(json.dumps(st.export(run_id)))
             return
         stored = st.load(run_id)
-        transcript = st.transcript(stored.info.id)
     info = stored.info
-    oracle = info.oracle_mapping
+    ref = info.reference
     out.print(f"[bold]run {info.id}[/]  {_status(info)}"
               + (f" ({escape(info.status_reason)})" if info.status_reason else ""))
     sc = stored.scenario
@@ -136,15 +134,15 @@ def show_run(
     out.print(f"policy {escape(info.policy)}  options {escape(json.dumps(info.options, sort_keys=True))}  "
               f"seed {info.seed}  rounds {info.rounds_done}/{info.rounds_planned}"
               + (f"  stop after {info.stop_after} stable" if info.stop_after else ""))
-    out.print(f"executor {escape(info.executor)}  hetsched {escape(info.hetsched_version)}  "
+    out.print(f"executor {escape(info.executor.label)}  hetsched {escape(info.hetsched_version)}  "
               f"created {_when(info.created_at)}  updated {_when(info.updated_at)}"
               + (f"  experiment {escape(info.experiment)}" if info.experiment else ""))
-    if oracle is not None and info.oracle_e2e_ms is not None:
-        out.print(f"oracle: {mapping_text(oracle)} ({_code(oracle, None)})  E2E {info.oracle_e2e_ms:.1f} ms "
-                  "(noise-free)")
+    if ref is not None:
+        out.print(f"{escape(ref.label)}: {escape(mapping_text(ref.mapping))} ({_code(ref.mapping, None)})  "
+                  f"E2E {ref.e2e_ms:.1f} ms (noise-free)")
     out.print(_rounds_table(info, stored.rounds))
     _print_probes(stored.rounds)
-    _print_transcript(stored.rounds, transcript, None if full else 600, full)
+    _print_transcript(stored.rounds, None if full else 600, full)
 
 
 def _code(mapping: Mapping, reference: Mapping | None) -> str:
@@ -155,22 +153,25 @@ def _code(mapping: Mapping, reference: Mapping | None) -> str:
 
 def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
     nodes = " ".join(rounds[0].mapping) if rounds else ""
+    ref = info.reference
+    ratio_col = "/ref" if ref is None else f"/{ref.kind.value}"
     out.print(f"rounds; mapping letters per node {escape(nodes)}: C cpu, G gpu_now, Q gpu_queue"
-              + ("" if info.oracle_mapping is None else "; * differs from the oracle"))
+              + ("" if ref is None else f"; * differs from the {ref.kind.value}"))
     table = Table(box=None, pad_edge=False, header_style="bold underline")
-    for col in ("round", "mapping", "E2E ms", "/oracle", "probes", "feasible / reason", "decider", "rationale"):
-        table.add_column(col, justify="right" if col in ("round", "E2E ms", "/oracle", "probes") else "left",
+    for col in ("round", "mapping", "E2E ms", ratio_col, "probes", "feasible / reason", "decider", "rationale"):
+        table.add_column(col, justify="right" if col in ("round", "E2E ms", ratio_col, "probes") else "left",
                          no_wrap=col in ("round", "mapping"))
     for r in rounds:
         e2e = r.trace.e2e_ms
-        decider = str(r.proposal.info.get("decider") or "-")
-        if r.proposal.info.get("fallback"):
+        d = r.proposal.decision
+        decider = escape(d.decider) if d is not None else "-"
+        if d is not None and d.fallback:
             decider += " [red]fallback[/]"
         table.add_row(
             str(r.round),
-            _code(r.mapping, info.oracle_mapping),
+            _code(r.mapping, None if ref is None else ref.mapping),
             _ms(e2e),
-            "-" if e2e is None or not info.oracle_e2e_ms else f"{e2e / info.oracle_e2e_ms:.3f}",
+            "-" if e2e is None or ref is None else f"{e2e / ref.e2e_ms:.3f}",
             str(len(r.probes)),
             "yes" if r.trace.feasible else f"[red]no[/]: {escape(_cut(r.trace.reason, 40))}",
             decider,
@@ -191,30 +192,22 @@ def _print_probes(rounds: list[RoundRecord]) -> None:
         out.print(f"  round {rnd} probe {i} {escape(p.kind)}{note}: {mapping_text(p.mapping, p.base)} -> {result}")
 
 
-def _print_transcript(rounds: list[RoundRecord], transcript: list[TranscriptEntry], limit: int | None,
-                      full: bool) -> None:
-    by_round: dict[int, list[TranscriptEntry]] = {}
-    for t in transcript:
-        by_round.setdefault(t.round, []).append(t)
+def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) -> None:
     shown = False
     for r in rounds:
-        info = r.proposal.info
-        entries = by_round.get(r.round, [])
-        raw = info.get("observations")
-        observations: list[Any] = raw if isinstance(raw, list) else []
-        if not entries and not info.get("fallback") and not observations:
+        d = r.proposal.decision
+        if d is None or (not d.attempts and not d.fallback and not d.observations):
             continue
         if not shown:
             out.print("[bold]transcript[/]")
             shown = True
-        model = f" model {escape(str(info['model']))}" if info.get("model") else ""
-        spent = f", {info['probes_spent']} probes spent" if info.get("probes_spent") is not None else ""
-        out.print(f"[bold]round {r.round}[/]: decider {escape(str(info.get('decider') or '-'))}{model}"
-                  f", {len(observations)} observations{spent}")
+        model = f" model {escape(str(d.model))}" if d.model else ""
+        out.print(f"[bold]round {r.round}[/]: decider {escape(d.decider)}{model}"
+                  f", {len(d.observations)} observations, {d.probes_spent} probes spent")
         if full:
-            for o in observations:
+            for o in d.observations:
                 out.print(f"  observation: {escape(json.dumps(o, sort_keys=True))}")
-        for t in entries:
+        for t in d.attempts:
             facts = []
             if t.prompt_tokens is not None or t.completion_tokens is not None:
                 facts.append(f"{t.prompt_tokens if t.prompt_tokens is not None else '?'} prompt + "
@@ -228,7 +221,7 @@ def _print_transcript(rounds: list[RoundRecord], transcript: list[TranscriptEntr
             out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}")
             if t.error:
                 out.print(f"    [red]rejected:[/] {escape(t.error)}")
-        if info.get("fallback"):
-            out.print(f"  [red]fallback[/]: {escape(str(info.get('fallback_reason') or 'no reason recorded'))}; "
-                      f"ran {mapping_text(r.mapping)}")
+        if d.fallback:
+            out.print(f"  [red]fallback[/]: {escape(d.fallback_reason or 'no reason recorded')}; "
+                      f"ran {escape(mapping_text(r.mapping))}")
 

@@ -16,8 +16,6 @@ from typing import Any
 
 from hetsched.llm.base import (
     DEFAULT_MAX_ATTEMPTS,
-    Attempt,
-    ChatDecider,
     ChatReply,
     Decider,
     DeciderConfigError,
@@ -25,6 +23,7 @@ from hetsched.llm.base import (
     DecisionContext,
     TransportError,
 )
+from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig, resolve_llm_config
 from hetsched.model import UnknownNameError
 
@@ -66,7 +65,6 @@ __all__ = [
     "DECIDERS",
     "DEFAULT_MAX_ATTEMPTS",
     "LLM_DECIDERS",
-    "Attempt",
     "ChatDecider",
     "ChatReply",
     "Decider",

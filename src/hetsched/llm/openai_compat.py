@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hetsched.llm.base import ChatDecider, ChatReply, DeciderConfigError, Messages, TransportError
+from hetsched.llm.base import ChatReply, DeciderConfigError, Messages, TransportError
+from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig
 
 _ORDER = {

@@ -36,11 +36,11 @@ from __future__ import annotations
 import json
 import time
 
-from hetsched.llm.base import Attempt, Decider, Decision, DecisionContext
+from hetsched.llm.base import Decider, Decision, DecisionContext
 from hetsched.llm.evidence import best_measured, last_round, measured
 from hetsched.llm.prompt import parallel_nodes
 from hetsched.llm.validate import check_mapping
-from hetsched.model import Mapping, Mode, Placement, Scenario
+from hetsched.model import Attempt, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 
 DEFAULT_MARGIN = 0.02

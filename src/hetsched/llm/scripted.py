@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS, ChatDecider, ChatReply, Messages, TransportError
+from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS, ChatReply, Messages, TransportError
+from hetsched.llm.chat import ChatDecider
 
 
 class ScriptedDecider(ChatDecider):

@@ -100,10 +100,9 @@ def choice_from_object(scenario: Scenario, obj: Any, cards_visible: bool = True)
             raise ReplyError(f"node {n!r} cannot be {p.value}: {why}; accepted: {_accepted(scenario, n)}")
         placements[n] = p
     mapping = Mapping((n, placements[n]) for n in ids)
-    reason = scenario.infeasibility(mapping)
-    if reason and not cards_visible:
-        reason = cold_reason(reason)
-    if reason:
+    refused = scenario.infeasibility(mapping)
+    if refused is not None:
+        reason = str(refused) if cards_visible else cold_reason(refused)
         raise ReplyError(
             f"the mapping is infeasible: {reason}. The gpu_now tools must fit the "
             f"{scenario.machine.vram_budget_mb:g} MB budget together, and each gpu_queue node must fit it alone"
@@ -118,4 +117,5 @@ def check_mapping(scenario: Scenario, mapping: Mapping) -> str:
         scenario.validate_mapping(mapping)
     except MappingError as exc:
         return str(exc)
-    return scenario.infeasibility(mapping)
+    refused = scenario.infeasibility(mapping)
+    return "" if refused is None else str(refused)

@@ -1,24 +1,33 @@
-"""The model: tool cards, workflow DAG, placements, mapping, machine, scenario, trace, file formats.
+"""The model: tool cards, workflow DAG, placements, mapping, machine, scenario, trace, the
+contracts that cross rooms (history, decisions, observations, run keys, planning), file formats.
 
 Bottom of the import graph: imports nothing else of hetsched.
 """
 
 from hetsched.model.card import Category, Provenance, Spread, ToolCard
 from hetsched.model.errors import HetschedError, InputError, MappingError, UnknownNameError
-from hetsched.model.history import Executor, Probe, Proposal, RoundRecord
+from hetsched.model.history import Attempt, DecisionRecord, Probe, ProbeRequest, Proposal, RoundRecord
 from hetsched.model.machine import Machine
-from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement, parse_placement
+from hetsched.model.mapping import BINARY, PLACEMENTS, THREE_WAY, Mapping, Placement, parse_placement
+from hetsched.model.planning import Planner, Reference, ReferenceKind
+from hetsched.model.run import SIM, ExecutorSpec, RunKey
 from hetsched.model.scenario import Mode, Scenario
-from hetsched.model.trace import NodeTrace, Trace, VramPoint
+from hetsched.model.trace import Infeasibility, InfeasibleKind, NodeTrace, Trace, VramPoint
 from hetsched.model.workflow import Edge, Node, Workflow
 
 __all__ = [
     "BINARY",
+    "PLACEMENTS",
+    "SIM",
     "THREE_WAY",
+    "Attempt",
     "Category",
+    "DecisionRecord",
     "Edge",
-    "Executor",
+    "ExecutorSpec",
     "HetschedError",
+    "Infeasibility",
+    "InfeasibleKind",
     "InputError",
     "Machine",
     "Mapping",
@@ -27,10 +36,15 @@ __all__ = [
     "Node",
     "NodeTrace",
     "Placement",
+    "Planner",
     "Probe",
+    "ProbeRequest",
     "Proposal",
     "Provenance",
+    "Reference",
+    "ReferenceKind",
     "RoundRecord",
+    "RunKey",
     "Scenario",
     "Spread",
     "ToolCard",

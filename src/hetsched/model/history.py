@@ -1,27 +1,97 @@
 """Round records: what the loop hands a policy (and the monitor) as history, and what it stores.
 
-Also the executor interface every executor (simulated, local, Ray) satisfies. Part of the
-model package, so the monitor, policies and loop share these types without importing each other.
+A round is: the probes the policy asked for (:class:`ProbeRequest`, executed by the loop into
+:class:`Probe`), the policy's :class:`Proposal` (with a typed :class:`DecisionRecord` when a
+decider chose it), and the :class:`Trace` of the proposal's execution. Part of the model
+package, so the monitor, policies, loop and store share these types without importing each other.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from hetsched.model.mapping import Mapping
 from hetsched.model.trace import Trace
 
 
-class Executor(Protocol):
-    """Runs a workflow under a mapping once; infeasible mappings come back as a Trace, not raised."""
+@dataclass(frozen=True)
+class Attempt:
+    """One ask of a decider: the shared transcript record (docs/agentic.md)."""
 
-    name: str
-    """``sim``, ``local``, ``ray``..."""
+    attempt: int
+    """1 for the first ask, 2.. for re-asks."""
+    prompt: str
+    """What was sent: the full prompt for attempt 1, the re-ask message after that."""
+    reply: str
+    """The model's reply text (content)."""
+    reasoning: str = ""
+    """Reasoning the model emitted (``<think>`` block, ``reasoning``/``reasoning_content``)."""
+    prompt_tokens: int | None = None
+    """Prompt tokens the server counted (None when unknown)."""
+    completion_tokens: int | None = None
+    """Completion tokens the server counted (None when unknown)."""
+    latency_ms: float | None = 0.0
+    """Wall time of the ask (None when not recorded)."""
+    error: str = ""
+    """The parse/validation/transport error that made this attempt unusable ('' if accepted)."""
 
-    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
-        """Execute (or refuse, with a reason) and return the trace."""
-        ...
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict in the shared transcript format."""
+        return {
+            "attempt": self.attempt,
+            "prompt": self.prompt,
+            "reply": self.reply,
+            "reasoning": self.reasoning,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_ms": self.latency_ms,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What a decider did for one round: every ask, and whether the policy fell back.
+
+    The agentic policy fills it; the store writes its fields to their own columns and tables
+    (``decider``, ``fallback``..., ``transcript``, ``observations``), and reads it back equal.
+    """
+
+    decider: str
+    """Decider name (``rules``, ``openai``...)."""
+    model: str | None = None
+    """The model asked (None for deciders that are not LLMs)."""
+    attempts: tuple[Attempt, ...] = ()
+    """Every ask, in order."""
+    fallback: bool = False
+    """True when no valid mapping came back and the policy ran the best measured one instead."""
+    fallback_reason: str = ""
+    """Why it fell back."""
+    observations: tuple[dict[str, Any], ...] = ()
+    """The monitor's records the decider was given, as JSON (``kind``-tagged)."""
+    observations_text: str = ""
+    """The same records exactly as rendered for the decider."""
+    probes_spent: int = 0
+    """What-if probes executed for this round."""
+    cold_start: bool = False
+    """True when the cards were hidden from the decider."""
+
+    @property
+    def reasks(self) -> int:
+        """Attempts rejected with a parse, validation or transport error."""
+        return sum(1 for a in self.attempts if a.error)
+
+    def tokens(self, which: str) -> int | None:
+        """Sum of ``prompt_tokens`` or ``completion_tokens`` over the attempts (None when none reported)."""
+        values = [getattr(a, which) for a in self.attempts if getattr(a, which) is not None]
+        return sum(values) if values else None
+
+    @property
+    def decision_ms(self) -> float | None:
+        """Wall time over the attempts."""
+        values = [a.latency_ms for a in self.attempts if a.latency_ms is not None]
+        return sum(values) if values else None
 
 
 @dataclass(frozen=True)
@@ -32,13 +102,29 @@ class Proposal:
     """The mapping to execute."""
     rationale: str = ""
     """Short free-text reason (the LLM's explanation, a rule's name...)."""
+    decision: DecisionRecord | None = None
+    """The decider's record (agentic policy); None for policies without a decider."""
     info: dict[str, Any] = field(default_factory=dict)
-    """JSON-ready extras: prompt, reply, tokens, validation errors, fallback flag..."""
+    """Policy-specific JSON-ready extras (UCB1's arm, HEFT's ranks...), stored verbatim."""
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """A what-if execution a policy asks the loop for (the loop executes and records it)."""
+
+    kind: str
+    """``reprobe`` (one node moved) or ``swap`` (two nodes change placements)."""
+    base: Mapping
+    """The mapping it varies (the best measured one at the time)."""
+    mapping: Mapping
+    """The mapping to execute."""
+    note: str = ""
+    """Which change it measures (``C: gpu_now -> gpu_queue``)."""
 
 
 @dataclass(frozen=True)
 class Probe:
-    """A what-if execution the monitor asked for, counted as cost."""
+    """A what-if execution the loop ran for a policy, counted as cost."""
 
     kind: str
     """``reprobe`` (one node moved) or ``swap`` (two nodes exchange placements)."""
@@ -57,7 +143,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class RoundRecord:
-    """One round: the proposal, the executed trace, the probes run after it."""
+    """One round: the probes run before the decision, the proposal, and its executed trace."""
 
     round: int
     """Round index from 0."""
@@ -66,7 +152,7 @@ class RoundRecord:
     trace: Trace
     """The execution of the proposal (feasible or not)."""
     probes: tuple[Probe, ...] = ()
-    """What-if probes run during this round."""
+    """What-if probes run during this round (before the proposal)."""
 
     @property
     def mapping(self) -> Mapping:

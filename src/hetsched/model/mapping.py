@@ -30,12 +30,35 @@ class Placement(StrEnum):
     @property
     def short(self) -> str:
         """One-letter code used in compact mapping strings: C, G, Q."""
-        return {"cpu": "C", "gpu_now": "G", "gpu_queue": "Q"}[self.value]
+        return _LETTER[self]
 
+    @property
+    def code(self) -> int:
+        """Integer code used by array-based hot loops (simulator, search): its index in :data:`PLACEMENTS`."""
+        return _CODE[self]
+
+    @staticmethod
+    def of_code(code: int) -> Placement:
+        """Inverse of :attr:`code`."""
+        return PLACEMENTS[code]
+
+    @staticmethod
+    def of_letter(letter: str) -> Placement:
+        """Inverse of :attr:`short` (``C``, ``G``, ``Q``)."""
+        return _OF_LETTER[letter]
+
+
+PLACEMENTS: tuple[Placement, ...] = (Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE)
+"""Every placement, in code order: the one placement-code table (``Placement.code`` is the index)."""
+CPU_CODE, NOW_CODE, QUEUE_CODE = 0, 1, 2
+"""Integer codes of cpu, gpu_now and gpu_queue (index in :data:`PLACEMENTS`)."""
+_CODE = {p: i for i, p in enumerate(PLACEMENTS)}
+_LETTER = {Placement.CPU: "C", Placement.GPU_NOW: "G", Placement.GPU_QUEUE: "Q"}
+_OF_LETTER = {v: k for k, v in _LETTER.items()}
 
 BINARY: tuple[Placement, ...] = (Placement.CPU, Placement.GPU_NOW)
 """Placements of binary scenarios."""
-THREE_WAY: tuple[Placement, ...] = (Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE)
+THREE_WAY: tuple[Placement, ...] = PLACEMENTS
 """Placements of VRAM-constrained three-way scenarios."""
 
 _ALIASES = {"gpu": Placement.GPU_NOW, "queue": Placement.GPU_QUEUE}

@@ -18,6 +18,7 @@ from hetsched.model.card import ToolCard
 from hetsched.model.errors import MappingError
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement
+from hetsched.model.trace import Infeasibility, InfeasibleKind
 from hetsched.model.workflow import Workflow
 
 
@@ -152,8 +153,8 @@ class Scenario(BaseModel):
         """VRAM the ``gpu_now`` tools hold at t = 0, counted once per tool."""
         return sum(self.cards[t].vram_mb for t in self.gpu_now_tools(mapping))
 
-    def infeasibility(self, mapping: Mapping) -> str:
-        """The static reason a well-formed mapping cannot run, or '' when it passes the static checks.
+    def infeasibility(self, mapping: Mapping) -> Infeasibility | None:
+        """The static reason a well-formed mapping cannot run, or None when it passes the static checks.
 
         Static checks: the ``gpu_now`` set must fit the budget at t = 0 (where it is largest),
         every ``gpu_queue`` node must fit an empty GPU, and no queued node may need memory held
@@ -165,18 +166,19 @@ class Scenario(BaseModel):
         need = sum(self.cards[t].vram_mb for t in tools)
         if need > budget:
             parts = " + ".join(f"{t} {self.cards[t].vram_mb:g}" for t in tools)
-            return f"OOM: gpu_now tools need {need:g} MB of {budget:g} MB ({parts})"
+            return Infeasibility(InfeasibleKind.OOM, f"gpu_now tools need {need:g} MB of {budget:g} MB ({parts})")
         for n in self.workflow.node_ids:
             if mapping[n] is Placement.GPU_QUEUE:
                 card = self.card_of(n)
                 if card.vram_mb > budget:
-                    return (
-                        f"never admissible: node {n!r} ({card.name}) needs {card.vram_mb:g} MB > budget {budget:g} MB"
+                    return Infeasibility(
+                        InfeasibleKind.NEVER_ADMISSIBLE,
+                        f"node {n!r} ({card.name}) needs {card.vram_mb:g} MB > budget {budget:g} MB",
                     )
         return self.queue_deadlock(mapping)
 
-    def queue_deadlock(self, mapping: Mapping) -> str:
-        """The reason a ``gpu_queue`` node can never be admitted because of its own descendants, or ''.
+    def queue_deadlock(self, mapping: Mapping) -> Infeasibility | None:
+        """The reason a ``gpu_queue`` node can never be admitted because of its own descendants, or None.
 
         ``gpu_now`` tools stay resident from the start until their last node ends, so a tool with
         a ``gpu_now`` node downstream of a queued node q still holds its memory when q is ready,
@@ -195,23 +197,25 @@ class Scenario(BaseModel):
             held = sum(self.cards[t].vram_mb for t in holders)
             need = self.card_of(q).vram_mb
             if holders and need + held > budget:
-                return (
-                    f"never admissible: node {q!r} ({self.card_of(q).name}) needs {need:g} MB but gpu_now tools "
-                    f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish (deadlock)"
+                return Infeasibility(
+                    InfeasibleKind.DEADLOCK,
+                    f"node {q!r} ({self.card_of(q).name}) needs {need:g} MB but gpu_now tools "
+                    f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish",
                 )
-        return ""
+        return None
 
 
-_COLD_REASONS = {
-    "OOM": "OOM: the gpu_now tools did not fit the VRAM budget",
-    "never admissible": "never admissible: a gpu_queue node could never get the VRAM it needs",
+_COLD_DETAILS = {
+    InfeasibleKind.OOM: "the gpu_now tools did not fit the VRAM budget",
+    InfeasibleKind.NEVER_ADMISSIBLE: "a gpu_queue node could never get the VRAM it needs",
+    InfeasibleKind.DEADLOCK: "a gpu_queue node waited for VRAM held by tools that depend on queued work",
 }
-"""Cold-start wording of infeasibility reasons, by the kind before the first colon."""
+"""Cold-start wording of infeasibility details, by kind."""
 
 
-def cold_reason(reason: str) -> str:
-    """``reason`` without the card figures it quotes (for cold start): its kind, in fixed words."""
-    if not reason:
+def cold_reason(infeasibility: Infeasibility | None) -> str:
+    """The reason without the card figures it quotes (for cold start): its kind, in fixed words."""
+    if infeasibility is None:
         return ""
-    kind = reason.split(":", 1)[0].strip()
-    return _COLD_REASONS.get(kind, f"{kind}: details withheld in cold start (they quote the tool cards)")
+    detail = _COLD_DETAILS.get(infeasibility.kind, "details withheld in cold start (they may quote the tool cards)")
+    return str(Infeasibility(infeasibility.kind, detail))

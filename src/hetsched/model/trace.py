@@ -7,9 +7,79 @@ monitor and the reports run unchanged on either. Part of the model package.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from hetsched.model.mapping import Mapping, Placement
+
+
+class InfeasibleKind(StrEnum):
+    """Why a mapping could not run, as a kind reports and policies can branch on."""
+
+    OOM = "oom"
+    """The ``gpu_now`` tools do not fit the VRAM budget together (or the device ran out of memory)."""
+    NEVER_ADMISSIBLE = "never_admissible"
+    """A ``gpu_queue`` node needs more memory than the whole budget."""
+    DEADLOCK = "deadlock"
+    """A queued node waits for memory held by tools that wait for it (statically or at the FIFO head)."""
+    TOOL_ERROR = "tool_error"
+    """A tool raised, or its worker died, during a real execution."""
+    TIMEOUT = "timeout"
+    """A tool ran past its time limit during a real execution."""
+    UNAVAILABLE = "unavailable"
+    """The executor has no device for a placement (a GPU placement without CUDA or a stand-in device)."""
+
+    @property
+    def label(self) -> str:
+        """How reports and tables name the kind (``OOM``, ``deadlock``...)."""
+        return _LABELS[self]
+
+
+_LABELS = {
+    InfeasibleKind.OOM: "OOM",
+    InfeasibleKind.NEVER_ADMISSIBLE: "never admissible",
+    InfeasibleKind.DEADLOCK: "deadlock",
+    InfeasibleKind.TOOL_ERROR: "tool error",
+    InfeasibleKind.TIMEOUT: "timeout",
+    InfeasibleKind.UNAVAILABLE: "unavailable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Infeasibility:
+    """The typed reason a mapping could not run: a kind, and a detail that quotes the figures."""
+
+    kind: InfeasibleKind
+    """What went wrong."""
+    detail: str
+    """Which nodes, tools and figures (``gpu_now tools need 1260 MB of 1100 MB (A 700 + C 560)``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", InfeasibleKind(self.kind))
+
+    def __str__(self) -> str:
+        return f"{self.kind.label}: {self.detail}" if self.detail else self.kind.label
+
+    def to_dict(self) -> dict[str, str]:
+        """``{"kind": "oom", "detail": "..."}`` for JSON."""
+        return {"kind": self.kind.value, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Infeasibility:
+        """Inverse of :meth:`to_dict`."""
+        return cls(InfeasibleKind(data["kind"]), str(data.get("detail", "")))
+
+    @classmethod
+    def parse(cls, reason: str) -> Infeasibility:
+        """Read a reason string written before reasons were typed (``"OOM: ..."``, ``"never admissible: ..."``)."""
+        head, _, detail = reason.partition(":")
+        head, detail = head.strip(), detail.strip()
+        if head == "never admissible" and detail.endswith("(deadlock)"):
+            return cls(InfeasibleKind.DEADLOCK, detail)
+        for kind, label in _LABELS.items():
+            if head == label:
+                return cls(kind, detail)
+        return cls(InfeasibleKind.TOOL_ERROR, reason.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +131,64 @@ class Trace:
     mapping: Mapping
     """The mapping that was executed."""
     feasible: bool
-    """False when the mapping could not run (OOM, never admissible); then ``nodes`` is empty."""
+    """False when the mapping could not run (OOM, deadlock, a tool failed...); see ``infeasibility``."""
     e2e_ms: float | None
     """Makespan: the latest sink completion; None when infeasible."""
     nodes: dict[str, NodeTrace] = field(default_factory=dict)
-    """Per-node timing."""
+    """Per-node timing (for an infeasible real execution: the nodes that finished before it stopped)."""
     vram_timeline: tuple[VramPoint, ...] = ()
     """Step function of VRAM in use."""
-    reason: str = ""
-    """Why the mapping was infeasible (``OOM: gpu_now tools need 1260 MB of 1100 MB ...``)."""
+    infeasibility: Infeasibility | None = None
+    """Why the mapping could not run (None when feasible)."""
     vram_budget_mb: float = 0.0
     """The budget the run was held to."""
     seed: int | None = None
     """Noise seed (None: noise-free)."""
     executor: str = "sim"
     """Which executor produced the trace (``sim``, ``local``, ``ray``)."""
+    notes: tuple[str, ...] = ()
+    """What the executor wants every reader to know (e.g. that GPU placements ran on a stand-in device)."""
+
+    def __post_init__(self) -> None:
+        if self.feasible == (self.infeasibility is not None):
+            raise ValueError("a Trace is feasible exactly when it has no infeasibility; use Trace.refused(...)")
+
+    @classmethod
+    def refused(
+        cls,
+        mapping: Mapping,
+        infeasibility: Infeasibility,
+        *,
+        vram_budget_mb: float = 0.0,
+        seed: int | None = None,
+        executor: str = "sim",
+        nodes: dict[str, NodeTrace] | None = None,
+        vram_timeline: tuple[VramPoint, ...] = (),
+        notes: tuple[str, ...] = (),
+    ) -> Trace:
+        """The one way to build the trace of a mapping that could not run (or stopped part-way)."""
+        return cls(
+            mapping=mapping,
+            feasible=False,
+            e2e_ms=None,
+            nodes=dict(nodes or {}),
+            vram_timeline=vram_timeline,
+            infeasibility=infeasibility,
+            vram_budget_mb=vram_budget_mb,
+            seed=seed,
+            executor=executor,
+            notes=notes,
+        )
+
+    @property
+    def reason(self) -> str:
+        """Why the mapping could not run, as one line (``OOM: gpu_now tools need ...``); '' when feasible."""
+        return "" if self.infeasibility is None else str(self.infeasibility)
+
+    @property
+    def kind(self) -> InfeasibleKind | None:
+        """The infeasibility kind (None when feasible)."""
+        return None if self.infeasibility is None else self.infeasibility.kind
 
     @property
     def peak_vram_mb(self) -> float:
@@ -94,9 +207,11 @@ class Trace:
             "feasible": self.feasible,
             "e2e_ms": self.e2e_ms,
             "reason": self.reason,
+            "infeasibility": None if self.infeasibility is None else self.infeasibility.to_dict(),
             "vram_budget_mb": self.vram_budget_mb,
             "seed": self.seed,
             "executor": self.executor,
+            "notes": list(self.notes),
             "nodes": {
                 k: {
                     "tool": v.tool,
@@ -129,14 +244,20 @@ class Trace:
             )
             for k, v in data["nodes"].items()
         }
+        infeasibility: Infeasibility | None = None
+        if data.get("infeasibility"):
+            infeasibility = Infeasibility.from_dict(data["infeasibility"])
+        elif not data["feasible"]:  # stored before reasons were typed
+            infeasibility = Infeasibility.parse(data.get("reason", ""))
         return cls(
             mapping=Mapping(data["mapping"]),
             feasible=data["feasible"],
             e2e_ms=data["e2e_ms"],
             nodes=nodes,
             vram_timeline=tuple(VramPoint(t, u) for t, u in data["vram_timeline"]),
-            reason=data.get("reason", ""),
+            infeasibility=infeasibility,
             vram_budget_mb=data.get("vram_budget_mb", 0.0),
             seed=data.get("seed"),
             executor=data.get("executor", "sim"),
+            notes=tuple(data.get("notes", ())),
         )

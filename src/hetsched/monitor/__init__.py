@@ -1,13 +1,12 @@
 """The runtime monitor (PAPER.md's Algorithm 1): observe, never decide.
 
-Turns executed rounds (and the bounded what-if probes it runs through the loop's executor)
-into :class:`Observation` records and prompt text. Imports only ``hetsched.model``; policies
-import the monitor, never the other way round.
+Passive: turns executed rounds and probes into :class:`Observation` records and prompt text,
+and names the next what-if probe worth running as a request the loop executes. The record
+types live in ``hetsched.model.observations`` (the store and deciders read them too). Imports
+only ``hetsched.model``; policies import the monitor, never the other way round.
 """
 
-from hetsched.monitor.config import MECHANISMS, MonitorConfig
-from hetsched.monitor.monitor import Candidate, Monitor, Observations, ProbeRunner, critical_path
-from hetsched.monitor.observations import (
+from hetsched.model.observations import (
     OBSERVATION_TYPES,
     Budget,
     Execution,
@@ -20,6 +19,8 @@ from hetsched.monitor.observations import (
     render,
     to_json,
 )
+from hetsched.monitor.config import MECHANISMS, MonitorConfig
+from hetsched.monitor.monitor import Candidate, Monitor, Observations, critical_path
 
 __all__ = [
     "MECHANISMS",
@@ -35,7 +36,6 @@ __all__ = [
     "Observation",
     "Observations",
     "ProbeResult",
-    "ProbeRunner",
     "Unmeasured",
     "critical_path",
     "render",

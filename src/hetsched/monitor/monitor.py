@@ -1,13 +1,15 @@
 """The runtime monitor (PAPER.md's Algorithm 1): turns executed rounds into observations.
 
-Each round the agentic policy calls :meth:`Monitor.observe` with the history so far and the
-loop's probe runner. The monitor
+The monitor is passive: it reads traces and returns data, and executes nothing. Each round
+the agentic policy relays :meth:`Monitor.next_probe` to the loop until it returns None (the loop
+executes and records each request), then calls :meth:`Monitor.observe` with the history and
+the round's probes. The monitor
 
 1. aggregates every execution (rounds and earlier probes): the measured E2E of each distinct
    mapping, and each node's running-average latency per placement *under the contention it
    met* (Factor A), next to the card's isolated figure;
 2. keeps the feasibility history: which mappings were infeasible and why (Factor B);
-3. runs bounded what-if probes through the runner it is given, in this order:
+3. asks for bounded what-if probes (:class:`~hetsched.model.ProbeRequest`), in this order:
    the base is the best measured mapping (lowest mean measured E2E; before any mapping ran
    to completion, the last round's mapping); its one-node moves are ranked by
    (a) the node has never been measured on the target placement first,
@@ -19,8 +21,8 @@ loop's probe runner. The monitor
    node takes the target placement and a node already holding that placement goes, for a
    ``gpu_now`` target in three-way scenarios, to ``gpu_queue`` (demotion: PAPER.md's S13
    C<->B), then to the moved node's old placement (exchange); partners with the shortest
-   latency in the base trace first. The first unexecuted, budget-feasible candidate runs; after each probe the
-   ranking is recomputed (a probe that beats the base becomes the new base);
+   latency in the base trace first. The first unexecuted, budget-feasible candidate is asked
+   for; after each probe the ranking is recomputed (a probe that beats the base becomes the new base);
 4. lists the exploration hints: (node, placement) pairs never measured.
 
 It never chooses: its output is :class:`Observations` (records + text), with no recommended
@@ -40,10 +42,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hetsched.model import Mapping, Placement, Probe, RoundRecord, Scenario, Trace
-from hetsched.model.scenario import cold_reason
-from hetsched.monitor.config import MonitorConfig
-from hetsched.monitor.observations import (
+from hetsched.model import (
+    Infeasibility,
+    InfeasibleKind,
+    Mapping,
+    Placement,
+    Probe,
+    ProbeRequest,
+    RoundRecord,
+    Scenario,
+    Trace,
+)
+from hetsched.model.observations import (
     Budget,
     Execution,
     Infeasible,
@@ -56,9 +66,11 @@ from hetsched.monitor.observations import (
     render,
     to_json,
 )
+from hetsched.model.scenario import cold_reason
+from hetsched.monitor.config import MonitorConfig
 
-ProbeRunner = Callable[[str, Mapping, Mapping, str], Probe]
-"""``run_probe(kind, base, mapping, note) -> Probe``: the loop's runner (``PolicyContext.run_probe``)."""
+_NO_SWAP = frozenset({InfeasibleKind.NEVER_ADMISSIBLE, InfeasibleKind.DEADLOCK})
+"""Failed moves whose swaps are not tried: the node fits nowhere, or waits on its own descendants."""
 
 _PLACEMENT_INDEX = {Placement.CPU: 0, Placement.GPU_NOW: 1, Placement.GPU_QUEUE: 2}
 
@@ -88,7 +100,7 @@ class _Run:
 
 @dataclass(frozen=True)
 class Observations:
-    """The monitor's output for one round: records, their prompt text, and the probes it ran."""
+    """The monitor's output for one round: records, their prompt text, and the round's probes."""
 
     round: int
     """The round these observations feed (the one about to be decided)."""
@@ -97,12 +109,12 @@ class Observations:
     text: str
     """The records rendered for the prompt."""
     probes: tuple[Probe, ...]
-    """Probes executed during this call."""
+    """This round's probes (executed by the loop before the decision)."""
     probes_spent_run: int
     """Probes executed in the run so far, these included."""
 
     def to_json(self) -> list[dict[str, object]]:
-        """The records as JSON-ready dicts (``Proposal.info['observations']``)."""
+        """The records as JSON-ready dicts (``DecisionRecord.observations``)."""
         return [to_json(r) for r in self.records]
 
 
@@ -160,30 +172,36 @@ class Monitor:
         """Probes allowed in the whole run."""
         return self.config.run_budget(len(self._order))
 
-    def observe(self, history: Sequence[RoundRecord], run_probe: ProbeRunner | None = None) -> Observations:
-        """Observations for the next round; runs what-if probes through ``run_probe`` within budget."""
+    def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe] = ()) -> ProbeRequest | None:
+        """The next what-if execution worth asking the loop for, or None (budgets spent, nothing left).
+
+        ``probes`` are this round's probes already executed. Pure: the loop executes the request.
+        """
+        cfg = self.config
+        if not cfg.probing or len(probes) >= cfg.probes_per_round:
+            return None
+        if sum(len(r.probes) for r in history) + len(probes) >= self.run_budget:
+            return None
+        candidates, _ = self._plan(self._runs(history, probes), len(history))
+        if not candidates:
+            return None
+        c = candidates[0]
+        return ProbeRequest(kind=c.kind, base=c.base, mapping=c.mapping, note=c.note)
+
+    def observe(self, history: Sequence[RoundRecord], probes: Sequence[Probe] = ()) -> Observations:
+        """Observations for the next round from the rounds so far and this round's probes; runs nothing."""
         cfg = self.config
         round_index = len(history)
-        runs = self._runs(history)
         spent_before = sum(len(r.probes) for r in history)
-        fresh: list[Probe] = []
         static: dict[Mapping, Infeasible] = {}
-        if run_probe is not None and cfg.probing:
-            while len(fresh) < cfg.probes_per_round and spent_before + len(fresh) < self.run_budget:
-                candidates, found = self._plan(runs, round_index)
-                for m, rec in found.items():
-                    static.setdefault(m, rec)
-                if not candidates:
-                    break
-                c = candidates[0]
-                probe = run_probe(c.kind, c.base, c.mapping, c.note)
-                fresh.append(probe)
-                runs.append(_Run(probe.trace, round_index, probe=True))
-        if cfg.reprobe or cfg.swap:
-            _, found = self._plan(runs, round_index)
+        # the budget-check failures met while planning each of this round's probes, then after them
+        prefixes = range(len(probes) + 1) if cfg.probing else [len(probes)] if cfg.reprobe or cfg.swap else []
+        for k in prefixes:
+            _, found = self._plan(self._runs(history, probes[:k]), round_index)
             for m, rec in found.items():
                 static.setdefault(m, rec)
-        records = self._records(history, runs, fresh, list(static.values()), spent_before)
+        runs = self._runs(history, probes)
+        records = self._records(history, runs, probes, list(static.values()), spent_before)
         text = render(
             records,
             self._order,
@@ -195,8 +213,8 @@ class Monitor:
             round=round_index,
             records=tuple(records),
             text=text,
-            probes=tuple(fresh),
-            probes_spent_run=spent_before + len(fresh),
+            probes=tuple(probes),
+            probes_spent_run=spent_before + len(probes),
         )
 
     def pending_probes(self, history: Sequence[RoundRecord]) -> int:
@@ -216,12 +234,14 @@ class Monitor:
         return tuple(candidates)
 
     # ------------------------------------------------------------------ aggregation
-    def _runs(self, history: Sequence[RoundRecord]) -> list[_Run]:
+    def _runs(self, history: Sequence[RoundRecord], probes: Sequence[Probe] = ()) -> list[_Run]:
+        """Every execution seen: each round's probes, then its own run; then this round's probes."""
         runs: list[_Run] = []
         for rec in history:
             # probes ran before the round's own execution (they informed its decision)
             runs.extend(_Run(p.trace, rec.round, probe=True) for p in rec.probes)
             runs.append(_Run(rec.trace, rec.round, probe=False))
+        runs.extend(_Run(p.trace, len(history), probe=True) for p in probes)
         return runs
 
     @staticmethod
@@ -276,26 +296,29 @@ class Monitor:
         seen: set[Mapping] = set()
         static: dict[Mapping, Infeasible] = {}
 
-        def budget_check(m: Mapping) -> str:
+        def budget_check(m: Mapping) -> Infeasibility | None:
             reason = sc.infeasibility(m)
-            if reason and m not in static:
-                static[m] = Infeasible(_pairs(m, self._order), m.code(self._order), reason, "budget check", round_index)
+            if reason is not None and m not in static:
+                static[m] = Infeasible(
+                    _pairs(m, self._order), m.code(self._order), str(reason), "budget check", round_index
+                )
             return reason
 
         for node, target in moves:
             m = base.moved(node, target)
             note = _change(node, base[node], target)
             if m in executed:
-                reason = executed[m].reason if not executed[m].feasible else ""
+                reason = executed[m].infeasibility
             else:
                 reason = budget_check(m)
-                if not reason and cfg.reprobe and m not in seen:
+                if reason is None and cfg.reprobe and m not in seen:
                     seen.add(m)
                     candidates.append(Candidate("reprobe", base, m, note))
-            if not reason or not cfg.swap or base_trace is None or reason.startswith("never admissible"):
+            # a swap cannot help a node that fits nowhere or waits on its own descendants
+            if reason is None or not cfg.swap or base_trace is None or reason.kind in _NO_SWAP:
                 continue
             for s, swap_note in self._swaps(base, node, target, latency):
-                if s in executed or s in seen or budget_check(s):
+                if s in executed or s in seen or budget_check(s) is not None:
                     continue
                 seen.add(s)
                 candidates.append(Candidate("swap", base, s, f"{note}, {swap_note}"))
@@ -345,7 +368,7 @@ class Monitor:
                     code=last.mapping.code(order),
                     feasible=last.feasible,
                     e2e_ms=last.e2e_ms,
-                    reason=self._reason(last.reason) if cfg.feasibility else "",
+                    reason=self._reason(last.infeasibility) if cfg.feasibility else "",
                 )
             )
         measured = self._measured(runs)
@@ -373,7 +396,7 @@ class Monitor:
                         Infeasible(
                             _pairs(t.mapping, order),
                             t.mapping.code(order),
-                            self._reason(t.reason),
+                            self._reason(t.infeasibility),
                             "probe" if run.probe else "round",
                             run.round,
                         )
@@ -397,7 +420,7 @@ class Monitor:
                     changes=tuple(_change(n, p.base[n], t.mapping[n]) for n in t.mapping.differs_at(p.base)),
                     feasible=t.feasible,
                     e2e_ms=t.e2e_ms,
-                    reason=self._reason(t.reason) if cfg.feasibility else "",
+                    reason=self._reason(t.infeasibility) if cfg.feasibility else "",
                 )
             )
         if cfg.hints:
@@ -410,9 +433,11 @@ class Monitor:
             records.append(Budget(len(fresh), cfg.probes_per_round, spent_before + len(fresh), self.run_budget))
         return records
 
-    def _reason(self, reason: str) -> str:
+    def _reason(self, reason: Infeasibility | None) -> str:
         """An executor's reason as the decider may see it (card figures cut in cold start)."""
-        return reason if self.cards_visible else cold_reason(reason)
+        if reason is None:
+            return ""
+        return str(reason) if self.cards_visible else cold_reason(reason)
 
     def _latencies(self, runs: Sequence[_Run]) -> list[NodeLatency]:
         sc = self.scenario

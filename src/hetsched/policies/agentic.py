@@ -1,16 +1,16 @@
 """The agentic policy: runtime monitor + decider in a closed loop (PAPER.md's Figure 2).
 
-Each round: ``monitor.observe(history)`` aggregates what ran and executes bounded what-if
-probes through ``ctx.run_probe`` -> the decider reads the scenario (cards unless cold start)
-and the observations -> its mapping is validated (chat deciders re-ask with the error, up to
-their attempt limit) -> if no valid mapping came back, the policy falls back to the best
-measured feasible mapping (all-CPU before anything ran) and records that it did. Nothing that
-fails the scenario's checks is ever proposed.
+Each round: the policy relays the monitor's what-if requests (``next_probe``) to the loop,
+which executes and records them -> the loop has the monitor observe the history and those
+probes (``monitor.observe``) and hands the observations to ``propose`` ->
+the decider reads the scenario (cards unless cold start) and the observations -> its mapping
+is validated (chat deciders re-ask with the error, up to their attempt limit) -> if no valid
+mapping came back, the policy falls back to the best measured feasible mapping (all-CPU before
+anything ran) and records that it did. Nothing that fails the scenario's checks is ever proposed.
 
-``Proposal.info`` follows the shared transcript contract (docs/agentic.md): ``decider``,
-``model``, ``transcript``, ``fallback``, ``fallback_reason``, ``observations``, ``probes_spent``;
-plus ``observations_text``, the rendered observations exactly as the decider was given them (so
-what the decider read can be checked from the stored run), and ``cold_start``.
+The proposal carries a :class:`~hetsched.model.DecisionRecord`: decider, model, every attempt,
+fallback and why, the observations as records and exactly as the decider read them, probes
+spent, cold start (docs/agentic.md).
 
 The policy keeps no state beyond its monitor and decider: decisions are a function of the
 history (plus the LLM's sampling), so a resumed run continues where it stopped.
@@ -25,11 +25,10 @@ from dataclasses import replace
 from typing import Any
 
 from hetsched.llm import LLM_DECIDERS, Decider, DecisionContext, LLMConfig, make_decider, resolve_llm_config
-from hetsched.llm.base import transcript_json
 from hetsched.llm.evidence import fallback_mapping
 from hetsched.llm.validate import check_mapping
-from hetsched.model import InputError, Proposal, RoundRecord
-from hetsched.monitor import Monitor, MonitorConfig
+from hetsched.model import DecisionRecord, InputError, Probe, ProbeRequest, Proposal, RoundRecord
+from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
 
 
@@ -83,7 +82,7 @@ class Agentic(Policy):
 
     @property
     def monitor(self) -> Monitor:
-        """The run's monitor (built by :meth:`reset`)."""
+        """The run's monitor (built by :meth:`reset`); the loop has it observe each round."""
         if self._monitor is None:
             raise RuntimeError("policy 'agentic' used before reset()")
         return self._monitor
@@ -92,9 +91,15 @@ class Agentic(Policy):
         super().reset(ctx)
         self._monitor = Monitor(ctx.scenario, self.monitor_config, cards_visible=not self.cold_start)
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe]) -> ProbeRequest | None:
+        """The monitor's next what-if request (the loop executes it)."""
+        return self.monitor.next_probe(history, probes)
+
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         sc = self.ctx.scenario
-        obs = self.monitor.observe(history, self.ctx.run_probe)
+        obs = observations if observations is not None else self.monitor.observe(history, probes)
         records = tuple(obs.to_json())
         decision = self.decider.decide(
             DecisionContext(
@@ -119,18 +124,18 @@ class Agentic(Policy):
             mapping, why = fallback_mapping(sc, records)
             reason = f"{problem}; {why}" if problem else why
             rationale = f"fallback: {why}"
-        info: dict[str, Any] = {
-            "decider": self.decider.name,
-            "model": self.decider.model,
-            "transcript": transcript_json(decision.transcript),
-            "fallback": fallback,
-            "fallback_reason": reason,
-            "observations": list(records),
-            "observations_text": obs.text,
-            "probes_spent": len(obs.probes),
-            "cold_start": self.cold_start,
-        }
-        return Proposal(sc.validate_mapping(mapping), rationale=rationale, info=info)
+        record = DecisionRecord(
+            decider=self.decider.name,
+            model=self.decider.model,
+            attempts=decision.transcript,
+            fallback=fallback,
+            fallback_reason=reason,
+            observations=records,
+            observations_text=obs.text,
+            probes_spent=len(obs.probes),
+            cold_start=self.cold_start,
+        )
+        return Proposal(sc.validate_mapping(mapping), rationale=rationale, decision=record)
 
     def converged(self, history: Sequence[RoundRecord]) -> bool:
         """The mapping did not change in the last round and no unexplored probe is left in budget."""

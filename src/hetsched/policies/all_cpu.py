@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsched.model import Placement, Proposal, RoundRecord
+from hetsched.model import Placement, Probe, Proposal, RoundRecord
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 
 
@@ -13,5 +14,7 @@ class AllCpu(Policy):
 
     name = "all-cpu"
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         return Proposal(self.ctx.scenario.uniform(Placement.CPU), rationale="every node on the CPU")

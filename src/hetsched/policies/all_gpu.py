@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsched.model import Placement, Proposal, RoundRecord
+from hetsched.model import Placement, Probe, Proposal, RoundRecord
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 
 
@@ -18,7 +19,9 @@ class AllGpu(Policy):
 
     name = "all-gpu"
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         return Proposal(
             self.ctx.scenario.uniform(Placement.GPU_NOW),
             rationale="GPU-first: gpu_now for every tool with a GPU implementation",

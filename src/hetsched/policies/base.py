@@ -1,19 +1,24 @@
 """The Policy interface: from the history of rounds to the next mapping (decide, never act).
 
-Policies receive a :class:`PolicyContext` once per run and then one ``propose`` call per round.
-They run nothing themselves except what-if probes through ``ctx.run_probe``, which the loop
-binds to its executor and records. ``propose`` should be a function of (context, history):
+Policies receive a :class:`PolicyContext` once per run. Each round the loop first asks
+:meth:`Policy.next_probe` for what-if measurements (a :class:`~hetsched.model.ProbeRequest`
+at a time, until it returns None) and executes and records each one; then, for a policy with a
+runtime monitor (:attr:`Policy.monitor`), it has the monitor observe the history and the
+round's probes; then it asks :meth:`Policy.propose` for the round's mapping, handing it those
+observations. A policy never executes anything itself.
+``propose`` and ``next_probe`` should be functions of (context, history, this round's probes):
 internal state is a cache, so a run resumed from the store replays to the same decisions.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from hetsched.model import Mapping, Probe, Proposal, RoundRecord, Scenario
+from hetsched.model import Planner, Probe, ProbeRequest, Proposal, RoundRecord, Scenario
+from hetsched.monitor import Monitor, Observations
 
 
 @dataclass(frozen=True)
@@ -26,9 +31,11 @@ class PolicyContext:
     """Seed for any randomness the policy uses."""
     rounds: int = 20
     """Rounds planned for the run."""
-    run_probe: Callable[[str, Mapping, Mapping, str], Probe] | None = None
-    """``run_probe(kind, base, mapping, note)``: execute a what-if through the loop's executor
-    (recorded, counted as cost). None when the loop allows no probes."""
+    planner: Planner | None = None
+    """The model's noise-free predictions (feasibility including FIFO deadlocks, predicted E2E,
+    the reference mapping); computes, never executes. None when the loop gives none."""
+    probes: bool = True
+    """False when the loop allows no what-if probes (``next_probe`` is then never called)."""
 
 
 class Policy(ABC):
@@ -49,13 +56,36 @@ class Policy(ABC):
             raise RuntimeError(f"policy {self.name!r} used before reset()")
         return self._ctx
 
+    @property
+    def planner(self) -> Planner:
+        """The context's planner (an error naming the policy when the loop gave none)."""
+        planner = self.ctx.planner
+        if planner is None:
+            raise RuntimeError(f"policy {self.name!r} needs a planner in its PolicyContext")
+        return planner
+
     def reset(self, ctx: PolicyContext) -> None:
         """Start a new run."""
         self._ctx = ctx
 
+    @property
+    def monitor(self) -> Monitor | None:
+        """The runtime monitor whose observations the loop hands :meth:`propose` (None: no monitor)."""
+        return None
+
+    def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe]) -> ProbeRequest | None:
+        """A what-if execution to run before this round's decision, or None (the default: no probes).
+
+        ``probes`` are the ones already executed this round, in order.
+        """
+        return None
+
     @abstractmethod
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
-        """The mapping for the next round, given every round so far."""
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
+        """The mapping for the next round, given every round so far, this round's probes and, for a
+        policy with a monitor, what the monitor observed of them (the loop calls ``monitor.observe``)."""
 
     def converged(self, history: Sequence[RoundRecord]) -> bool:
         """True when the policy has nothing more to learn (the loop may stop early)."""

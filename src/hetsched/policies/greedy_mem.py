@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsched.model import Mapping, Mode, Placement, Proposal, RoundRecord, Scenario
+from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 
 
@@ -70,7 +71,9 @@ class GreedyMem(Policy):
 
     name = "greedy-mem"
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         sc = self.ctx.scenario
         place, notes = greedy_placements(sc)
         mapping = Mapping((n, place[sc.workflow.tool_of[n]]) for n in sc.workflow.node_ids)

@@ -32,7 +32,8 @@ from typing import Generic, TypeVar
 
 import networkx as nx
 
-from hetsched.model import Placement, Proposal, RoundRecord, Scenario
+from hetsched.model import Placement, Probe, Proposal, RoundRecord, Scenario
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy, PolicyContext
 from hetsched.policies.starpu_dmda import allocate_gpu_nodes
 
@@ -254,7 +255,9 @@ class HeftCf(Policy):
         super().reset(ctx)
         self._proposal = None
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         if self._proposal is None:  # a cache: a function of the scenario only
             sc = self.ctx.scenario
             sched = heft_cf_schedule(sc)

@@ -44,7 +44,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from hetsched.model import Mapping, Mode, Placement, Proposal, RoundRecord, Scenario
+from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 
 CPU_RELATIVE_SPEEDUP = 1.0
@@ -193,7 +194,9 @@ class StarpuDmda(Policy):
         """Expected length, NaN when the pair is not calibrated yet."""
         return model.mean(tool, dev) if model.count(tool, dev) >= self.calibration_minimum else math.nan
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         sc = self.ctx.scenario
         model = self.model(history)
         devices, forced, predicted_end = self._replay(sc, model)

@@ -32,7 +32,8 @@ import math
 import random
 from collections.abc import Sequence
 
-from hetsched.model import Mapping, Mode, Placement, Proposal, RoundRecord, Scenario, Trace
+from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario, Trace
+from hetsched.monitor import Observations
 from hetsched.policies.base import Policy, PolicyContext
 
 
@@ -98,7 +99,9 @@ class Ucb1(Policy):
         """The whole-mapping arms in their seeded order (empty when factored)."""
         return tuple(self._arms)
 
-    def propose(self, history: Sequence[RoundRecord]) -> Proposal:
+    def propose(
+        self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
+    ) -> Proposal:
         if self.factored:
             return self._propose_factored(history)
         k = len(self._arms)

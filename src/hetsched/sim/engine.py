@@ -25,12 +25,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetsched.model import Mapping, NodeTrace, Placement, Scenario, Trace, VramPoint
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, NodeTrace, Scenario, Trace, VramPoint
+from hetsched.model.mapping import CPU_CODE as CPU
+from hetsched.model.mapping import NOW_CODE as NOW
+from hetsched.model.mapping import QUEUE_CODE as QUEUE
 
-CPU, NOW, QUEUE = 0, 1, 2
-"""Placement codes used in the hot loop (index of the placement in ``THREE_WAY``)."""
-CODE = {Placement.CPU: CPU, Placement.GPU_NOW: NOW, Placement.GPU_QUEUE: QUEUE}
-_PLACEMENT = (Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE)
 _ARRIVE, _LOADED = 0, 1
 _EPS = 1e-7  # ms; below float noise of any latency we model, far above 1 ulp of 1e6 ms
 _INF = math.inf
@@ -93,10 +92,10 @@ class _Compiled:
 
 @dataclass(slots=True)
 class _Outcome:
-    """Raw result of one simulation; ``reason`` is non-empty when it deadlocked."""
+    """Raw result of one simulation; ``deadlock`` is set when it deadlocked."""
 
     e2e_ms: float
-    reason: str
+    deadlock: Infeasibility | None
     ready: list[float]
     admitted: list[float]
     start: list[float]
@@ -270,19 +269,22 @@ def _simulate(
             note_vram()
 
     e2e = max(end[s] for s in c.sinks)
-    return _Outcome(e2e, "", ready, admitted, start, end, load, vram_tl)
+    return _Outcome(e2e, None, ready, admitted, start, end, load, vram_tl)
 
 
-def _deadlock_reason(c: _Compiled, place: Sequence[int], queue: deque[int], used: float, now_left: list[int]) -> str:
+def _deadlock_reason(
+    c: _Compiled, place: Sequence[int], queue: deque[int], used: float, now_left: list[int]
+) -> Infeasibility:
     if not queue:  # cannot happen with a DAG; kept so a bug reads as a reason, not a hang
-        return "stalled: no task can run and none is queued"
+        return Infeasibility(InfeasibleKind.DEADLOCK, "stalled: no task can run and none is queued")
     head = queue[0]
     holders = [c.tools[t] for t, k in enumerate(now_left) if k]
     free = c.budget - used
-    return (
-        f"never admissible: node {c.names[head]!r} ({c.tools[c.tool_idx[head]]}) at the head of the gpu_queue "
+    return Infeasibility(
+        InfeasibleKind.DEADLOCK,
+        f"node {c.names[head]!r} ({c.tools[c.tool_idx[head]]}) at the head of the gpu_queue "
         f"needs {c.vram[head]:g} MB but only {free:g} MB of {c.budget:g} MB are free and nothing running will "
-        f"free more: gpu_now tools {holders} stay resident until queued work they depend on has run (deadlock)"
+        f"free more: gpu_now tools {holders} stay resident until queued work they depend on has run",
     )
 
 
@@ -302,21 +304,28 @@ class Simulator:
         self.noise = noise and scenario.machine.noise_cv > 0
         self._c = _Compiled.of(scenario)
 
+    def close(self) -> None:
+        """Nothing to free (the Executor contract)."""
+
+    def __enter__(self) -> Simulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def codes(self, mapping: Mapping) -> tuple[int, ...]:
-        """Placement codes in node order (0 cpu, 1 gpu_now, 2 gpu_queue)."""
-        return tuple(CODE[mapping[n]] for n in self._c.names)
+        """Placement codes in node order (``Placement.code``: 0 cpu, 1 gpu_now, 2 gpu_queue)."""
+        return tuple(mapping[n].code for n in self._c.names)
 
     def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
         """Execute once; infeasible mappings come back with ``feasible=False`` and a reason."""
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
         budget = sc.machine.vram_budget_mb
-        reason = sc.infeasibility(mapping)
+        refused = sc.infeasibility(mapping)
         use_seed = seed if self.noise else None
-        if reason:
-            return Trace(
-                mapping=mapping, feasible=False, e2e_ms=None, reason=reason, vram_budget_mb=budget, seed=use_seed
-            )
+        if refused is not None:
+            return Trace.refused(mapping, refused, vram_budget_mb=budget, seed=use_seed, executor=self.name)
         wf = lf = None
         if self.noise:
             rng = random.Random(seed)
@@ -324,10 +333,8 @@ class Simulator:
             wf = lognormal_factors(n, sc.machine.noise_cv, rng)
             lf = lognormal_factors(n, sc.machine.noise_cv, rng)
         out = _simulate(self._c, self.codes(mapping), wf, lf, record=True)
-        if out.reason:
-            return Trace(
-                mapping=mapping, feasible=False, e2e_ms=None, reason=out.reason, vram_budget_mb=budget, seed=use_seed
-            )
+        if out.deadlock is not None:
+            return Trace.refused(mapping, out.deadlock, vram_budget_mb=budget, seed=use_seed, executor=self.name)
         c = self._c
         nodes = {
             name: NodeTrace(
@@ -360,6 +367,15 @@ class Simulator:
         """
         return _simulate(self._c, codes, None, None, record=False).e2e_ms
 
+    def infeasibility(self, mapping: Mapping) -> Infeasibility | None:
+        """Why a mapping cannot run under the model, or None: the static checks, then a noise-free
+        simulation for what only the FIFO order shows (a deadlock at the head of the queue)."""
+        mapping = self.scenario.validate_mapping(mapping)
+        static = self.scenario.infeasibility(mapping)
+        if static is not None:
+            return static
+        return _simulate(self._c, self.codes(mapping), None, None, record=False).deadlock
+
     def e2e(self, mapping: Mapping) -> float | None:
         """Noise-free E2E of a mapping, None when infeasible."""
         mapping = self.scenario.validate_mapping(mapping)
@@ -368,7 +384,3 @@ class Simulator:
         e = self.e2e_codes(self.codes(mapping))
         return None if math.isinf(e) else e
 
-
-def placement_of(code: int) -> Placement:
-    """Inverse of the placement codes used by :meth:`Simulator.codes`."""
-    return _PLACEMENT[code]

@@ -1,11 +1,11 @@
-"""JSON encoding of what the loop records: round records, probes, proposal info, transcripts.
+"""Encoding of what the loop records: round records, probes, decision records, transcripts.
 
-Pure functions between model objects and the rows of the store's tables, so the SQL layer
-(``hetsched.store.db``) never touches a model object's internals. ``Proposal.info`` follows the
-decider-transcript contract (``transcript``, ``observations``, ``decider``, ``model``,
-``fallback``, ``fallback_reason``, ``probes_spent``); a well-formed ``transcript`` or
-``observations`` list is moved into its own table and put back on read, so a stored round
-rebuilds to an equal :class:`~hetsched.model.RoundRecord`. Imports only the model.
+Pure functions between the model's typed records and the rows of the store's tables, so the
+SQL layer (``hetsched.store.db``) never touches a model object's internals. A proposal's
+:class:`~hetsched.model.DecisionRecord` goes to typed columns of ``rounds`` plus the
+``transcript`` and ``observations`` tables, and ``Proposal.info`` (policy extras) is stored
+verbatim, so a stored round rebuilds to an equal :class:`~hetsched.model.RoundRecord`.
+Imports only the model.
 """
 
 from __future__ import annotations
@@ -13,24 +13,22 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping as AbcMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-from hetsched.model import HetschedError, Mapping, Probe, Proposal, RoundRecord, Trace
-
-TRANSCRIPT_FIELDS: tuple[str, ...] = (
-    "attempt",
-    "prompt",
-    "reply",
-    "reasoning",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_ms",
-    "error",
+from hetsched.model import (
+    Attempt,
+    DecisionRecord,
+    HetschedError,
+    Infeasibility,
+    Mapping,
+    Probe,
+    Proposal,
+    RoundRecord,
+    Trace,
 )
-"""Keys of one transcript entry in ``Proposal.info["transcript"]`` (the shared contract)."""
 
 SECRET_OPTION_KEYS: frozenset[str] = frozenset(
     {"api_key", "apikey", "password", "secret", "token", "access_token", "auth_token", "bearer_token"}
@@ -58,6 +56,8 @@ def _default(value: Any) -> Any:
     if isinstance(value, PurePath):
         return str(value)
     if isinstance(value, Trace):
+        return value.to_dict()
+    if isinstance(value, Infeasibility):
         return value.to_dict()
     raise NotJsonReady(
         f"cannot store a {type(value).__name__} ({value!r:.80}); Proposal.info, observations and "
@@ -115,38 +115,6 @@ def _is_secret(key: str) -> bool:
 
 # ---------------------------------------------------------------------------- rows
 @dataclass(frozen=True)
-class TranscriptEntry:
-    """One decider attempt of one round, as stored (the shared transcript contract)."""
-
-    round: int
-    """Round index."""
-    index: int
-    """Position in the round's transcript list."""
-    attempt: int
-    """Attempt number the decider gave (0 or 1 for the first ask; re-asks count up)."""
-    prompt: str = ""
-    """Prompt text sent."""
-    reply: str = ""
-    """Reply text received (final answer part)."""
-    reasoning: str = ""
-    """Reasoning text (``<think>`` or a ``reasoning_content`` field), '' if none."""
-    prompt_tokens: int | None = None
-    """Prompt tokens the server reported."""
-    completion_tokens: int | None = None
-    """Completion tokens the server reported."""
-    latency_ms: float | None = None
-    """Wall time of the request."""
-    error: str = ""
-    """Validation or parse error that caused a re-ask; '' when the reply was accepted."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Keys outside the contract (and contract keys of the wrong type), kept verbatim."""
-
-
-def _is_record_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-
-@dataclass(frozen=True)
 class RoundRows:
     """Everything one round writes, ready for ``executemany``."""
 
@@ -156,28 +124,19 @@ class RoundRows:
     transcript: list[tuple[Any, ...]]
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _sum_tokens(entries: list[dict[str, Any]], key: str) -> int | None:
-    values = [_int_or_none(e.get(key)) for e in entries]
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+def _kind(trace: Trace) -> str | None:
+    return None if trace.kind is None else trace.kind.value
 
 
 def encode_round(run_id: str, record: RoundRecord, recorded_at: str) -> RoundRows:
     """Split one round into the rows of ``rounds``, ``probes``, ``observations``, ``transcript``."""
     r = record.round
     where = f"round {r}"
-    info = dict(record.proposal.info)
-    transcript = info.pop("transcript") if _is_record_list(info.get("transcript")) else None
-    observations = info.pop("observations") if _is_record_list(info.get("observations")) else None
-    # which lists were moved out, so the read side puts back exactly what was there
-    split = {"transcript": transcript is not None, "observations": observations is not None}
     trace = record.trace
-    fallback = info.get("fallback")
-    probes_spent = _int_or_none(info.get("probes_spent"))
+    d = record.proposal.decision
+    decision_json = None if d is None else dumps(
+        {"observations_text": d.observations_text, "cold_start": d.cold_start}, f"{where} decision"
+    )
     round_row = (
         run_id,
         r,
@@ -186,16 +145,18 @@ def encode_round(run_id: str, record: RoundRecord, recorded_at: str) -> RoundRow
         int(trace.feasible),
         trace.e2e_ms,
         trace.reason,
+        _kind(trace),
         record.proposal.rationale,
-        _str_or_none(info.get("decider")),
-        _str_or_none(info.get("model")),
-        int(bool(fallback)),
-        str(info.get("fallback_reason") or ""),
-        probes_spent,
-        _sum_tokens(transcript or [], "prompt_tokens"),
-        _sum_tokens(transcript or [], "completion_tokens"),
-        dumps(info, f"{where} Proposal.info"),
-        dumps(split, where),
+        None if d is None else d.decider,
+        None if d is None else d.model,
+        int(d is not None and d.fallback),
+        "" if d is None else d.fallback_reason,
+        None if d is None else d.probes_spent,
+        None if d is None else d.tokens("prompt_tokens"),
+        None if d is None else d.tokens("completion_tokens"),
+        dumps(record.proposal.info, f"{where} Proposal.info"),
+        "{}",
+        decision_json,
         dumps(trace.to_dict(), f"{where} trace"),
         recorded_at,
     )
@@ -211,16 +172,22 @@ def encode_round(run_id: str, record: RoundRecord, recorded_at: str) -> RoundRow
             int(p.trace.feasible),
             p.trace.e2e_ms,
             p.trace.reason,
+            _kind(p.trace),
             dumps(p.trace.to_dict(), f"{where} probe {i} trace"),
         )
         for i, p in enumerate(record.probes)
     ]
+    observations = d.observations if d is not None else ()
     obs_rows = [
         (run_id, r, i, _str_or_none(o.get("kind")), dumps(o, f"{where} observation {i}"))
-        for i, o in enumerate(observations or [])
+        for i, o in enumerate(observations)
     ]
-    tr_rows = [(run_id, r, i, *_transcript_columns(entry, f"{where} transcript {i}"))
-               for i, entry in enumerate(transcript or [])]
+    attempts = d.attempts if d is not None else ()
+    tr_rows = [
+        (run_id, r, i, a.attempt, a.prompt, a.reply, a.reasoning, a.prompt_tokens, a.completion_tokens,
+         a.latency_ms, a.error, None)
+        for i, a in enumerate(attempts)
+    ]
     return RoundRows(round_row, probes, obs_rows, tr_rows)
 
 
@@ -228,49 +195,10 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _typed_ok(key: str, value: Any) -> bool:
-    """Does a contract field hold the type its column stores?"""
-    if key in ("prompt", "reply", "reasoning", "error"):
-        return isinstance(value, str)
-    if key == "attempt":
-        return _int_or_none(value) is not None
-    if key in ("prompt_tokens", "completion_tokens"):
-        return value is None or _int_or_none(value) is not None
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))  # latency_ms
-
-
-def _transcript_columns(entry: dict[str, Any], where: str) -> tuple[Any, ...]:
-    """Contract fields as typed columns; anything else (or mistyped) kept verbatim in ``extra_json``."""
-    extra = {k: v for k, v in entry.items() if k not in TRANSCRIPT_FIELDS}
-    missing = [k for k in TRANSCRIPT_FIELDS if k not in entry]
-    columns: list[Any] = []
-    for k in TRANSCRIPT_FIELDS:
-        value = entry.get(k)
-        if k in entry and not _typed_ok(k, value):
-            extra[k] = value
-            value = None
-        columns.append(value)
-    kept = {"extra": extra, "missing": missing} if extra or missing else None
-    return (*columns, None if kept is None else dumps(kept, where))
-
-
-def transcript_entry_to_info(row: Any) -> dict[str, Any]:
-    """Rebuild one ``info["transcript"]`` entry from its ``transcript`` row."""
-    kept = loads(row["extra_json"]) or {}
-    extra: dict[str, Any] = kept.get("extra", {})
-    missing = set(kept.get("missing", ()))
-    values: dict[str, Any] = {k: row[k] for k in TRANSCRIPT_FIELDS if k not in missing and k not in extra}
-    values.update(extra)
-    return values
-
-
-def transcript_entry(row: Any) -> TranscriptEntry:
-    """A ``transcript`` row as a :class:`TranscriptEntry` (for display and export)."""
-    kept = loads(row["extra_json"]) or {}
-    return TranscriptEntry(
-        round=row["round"],
-        index=row["idx"],
-        attempt=row["attempt"] if row["attempt"] is not None else row["idx"],
+def attempt_from_row(row: Any) -> Attempt:
+    """One ``transcript`` row as the model's :class:`~hetsched.model.Attempt`."""
+    return Attempt(
+        attempt=row["attempt"] if row["attempt"] is not None else row["idx"] + 1,
         prompt=row["prompt"] or "",
         reply=row["reply"] or "",
         reasoning=row["reasoning"] or "",
@@ -278,19 +206,28 @@ def transcript_entry(row: Any) -> TranscriptEntry:
         completion_tokens=row["completion_tokens"],
         latency_ms=row["latency_ms"],
         error=row["error"] or "",
-        extra=kept.get("extra", {}),
     )
 
 
 def decode_round(row: Any, probes: list[Any], observations: list[Any], transcript: list[Any]) -> RoundRecord:
     """Rebuild a :class:`RoundRecord` from its rows (inverse of :func:`encode_round`)."""
     info: dict[str, Any] = loads(row["info_json"])
-    split = loads(row["split_json"]) or {}
-    if split.get("transcript"):
-        info["transcript"] = [transcript_entry_to_info(t) for t in transcript]
-    if split.get("observations"):
-        info["observations"] = [loads(o["data_json"]) for o in observations]
-    proposal = Proposal(mapping=Mapping(loads(row["mapping_json"])), rationale=row["rationale"], info=info)
+    decision: DecisionRecord | None = None
+    if row["decision_json"] is not None:
+        extra = loads(row["decision_json"])
+        decision = DecisionRecord(
+            decider=row["decider"] or "",
+            model=row["model"],
+            attempts=tuple(attempt_from_row(t) for t in transcript),
+            fallback=bool(row["fallback"]),
+            fallback_reason=row["fallback_reason"] or "",
+            observations=tuple(loads(o["data_json"]) for o in observations),
+            observations_text=str(extra.get("observations_text", "")),
+            probes_spent=row["probes_spent"] or 0,
+            cold_start=bool(extra.get("cold_start", False)),
+        )
+    proposal = Proposal(mapping=Mapping(loads(row["mapping_json"])), rationale=row["rationale"], decision=decision,
+                        info=info)
     probe_objs = tuple(
         Probe(kind=p["kind"], base=Mapping(loads(p["base_json"])), trace=Trace.from_dict(loads(p["trace_json"])),
               note=p["note"])
@@ -298,3 +235,10 @@ def decode_round(row: Any, probes: list[Any], observations: list[Any], transcrip
     )
     return RoundRecord(round=row["round"], proposal=proposal, trace=Trace.from_dict(loads(row["trace_json"])),
                        probes=probe_objs)
+
+
+DECISION_INFO_KEYS: tuple[str, ...] = (
+    "decider", "model", "transcript", "fallback", "fallback_reason", "observations", "observations_text",
+    "probes_spent", "cold_start",
+)
+"""Keys schema-1 stores kept inside ``info_json`` for a decider's record (moved out by the migration)."""

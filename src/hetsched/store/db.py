@@ -23,10 +23,19 @@ from types import TracebackType
 from typing import Any
 
 from hetsched import __version__
-from hetsched.model import Mapping, RoundRecord, Scenario, UnknownNameError
+from hetsched.model import (
+    Attempt,
+    DecisionRecord,
+    ExecutorSpec,
+    Reference,
+    RoundRecord,
+    RunKey,
+    Scenario,
+    UnknownNameError,
+)
 from hetsched.store.codec import (
     StoreError,
-    TranscriptEntry,
+    attempt_from_row,
     canonical,
     decode_round,
     dumps,
@@ -34,7 +43,6 @@ from hetsched.store.codec import (
     loads,
     public_options,
     sha256,
-    transcript_entry,
 )
 from hetsched.store.schema import STATUSES, ensure_schema
 
@@ -93,8 +101,8 @@ class RunInfo:
     """``running``, ``finished`` or ``interrupted``."""
     status_reason: str
     """Why it stopped (``converged``, ``KeyboardInterrupt``, an error); '' for a full finish."""
-    executor: str
-    """Executor name (``sim``, ``local``...)."""
+    executor: ExecutorSpec
+    """The executor the rounds ran on (name and options)."""
     hetsched_version: str
     """Version that created the run."""
     created_at: str
@@ -105,10 +113,8 @@ class RunInfo:
     """Rounds stored."""
     best_e2e_ms: float | None
     """Lowest feasible measured E2E among the rounds."""
-    oracle_mapping: Mapping | None = None
-    """Oracle mapping, once the loop has stored it."""
-    oracle_e2e_ms: float | None = None
-    """Oracle's noise-free E2E."""
+    reference: Reference | None = None
+    """The reference a report computed for the run's scenario (oracle or best-known), if any."""
     pid: int | None = None
     """Process that last drove the run."""
     host: str | None = None
@@ -155,12 +161,13 @@ class RunInfo:
             "status": self.status,
             "status_reason": self.status_reason,
             "stale": self.stale,
-            "executor": self.executor,
+            "executor": self.executor.to_dict(),
             "hetsched_version": self.hetsched_version,
             "best_e2e_ms": self.best_e2e_ms,
             "oracle": None
-            if self.oracle_mapping is None
-            else {"mapping": self.oracle_mapping.to_dict(), "e2e_ms": self.oracle_e2e_ms},
+            if self.reference is None or not self.reference.exact
+            else {"mapping": self.reference.mapping.to_dict(), "e2e_ms": self.reference.e2e_ms},
+            "reference": None if self.reference is None else self.reference.to_dict(),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }
@@ -181,7 +188,7 @@ class StoredRun:
 _INFO_COLUMNS = """
     runs.id, runs.experiment, runs.scenario_name, runs.scenario_sha256, runs.policy, runs.options_json,
     runs.seed, runs.rounds_planned, runs.stop_after, runs.status, runs.status_reason, runs.executor,
-    runs.hetsched_version, runs.created_at, runs.updated_at, runs.oracle_json, runs.oracle_e2e_ms,
+    runs.executor_options_json, runs.hetsched_version, runs.created_at, runs.updated_at, runs.reference_json,
     runs.pid, runs.host,
     (SELECT COUNT(*) FROM rounds WHERE rounds.run_id = runs.id) AS rounds_done,
     (SELECT MIN(e2e_ms) FROM rounds WHERE rounds.run_id = runs.id AND feasible = 1) AS best_e2e_ms
@@ -189,7 +196,7 @@ _INFO_COLUMNS = """
 
 
 def _info(row: sqlite3.Row) -> RunInfo:
-    oracle = loads(row["oracle_json"])
+    reference = loads(row["reference_json"])
     return RunInfo(
         id=row["id"],
         experiment=row["experiment"],
@@ -202,14 +209,13 @@ def _info(row: sqlite3.Row) -> RunInfo:
         stop_after=row["stop_after"],
         status=row["status"],
         status_reason=row["status_reason"],
-        executor=row["executor"],
+        executor=ExecutorSpec(row["executor"], loads(row["executor_options_json"])),
         hetsched_version=row["hetsched_version"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         rounds_done=row["rounds_done"],
         best_e2e_ms=row["best_e2e_ms"],
-        oracle_mapping=None if oracle is None else Mapping(oracle),
-        oracle_e2e_ms=row["oracle_e2e_ms"],
+        reference=None if reference is None else Reference.from_dict(reference),
         pid=row["pid"],
         host=row["host"],
     )
@@ -311,23 +317,11 @@ class RunStore:
         return self._conn().execute(sql, params).fetchall()
 
     # ------------------------------------------------------------------ writing
-    def create_run(
-        self,
-        scenario: Scenario,
-        policy: str,
-        *,
-        options: dict[str, Any] | None = None,
-        seed: int = 0,
-        rounds: int = 20,
-        stop_after: int = 0,
-        executor: str = "sim",
-        experiment: str = "",
-    ) -> str:
-        """Record a new run (status ``running``, no rounds yet) and return its id."""
-        if rounds < 1:
-            raise StoreError(f"rounds must be >= 1, got {rounds}")
-        sc_json = scenario_json(scenario)
-        opts = dumps(public_options(options), "policy options")
+    def create_run(self, key: RunKey) -> str:
+        """Record a new run (status ``running``, no rounds yet) for ``key`` and return its id."""
+        sc_json = scenario_json(key.scenario)
+        opts = dumps(public_options(key.options), "policy options")
+        exec_opts = dumps(public_options(key.executor.options), "executor options")
         now = _now()
         for _ in range(20):
             run_id = secrets.token_hex(4)
@@ -335,11 +329,12 @@ class RunStore:
                 with self._write() as conn:
                     conn.execute(
                         "INSERT INTO runs (id, experiment, scenario_name, scenario_json, scenario_sha256, policy, "
-                        "options_json, seed, rounds_planned, stop_after, status, executor, hetsched_version, "
-                        "pid, host, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                        (run_id, experiment, scenario.name, sc_json, sha256(sc_json), policy, opts, seed, rounds,
-                         stop_after, executor, __version__, os.getpid(), socket.gethostname(), now, now),
+                        "options_json, seed, rounds_planned, stop_after, status, executor, executor_options_json, "
+                        "hetsched_version, pid, host, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                        (run_id, key.experiment, key.scenario.name, sc_json, sha256(sc_json), key.policy, opts,
+                         key.seed, key.rounds, key.stop_after, key.executor.name, exec_opts, __version__,
+                         os.getpid(), socket.gethostname(), now, now),
                     )
             except sqlite3.IntegrityError:  # id collision: draw another
                 continue
@@ -354,14 +349,15 @@ class RunStore:
             with self._write() as conn:
                 conn.execute(
                     "INSERT INTO rounds (run_id, round, mapping_json, mapping_code, feasible, e2e_ms, reason, "
-                    "rationale, decider, model, fallback, fallback_reason, probes_spent, prompt_tokens, "
-                    "completion_tokens, info_json, split_json, trace_json, recorded_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "infeasible_kind, rationale, decider, model, fallback, fallback_reason, probes_spent, "
+                    "prompt_tokens, "
+                    "completion_tokens, info_json, split_json, decision_json, trace_json, recorded_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.round,
                 )
                 conn.executemany(
                     "INSERT INTO probes (run_id, round, idx, kind, note, base_json, mapping_code, feasible, "
-                    "e2e_ms, reason, trace_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "e2e_ms, reason, infeasible_kind, trace_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.probes,
                 )
                 conn.executemany(
@@ -399,9 +395,12 @@ class RunStore:
             raise StoreError(f"unknown run status {status!r}; accepted: {', '.join(STATUSES)}")
         self._update(run_id, "status = ?, status_reason = ?", (status, reason))
 
-    def set_oracle(self, run_id: str, mapping: Mapping, e2e_ms: float) -> None:
-        """Store the oracle mapping and E2E the loop computed for the run's scenario."""
-        self._update(run_id, "oracle_json = ?, oracle_e2e_ms = ?", (dumps(mapping.to_dict()), e2e_ms))
+    def set_reference(self, run_id: str, reference: Reference) -> None:
+        """Store the reference a report computed for the run's scenario (an exact one also fills
+        ``oracle_json``/``oracle_e2e_ms``, for SQL readers)."""
+        oracle = (dumps(reference.mapping.to_dict()), reference.e2e_ms) if reference.exact else (None, None)
+        self._update(run_id, "reference_json = ?, oracle_json = ?, oracle_e2e_ms = ?",
+                     (dumps(reference.to_dict()), *oracle))
 
     def set_rounds_planned(self, run_id: str, rounds: int) -> None:
         """Change how many rounds the run is meant to reach (resume with more rounds)."""
@@ -476,33 +475,39 @@ class RunStore:
             params.append(limit)
         return [_info(r) for r in self._read(sql, params)]
 
-    def find_run(
-        self,
-        scenario: Scenario,
-        policy: str,
-        *,
-        options: dict[str, Any] | None = None,
-        seed: int = 0,
-        rounds: int = 20,
-        stop_after: int = 0,
-        executor: str = "sim",
-        experiment: str = "",
-    ) -> RunInfo | None:
-        """The newest run with exactly this configuration (same scenario content, policy, options,
-        seed, planned rounds, early stop, executor, experiment), or None. The bench uses it to
-        skip finished work and resume interrupted work."""
-        sc_hash = sha256(scenario_json(scenario))
+    def find_run(self, key: RunKey) -> RunInfo | None:
+        """The newest run with exactly this key (same scenario content, policy, options, seed,
+        planned rounds, early stop, executor and its options, experiment), or None. The bench uses
+        it to skip finished work and resume interrupted work."""
+        sc_hash = sha256(scenario_json(key.scenario))
         rows = self._read(
             f"SELECT {_INFO_COLUMNS} FROM runs WHERE experiment = ? AND scenario_name = ? AND scenario_sha256 = ? "
             "AND policy = ? AND seed = ? AND rounds_planned = ? AND stop_after = ? AND executor = ? "
             "ORDER BY created_at DESC, rowid DESC",
-            (experiment, scenario.name, sc_hash, policy, seed, rounds, stop_after, executor),
+            (key.experiment, key.scenario.name, sc_hash, key.policy, key.seed, key.rounds, key.stop_after,
+             key.executor.name),
         )
-        want = canonical(public_options(options))
+        want = canonical(public_options(key.options))
+        want_exec = canonical(public_options(key.executor.options))
         for row in rows:
-            if canonical(loads(row["options_json"])) == want:
+            if (canonical(loads(row["options_json"])) == want
+                    and canonical(loads(row["executor_options_json"])) == want_exec):
                 return _info(row)
         return None
+
+    def key(self, run_id: str) -> RunKey:
+        """The run's :class:`~hetsched.model.RunKey` as stored (what resuming it rebuilds)."""
+        info = self.run(run_id)
+        return RunKey(
+            scenario=self.scenario(info.id),
+            policy=info.policy,
+            options=info.options,
+            seed=info.seed,
+            rounds=info.rounds_planned,
+            stop_after=info.stop_after,
+            executor=info.executor,
+            experiment=info.experiment,
+        )
 
     def scenario(self, run_id: str) -> Scenario:
         """The scenario exactly as the run used it."""
@@ -531,10 +536,10 @@ class RunStore:
             groups.setdefault(row["round"], []).append(row)
         return groups
 
-    def transcript(self, run_id: str) -> list[TranscriptEntry]:
-        """Every decider attempt of the run, by round and attempt."""
+    def transcript(self, run_id: str) -> list[tuple[int, Attempt]]:
+        """``(round, attempt)`` for every decider attempt of the run, by round and attempt."""
         full = self.resolve(run_id)
-        return [transcript_entry(r) for r in
+        return [(r["round"], attempt_from_row(r)) for r in
                 self._read("SELECT * FROM transcript WHERE run_id = ? ORDER BY round, idx", (full,))]
 
     def observations(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
@@ -566,7 +571,9 @@ def round_to_dict(r: RoundRecord) -> dict[str, Any]:
         "e2e_ms": r.trace.e2e_ms,
         "feasible": r.trace.feasible,
         "reason": r.trace.reason,
+        "infeasible_kind": None if r.trace.kind is None else r.trace.kind.value,
         "rationale": r.proposal.rationale,
+        "decision": None if r.proposal.decision is None else decision_to_dict(r.proposal.decision),
         "info": r.proposal.info,
         "trace": r.trace.to_dict(),
         "probes": [
@@ -578,8 +585,24 @@ def round_to_dict(r: RoundRecord) -> dict[str, Any]:
                 "e2e_ms": p.trace.e2e_ms,
                 "feasible": p.trace.feasible,
                 "reason": p.trace.reason,
+                "infeasible_kind": None if p.trace.kind is None else p.trace.kind.value,
                 "trace": p.trace.to_dict(),
             }
             for p in r.probes
         ],
+    }
+
+
+def decision_to_dict(d: DecisionRecord) -> dict[str, Any]:
+    """A decision record as JSON (``show-run --json``)."""
+    return {
+        "decider": d.decider,
+        "model": d.model,
+        "fallback": d.fallback,
+        "fallback_reason": d.fallback_reason,
+        "probes_spent": d.probes_spent,
+        "cold_start": d.cold_start,
+        "transcript": [a.to_json() for a in d.attempts],
+        "observations": list(d.observations),
+        "observations_text": d.observations_text,
     }

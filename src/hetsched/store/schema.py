@@ -3,17 +3,19 @@
 The version lives in ``PRAGMA user_version`` (and, for people reading the file with other
 tools, in the ``meta`` table). Opening a file written by a newer hetsched is refused with a
 message; an older one is migrated in one transaction by the steps in :data:`MIGRATIONS`.
-Imports only the store's codec (for :class:`StoreError`).
+Imports the model and the store's codec.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 
-from hetsched.store.codec import StoreError
+from hetsched.model import Infeasibility
+from hetsched.store.codec import DECISION_INFO_KEYS, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
 
 STATUSES: tuple[str, ...] = ("running", "finished", "interrupted")
@@ -39,9 +41,11 @@ CREATE TABLE IF NOT EXISTS runs (
     status           TEXT NOT NULL CHECK (status IN ('running', 'finished', 'interrupted')),
     status_reason    TEXT NOT NULL DEFAULT '',  -- 'KeyboardInterrupt', 'converged', an error message
     executor         TEXT NOT NULL,             -- sim, local, ray...
+    executor_options_json TEXT NOT NULL DEFAULT '{}', -- the executor's options (ExecutorSpec)
     hetsched_version TEXT NOT NULL,
-    oracle_json      TEXT,                      -- oracle mapping, once known
+    oracle_json      TEXT,                      -- exact oracle mapping, once a report computed it
     oracle_e2e_ms    REAL,
+    reference_json   TEXT,                      -- Reference.to_dict(): kind (oracle/best-known), mapping, e2e_ms
     pid              INTEGER,                   -- process that last drove the run
     host             TEXT,
     created_at       TEXT NOT NULL,             -- ISO 8601 UTC
@@ -58,16 +62,18 @@ CREATE TABLE IF NOT EXISTS rounds (
     feasible          INTEGER NOT NULL,
     e2e_ms            REAL,                     -- NULL when infeasible
     reason            TEXT NOT NULL,            -- why infeasible, '' otherwise
+    infeasible_kind   TEXT,                     -- oom, never_admissible, deadlock, tool_error... NULL if feasible
     rationale         TEXT NOT NULL,
-    decider           TEXT,                     -- Proposal.info["decider"]
-    model             TEXT,                     -- Proposal.info["model"]
+    decider           TEXT,                     -- DecisionRecord.decider (NULL: no decider)
+    model             TEXT,                     -- DecisionRecord.model
     fallback          INTEGER NOT NULL DEFAULT 0,
     fallback_reason   TEXT NOT NULL DEFAULT '',
     probes_spent      INTEGER,
     prompt_tokens     INTEGER,                  -- sums over the round's transcript
     completion_tokens INTEGER,
-    info_json         TEXT NOT NULL,            -- Proposal.info without the lists held in their tables
-    split_json        TEXT NOT NULL,            -- which lists were moved out of info_json
+    info_json         TEXT NOT NULL,            -- Proposal.info (policy extras), verbatim
+    split_json        TEXT NOT NULL,            -- schema 1 only; '{}' since
+    decision_json     TEXT,                     -- rest of the DecisionRecord; NULL: no decider
     trace_json        TEXT NOT NULL,            -- Trace.to_dict()
     recorded_at       TEXT NOT NULL,
     PRIMARY KEY (run_id, round)
@@ -84,6 +90,7 @@ CREATE TABLE IF NOT EXISTS probes (
     feasible     INTEGER NOT NULL,
     e2e_ms       REAL,
     reason       TEXT NOT NULL,
+    infeasible_kind TEXT,                       -- oom, deadlock, tool_error...; NULL if feasible
     trace_json   TEXT NOT NULL,
     PRIMARY KEY (run_id, round, idx),
     FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
@@ -102,7 +109,7 @@ CREATE TABLE IF NOT EXISTS observations (
 CREATE TABLE IF NOT EXISTS transcript (
     run_id            TEXT NOT NULL,
     round             INTEGER NOT NULL,
-    idx               INTEGER NOT NULL,         -- position in info["transcript"]
+    idx               INTEGER NOT NULL,         -- position in DecisionRecord.attempts
     attempt           INTEGER,
     prompt            TEXT,
     reply             TEXT,
@@ -126,9 +133,43 @@ CREATE VIEW IF NOT EXISTS fallbacks AS
 
 Migration = Callable[[sqlite3.Connection], None]
 
-MIGRATIONS: dict[int, Migration] = {}
+
+
+def _kind_of(reason: str) -> str:
+    return Infeasibility.parse(reason).kind.value
+
+
+def _v1_to_v2(conn: sqlite3.Connection) -> None:
+    """Typed infeasibility kinds, executor options, references, and decision records out of ``info_json``."""
+    for statement in (
+        "ALTER TABLE runs ADD COLUMN executor_options_json TEXT NOT NULL DEFAULT '{}'",
+        "ALTER TABLE runs ADD COLUMN reference_json TEXT",
+        "ALTER TABLE rounds ADD COLUMN infeasible_kind TEXT",
+        "ALTER TABLE rounds ADD COLUMN decision_json TEXT",
+        "ALTER TABLE probes ADD COLUMN infeasible_kind TEXT",
+    ):
+        conn.execute(statement)
+    for run_id, oracle_json, oracle_e2e in conn.execute(
+        "SELECT id, oracle_json, oracle_e2e_ms FROM runs WHERE oracle_json IS NOT NULL"
+    ).fetchall():
+        ref = {"kind": "oracle", "mapping": json.loads(oracle_json), "e2e_ms": oracle_e2e, "lower_bound_ms": oracle_e2e}
+        conn.execute("UPDATE runs SET reference_json = ? WHERE id = ?", (json.dumps(ref), run_id))
+    for table in ("rounds", "probes"):
+        rows = conn.execute(f"SELECT rowid, reason FROM {table} WHERE feasible = 0").fetchall()
+        conn.executemany(f"UPDATE {table} SET infeasible_kind = ? WHERE rowid = ?", [(_kind_of(r), i) for i, r in rows])
+    for rowid, info_json in conn.execute("SELECT rowid, info_json FROM rounds").fetchall():
+        info = json.loads(info_json)
+        if not isinstance(info, dict) or "decider" not in info:
+            continue
+        decision = {"observations_text": info.get("observations_text", ""), "cold_start": info.get("cold_start", False)}
+        rest = {k: v for k, v in info.items() if k not in DECISION_INFO_KEYS}
+        conn.execute("UPDATE rounds SET info_json = ?, decision_json = ?, split_json = '{}' WHERE rowid = ?",
+                     (json.dumps(rest), json.dumps(decision), rowid))
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 """``from_version -> step`` taking a store from ``from_version`` to ``from_version + 1``
-inside the open transaction. Empty while the schema is at version 1."""
+inside the open transaction."""
 
 _OUR_TABLES = {"meta", "runs", "rounds", "probes", "observations", "transcript"}
 

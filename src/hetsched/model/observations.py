@@ -6,7 +6,7 @@ a recommended mapping or for a score of a mapping that was not measured. The onl
 are those of executed mappings (:class:`Execution`, :class:`ProbeResult`, :class:`LastRound`).
 ``tests/test_monitor.py`` checks both the types and the rendered text.
 
-Imports only ``hetsched.model``.
+Part of the model package (the monitor writes these records, deciders and the store read them); imports nothing of ours.
 """
 
 from __future__ import annotations

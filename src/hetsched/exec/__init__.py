@@ -1,0 +1,65 @@
+"""Execution: the Executor contract and ``make_executor``, which builds an executor by name.
+
+- ``sim``: the discrete-event simulator (``hetsched.sim``), noisy by default;
+- ``local``: real tools on this machine (``hetsched.exec.local``, extra ``[tools]``);
+- ``ray``: real tools on a Ray cluster (``hetsched.exec.ray``, extra ``[ray]``).
+
+Executors load lazily, like policies, so a heavy extra is imported only when its executor is
+used. Imports the model, the simulator and (lazily) the tools; never policies or the loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hetsched.exec.base import ClosingExecutor, Executor
+from hetsched.model import SIM, ExecutorSpec, InputError, Scenario, UnknownNameError
+
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "sim": ("hetsched.sim.engine:Simulator", ""),
+    "local": ("hetsched.exec.local:LocalExecutor", "tools"),
+    "ray": ("hetsched.exec.ray:RayExecutor", "ray"),
+}
+"""name -> ("module:Class", the extra that provides its dependencies)."""
+
+
+def executor_names() -> tuple[str, ...]:
+    """Every name :func:`make_executor` accepts."""
+    return tuple(_REGISTRY)
+
+
+def executor_class(name: str) -> type:
+    """The class behind an executor name (imports its module, and so its extra)."""
+    key = name.strip().lower()
+    if key not in _REGISTRY:
+        raise UnknownNameError(f"Unknown executor: {name!r}; valid executors: {', '.join(_REGISTRY)}")
+    target, extra = _REGISTRY[key]
+    module_name, cls_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'hetsched[{extra}]'" if extra else ""
+        raise InputError(f"executor {key!r} needs {exc.name or 'a package'} which is not installed{hint}") from None
+    cls: type = getattr(module, cls_name)
+    return cls
+
+
+def make_executor(spec: str | ExecutorSpec, scenario: Scenario, **options: Any) -> Executor:
+    """Build an executor for ``scenario`` by name (``Unknown executor`` lists the valid names).
+
+    ``spec`` is a name or an :class:`ExecutorSpec` (whose options come first; ``options``
+    override them). Options are the executor's constructor keywords (``sim``: ``noise``).
+    """
+    if isinstance(spec, str):
+        spec = ExecutorSpec(spec)
+    cls = executor_class(spec.name)
+    merged = {**spec.options, **options}
+    try:
+        executor: Executor = cls(scenario, **merged)
+    except TypeError as exc:
+        raise InputError(f"executor {spec.name!r}: bad options {sorted(merged)} ({exc})") from None
+    return executor
+
+
+__all__ = ["SIM", "ClosingExecutor", "Executor", "ExecutorSpec", "executor_class", "executor_names", "make_executor"]

@@ -1,0 +1,102 @@
+"""The planning contract: what the model of the world (the cards run through the contention
+model, noise-free) predicts about a mapping, without executing anything.
+
+Policies receive a :class:`Planner` in their context from the loop, which builds it from the
+simulator; they never import the simulator. A :class:`Reference` is the best mapping a report
+compares against: the exact oracle when the space is small enough, else a labelled best-known
+value with a lower bound. Part of the model package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from hetsched.model.mapping import Mapping
+from hetsched.model.trace import Infeasibility
+
+
+class ReferenceKind(StrEnum):
+    """How a reference was obtained."""
+
+    ORACLE = "oracle"
+    """The exact optimum of the model (exhaustive branch-and-bound)."""
+    BEST_KNOWN = "best-known"
+    """The best mapping a bounded search found; not proven optimal (see ``lower_bound_ms``)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The mapping reports compare against, and how good it is known to be."""
+
+    kind: ReferenceKind
+    """``oracle`` (exact) or ``best-known`` (a bounded search's best)."""
+    mapping: Mapping
+    """The reference mapping."""
+    e2e_ms: float
+    """Its noise-free E2E under the model."""
+    lower_bound_ms: float | None = None
+    """A proven lower bound on the optimum's E2E (equal to ``e2e_ms`` for the oracle)."""
+    seconds: float = 0.0
+    """Time the search took."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ReferenceKind(self.kind))
+
+    @property
+    def exact(self) -> bool:
+        """True for the oracle."""
+        return self.kind is ReferenceKind.ORACLE
+
+    @property
+    def gap(self) -> float | None:
+        """How far the reference may be above the optimum: e2e / lower bound - 1 (0 for the oracle)."""
+        if self.exact:
+            return 0.0
+        if not self.lower_bound_ms:
+            return None
+        return max(0.0, self.e2e_ms / self.lower_bound_ms - 1.0)
+
+    @property
+    def label(self) -> str:
+        """``oracle`` or ``best-known (within 3.2% of the lower bound)``."""
+        if self.exact:
+            return "oracle"
+        gap = self.gap
+        return "best-known" if gap is None else f"best-known (within {100 * gap:.1f}% of the lower bound)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}`` for JSON."""
+        return {
+            "kind": self.kind.value,
+            "mapping": self.mapping.to_dict(),
+            "e2e_ms": self.e2e_ms,
+            "lower_bound_ms": self.lower_bound_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Reference:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            ReferenceKind(data["kind"]),
+            Mapping(data["mapping"]),
+            float(data["e2e_ms"]),
+            None if data.get("lower_bound_ms") is None else float(data["lower_bound_ms"]),
+        )
+
+
+class Planner(Protocol):
+    """Noise-free predictions of the model for one scenario; computes, never executes."""
+
+    def infeasibility(self, mapping: Mapping) -> Infeasibility | None:
+        """Why ``mapping`` cannot run under the model (static checks and FIFO deadlocks), or None."""
+        ...
+
+    def e2e_ms(self, mapping: Mapping) -> float | None:
+        """The model's noise-free E2E of ``mapping``; None when it cannot run."""
+        ...
+
+    def reference(self) -> Reference:
+        """The best mapping known for the scenario (exact when the space allows)."""
+        ...
