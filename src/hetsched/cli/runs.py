@@ -230,7 +230,7 @@ def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) 
                   f", {len(d.observations)} observations, {d.probes_spent} probes spent")
         if full:
             for o in d.observations:
-                out.print(f"  observation: {safe(json.dumps(o, sort_keys=True))}")
+                out.print(f"  observation: {safe(_clip(json.dumps(o, sort_keys=True), None))}", soft_wrap=True)
         for t in d.attempts:
             facts = []
             if t.prompt_tokens is not None or t.completion_tokens is not None:
@@ -239,10 +239,11 @@ def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) 
             if t.latency_ms is not None:
                 facts.append(f"{t.latency_ms:.0f} ms")
             out.print(f"  attempt {t.attempt}" + (f" ({', '.join(facts)})" if facts else ""))
-            out.print(f"    [dim]prompt:[/] {_block(t.prompt, limit)}")
+            # soft_wrap: the terminal wraps long texts; rich's own wrapping is slow on 100,000 characters
+            out.print(f"    [dim]prompt:[/] {_block(t.prompt, limit)}", soft_wrap=True)
             if t.reasoning:
-                out.print(f"    [dim]reasoning:[/] {_block(t.reasoning, limit)}")
-            out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}")
+                out.print(f"    [dim]reasoning:[/] {_block(t.reasoning, limit)}", soft_wrap=True)
+            out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}", soft_wrap=True)
             if t.error:
                 out.print(f"    [red]rejected:[/] {safe(t.error)}")
         if d.fallback:
