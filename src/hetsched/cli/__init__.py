@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from hetsched.cli import bench, inspect, run, runs
+from hetsched.cli import bench, gantt, inspect, run, runs
 from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, app, err, safe
 from hetsched.model import HetschedError
 
-COMMAND_MODULES = (bench, inspect, run, runs)
+COMMAND_MODULES = (bench, gantt, inspect, run, runs)
 """Modules whose import registers their commands on :data:`app`."""
 
 
