@@ -16,7 +16,6 @@ from typing import Any
 import typer
 import typer.core
 from rich.console import Console
-from rich.markup import escape
 
 from hetsched import __version__
 
@@ -107,8 +106,9 @@ def _main(
     end-to-end latency under a VRAM budget."""
 
 
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # never hard-wrap messages
+# no highlighting and no ':smile:' emoji codes: user text is printed as written
+out = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)  # never hard-wrap messages
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _CONTROL_ALL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -121,10 +121,39 @@ def plain(text: object, newlines: bool = True) -> str:
     return pattern.sub(lambda m: repr(m.group())[1:-1], str(text))
 
 
+_TAG_LIKE = re.compile(r"\[[a-z#/@][^[]*?]")  # what rich's markup parser reads as a tag (rich.markup.RE_TAGS)
+_BRACKETS = re.compile(r"(\\*)\[")
+
+
+def escape_markup(text: str) -> str:
+    """Markup that rich renders as exactly ``text``, wherever it is put in a markup string.
+
+    ``rich.markup.escape`` is not exact: it drops the backslash of ``a\\[b`` and doubles a trailing
+    backslash unless a tag follows. Rich reads k backslashes before a tag as k // 2 backslashes (an
+    odd count escapes the tag) and turns ``\\[`` into ``[`` elsewhere; so a bracket after k
+    backslashes is written with 2k + 1 of them when it looks like a tag, k + 1 otherwise, and
+    trailing backslashes are doubled and closed by an empty ``[none][/none]`` span.
+    """
+    out: list[str] = []
+    pos = 0
+    for m in _BRACKETS.finditer(text):
+        out.append(text[pos:m.start()])
+        k = len(m.group(1))
+        out.append("\\" * (2 * k + 1 if _TAG_LIKE.match(text, m.end() - 1) else k + 1) + "[")
+        pos = m.end()
+    out.append(text[pos:])
+    result = "".join(out)
+    trailing = len(result) - len(result.rstrip("\\"))
+    if trailing:
+        result = result[: len(result) - trailing] + "\\" * (2 * trailing) + "[none][/none]"
+    return result
+
+
 def safe(text: object, newlines: bool = True) -> str:
     """User text (a node id, tool name, description, path, reply...) ready for rich output: markup
-    such as ``[/]`` is escaped and control characters are shown as escapes (see :func:`plain`)."""
-    return escape(plain(text, newlines))
+    such as ``[/]`` is escaped exactly (:func:`escape_markup`) and control characters are shown as
+    escapes (see :func:`plain`)."""
+    return escape_markup(plain(text, newlines))
 
 
 def fail(message: str) -> typer.Exit:

@@ -608,16 +608,17 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="machine")) from None
     mode_raw = doc.get("mode", "binary")
-    if mode_raw not in {m.value for m in Mode}:
+    if not isinstance(mode_raw, str) or mode_raw not in {m.value for m in Mode}:
         raise InputError(
             f"file {path}: mode = {_value(mode_raw)} is not a mode; accepted: {', '.join(m.value for m in Mode)}"
         )
     try:
         return Scenario.model_validate(
             {
+                # an empty 'key:' (null) is the same as leaving the key out
                 "name": doc["name"] if doc.get("name") is not None else path.stem,
-                "description": doc.get("description", ""),
-                "shows": doc.get("shows", ""),
+                "description": doc["description"] if doc.get("description") is not None else "",
+                "shows": doc["shows"] if doc.get("shows") is not None else "",
                 "mode": Mode(mode_raw),
                 "workflow": workflow,
                 "cards": cards,
