@@ -60,8 +60,10 @@ def bench_data(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from hetsched.cli import main
 
     folder = tmp_path_factory.mktemp("bench")
-    own = folder / "mine.yaml"  # one custom three-way scenario where all-GPU never runs (the case)
-    own.write_text("name: 'odd / name [x]'\nmode: three_way\nmachine: {vram_budget_mb: 1000}\n"
+    # one custom three-way scenario where all-GPU never runs (the case), named with a path
+    # separator, markup and a formula matplotlib would try to typeset
+    own = folder / "mine.yaml"
+    own.write_text("name: 'odd / name [x] $\\frac{$'\nmode: three_way\nmachine: {vram_budget_mb: 1000}\n"
                    "cards:\n  a: {cpu_ms: 300, gpu_ms: 20, vram_mb: 700, load_ms: 30}\n"
                    "  b: {cpu_ms: 200, gpu_ms: 30, vram_mb: 600, load_ms: 40}\n"
                    "nodes: {A: a, B: b}\nedges: [A -> B]\n")

@@ -12,14 +12,15 @@ lane assignment and the bench data module.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -138,6 +139,21 @@ def slug(name: str) -> str:
     return text if text == name else f"{text}_{zlib.crc32(name.encode('utf-8')):08x}"
 
 
+_F = TypeVar("_F", bound=Callable[..., Path])
+
+
+def _plain_text(draw: _F) -> _F:
+    """Draw with mathtext off: a scenario, node or tool named ``a $\\frac{$ b`` is text, not a formula
+    (matplotlib would otherwise parse it and fail)."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Path:
+        with plt.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=110, metadata=_PNG_META)
     plt.close(fig)
@@ -173,6 +189,7 @@ def _present(data: BenchData) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- Figure 5
+@_plain_text
 def fig_e2e_normalized(data: BenchData, path: Path) -> Path:
     """Grouped bars from 0: noise-free E2E of each policy's best-found mapping / oracle E2E, per scenario."""
     names, labels = data.scenario_names(), _present(data)
@@ -220,6 +237,7 @@ def fig_e2e_normalized(data: BenchData, path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- convergence
+@_plain_text
 def fig_convergence(data: BenchData, path: Path) -> Path:
     """Per scenario: noise-free E2E / oracle of each round's mapping (median over seeds), per policy."""
     names, labels = data.scenario_names(), _present(data)
@@ -253,6 +271,7 @@ def fig_convergence(data: BenchData, path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- regret
+@_plain_text
 def fig_regret(data: BenchData, path: Path) -> Path:
     """Per scenario: cumulative true regret in oracle E2Es (mean over seeds), per policy, symlog scale."""
     names, labels = data.scenario_names(), _present(data)
@@ -357,6 +376,7 @@ def _gantt(ax: Axes, share: Axes, trace: Trace, title: str, xmax: float, node_co
     share.tick_params(labelsize=7)
 
 
+@_plain_text
 def gantt_figure(scenario: Scenario, schedules: Sequence[tuple[str, Mapping]], path: Path,
                  subtitle: str = "") -> Path:
     """Noise-free Gantt charts of ``(title, mapping)`` schedules on one scenario, one under the other on
@@ -403,6 +423,7 @@ def gantt_figure(scenario: Scenario, schedules: Sequence[tuple[str, Mapping]], p
     return _save(fig, path)
 
 
+@_plain_text
 def fig_gantt(scenario: Scenario, path: Path) -> Path:
     """All-GPU against the reference (the oracle, or a labelled best-known mapping) on one scenario."""
     ref = scenario_reference(scenario)
@@ -433,6 +454,7 @@ def mapping_words(scenario: Scenario, mapping: Mapping, limit: int = 8) -> str:
     return f"{mapping.code(ids)} (one letter a node: C cpu, G gpu_now, Q gpu_queue)"
 
 
+@_plain_text
 def fig_vram(data: BenchData, scenario: Scenario, path: Path) -> Path:
     """VRAM in use over time for the oracle (best) mapping against the budget, with greedy's if it ran."""
     sim = Simulator(scenario, noise=False)
