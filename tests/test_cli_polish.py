@@ -271,3 +271,19 @@ def test_gantt_for_any_scenario_mapping_or_policy(tmp_path: Path, capsys: pytest
     code, _, err = cli(capsys, "gantt", "vram_3way", "--policy", "all-gpu", "--rounds", "1",
                        "--out", str(tmp_path / "x.png"))
     assert code == EXIT_BAD_INPUT and "no feasible round" in err
+
+
+def test_long_tables_are_printed_whole_and_aligned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    n = 300  # more tools and nodes than rich's Table handles quickly: plain padded text
+    doc = {"cards": {f"tool[{i}]": {"cpu_ms": 10 + i, "gpu_ms": 5} for i in range(n)},
+           "nodes": {f"N{i}": f"tool[{i}]" for i in range(n)}, "machine": {"vram_budget_mb": 1000}}
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(doc))
+    code, out, _ = cli(capsys, "show", str(path))
+    assert code == 0 and all(f"tool[{i}]" in out for i in range(n))
+    mapping = json.dumps({f"N{i}": "cpu" for i in range(n)})
+    code, out, _ = cli(capsys, "simulate", str(path), mapping, "--no-noise")
+    rows = [ln for ln in out.splitlines() if re.match(r"N\d+ +tool\[", ln)]
+    assert code == 0 and len(rows) == n
+    ends = {len(ln) for ln in rows}  # right-aligned number columns end in the same place
+    assert len(ends) == 1, ends

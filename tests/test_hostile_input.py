@@ -525,3 +525,28 @@ def test_formats_doc_lists_every_limit() -> None:
     whole = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text(encoding="utf-8")
     assert f"{MAX_ALIAS_EXPANSION:,} nodes" in whole and f"{MAX_DEPTH} levels" in whole and "8 MiB" in whole
     assert MAX_FILE_BYTES == 8 * 1024 * 1024
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(doc=mutated_docs(), as_json=st.booleans(), command=st.sampled_from(["validate", "show", "simulate"]))
+def test_fuzzed_files_through_the_cli_exit_0_or_2_with_the_file_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any, as_json: bool, command: str
+) -> None:
+    from hetsched.cli import main
+
+    path = tmp_path / ("c.json" if as_json else "c.yaml")
+    path.write_text(dump(doc, as_json), encoding="utf-8")
+    args = [command, str(path)] + (["A=cpu,B=cpu,C=cpu", "--no-noise"] if command == "simulate" else [])
+    capsys.readouterr()
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert code in (0, 2), (code, err)
+    if code == 2:
+        first = err.splitlines()[0]
+        assert first.startswith((f"error: file {path}", "error: scenario ", "error: mapping")), err

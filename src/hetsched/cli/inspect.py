@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, examples, out, safe
+from hetsched.cli.app import app, examples, out, plain_table, safe
 from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
 from hetsched.model import InputError, Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
@@ -18,16 +18,18 @@ from hetsched.sim import Simulator
 from hetsched.sim.oracle import solve
 from hetsched.sim.reference import reference
 
+RICH_TABLE_ROWS = 100
+"""Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
 
-def cards_table(sc: Scenario) -> Table:
+
+def cards_table(sc: Scenario) -> Table | str:
     """The cards of a scenario's tools with their derived figures."""
-    table = Table(title="tool cards", title_justify="left")
-    for col in ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category"):
-        table.add_column(col, justify="left" if col in ("tool", "category") else "right")
+    columns = ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category")
+    rows = []
     for card in sc.cards.values():
         s, q = card.speedup, card.queue_speedup
-        table.add_row(
-            safe(card.name),
+        rows.append((
+            card.name,
             f"{card.cpu_ms:g}",
             "-" if card.gpu_ms is None else f"{card.gpu_ms:g}",
             f"{card.load_ms:g}",
@@ -36,7 +38,15 @@ def cards_table(sc: Scenario) -> Table:
             "-" if s is None else f"{s:.2f}x",
             "-" if q is None else f"{q:.2f}x",
             card.category.value,
-        )
+        ))
+    numeric = [c for c in columns if c not in ("tool", "category")]
+    if len(rows) > RICH_TABLE_ROWS:
+        return "tool cards\n" + plain_table(columns, rows, right=numeric)
+    table = Table(title="tool cards", title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="right" if col in numeric else "left")
+    for row in rows:
+        table.add_row(*(safe(cell) for cell in row))
     return table
 
 
@@ -238,20 +248,19 @@ def simulate(
     if not tr.feasible:
         out.print(f"[red]infeasible[/]: {safe(tr.reason)}")  # the answer to the what-if: exit 0
         return
-    table = Table(box=None, pad_edge=False, header_style="bold underline")
-    for col in ("node", "tool", "placement", "ready", "admitted", "start", "end", "wait", "load", "run", "alone"):
-        table.add_column(col, justify="left" if col in ("node", "tool", "placement") else "right")
+    columns = ("node", "tool", "placement", "ready", "admitted", "start", "end", "wait", "load", "run", "alone")
+    rows = []
     for n in sc.workflow.topo_order:
         nt = tr.nodes[n]
         card = sc.card_of(n)
         alone = card.cpu_ms if nt.placement.value == "cpu" else card.gpu_ms
-        table.add_row(
-            safe(n, newlines=False), safe(nt.tool, newlines=False), nt.placement.value,
+        rows.append((
+            n, nt.tool, nt.placement.value,
             *(f"{v:.1f}" for v in (nt.ready_ms, nt.admitted_ms, nt.start_ms, nt.end_ms)),
             *(f"{v:.1f}" for v in (nt.wait_ms, nt.load_ms, nt.run_ms)),
             "-" if alone is None else f"{alone:g}",
-        )
-    out.print(table)
+        ))
+    out.print(plain_table(columns, rows, right=columns[3:]), soft_wrap=True)
     assert best is not None
     e2e = tr.e2e_ms or 0.0
     out.print(
