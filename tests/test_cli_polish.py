@@ -56,7 +56,8 @@ def test_every_command_has_examples_plain_metavars_and_one_way_to_show_defaults(
         assert "Examples:" in out and "hetsched " + name in out.split("Examples:")[1], name
         assert not re.search(r"<(str|int|float|bool|path|list)", out), (name, out)
         assert "{" not in out.splitlines()[0], out.splitlines()[0]  # usage: SCENARIO, not {SCENARIO}
-        assert "(default" not in out.replace("\n", " "), name  # defaults only as [default: ...]
+        flat = out.replace("\n", " ")
+        assert "(default" not in flat and "[default: (" not in flat, name  # defaults only as [default: X]
         assert not re.search(r"\s\.(\s|$)", out), name  # a stray " ." is markup eaten from the help
 
 

@@ -71,6 +71,10 @@ def _plain_params(command: Any, ctx: Any = None) -> None:
             param._usage_display_name = lambda usage=usage: usage
         elif param.param_type_name == "option" and not param.is_flag and param.metavar is None:
             param.metavar = _PLAIN_METAVARS.get(_type_label(param, ctx), "TEXT")
+        if param.param_type_name == "option" and isinstance(param.show_default, str):
+            # Click prints a described default as '[default: (text)]'; show it as '[default: text]' like the rest
+            param.help = f"{param.help or ''}  [default: {param.show_default}]".strip()
+            param.show_default = False
 
 
 class _Group(typer.core.TyperGroup):
