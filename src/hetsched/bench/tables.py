@@ -10,6 +10,7 @@ import csv
 import html
 import io
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 from hetsched.model import Mode
 
 from .data import BenchData, RunSummary, mean_sd
+
+_NUMBER = re.compile(r"^R?[-+]?\d[\d,]*(\.\d+)?(-\d+)?(/\d+)?(x| ms| per run)?( ± [\d.]+)?( \(\d+/\d+ never\))?$")
+_BLANK = {"", "-", "OOM", "never", "not run"}
 
 
 @dataclass
@@ -34,13 +38,22 @@ class Table:
     notes: list[str] = field(default_factory=list)
     """How to read it (one line each)."""
 
+    def numeric(self) -> list[bool]:
+        """Per column: True when every cell is a number (``812.3``, ``1.05x``, ``3/4``, ``R2``...) or a
+        placeholder (``-``, ``OOM``): those columns are right-aligned, text columns left-aligned."""
+        out = []
+        for i in range(len(self.columns)):
+            cells = [row[i] for row in self.rows if i < len(row) and row[i] not in _BLANK]
+            out.append(bool(cells) and all(_NUMBER.match(c) for c in cells))
+        return out
+
     def to_markdown(self) -> str:
         """A GitHub-flavoured Markdown table with its title and notes."""
-        def esc(text: str) -> str:
-            return text.replace("|", "\\|")
+        def esc(text: str) -> str:  # one line a row; no raw HTML from a scenario's text
+            return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
         lines = [f"### {self.title}", "", "| " + " | ".join(esc(c) for c in self.columns) + " |",
-                 "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(self.columns))) + " |"]
+                 "| " + " | ".join("---:" if num else "---" for num in self.numeric()) + " |"]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in self.rows]
         if self.notes:
             lines += [""] + [f"- {n}" for n in self.notes]
@@ -56,9 +69,12 @@ class Table:
 
     def to_html(self) -> str:
         """An HTML table with its title and notes."""
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        numeric = self.numeric()
+        cls = [' class="n"' if num else "" for num in numeric]
+        head = "".join(f"<th{cls[i]}>{html.escape(c)}</th>" for i, c in enumerate(self.columns))
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows
+            "<tr>" + "".join(f"<td{cls[i] if i < len(cls) else ''}>{html.escape(c)}</td>" for i, c in enumerate(row))
+            + "</tr>" for row in self.rows
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (f'<h3 id="{html.escape(self.key)}">{html.escape(self.title)}</h3>\n'

@@ -64,6 +64,10 @@ class OracleResult:
     pruned: int
     """Mappings skipped by the VRAM prefix check or the lower bound."""
 
+    def __repr__(self) -> str:  # the generated one prints the whole ranking (62,736 characters at n = 10)
+        return (f"OracleResult(best={self.best!r}, e2e_ms={self.e2e_ms:.1f}, {len(self.optimal)} optimal, "
+                f"ranking of {len(self.ranking):,}, space {self.space:,}, {self.simulated:,} simulated)")
+
 
 def _candidates(scenario: Scenario) -> list[tuple[int, ...]]:
     """Every placement-code tuple whose gpu_now set fits the budget (DFS with prefix pruning)."""
