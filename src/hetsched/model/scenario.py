@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from enum import StrEnum
 from functools import cached_property
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetsched.model.card import ToolCard
@@ -84,6 +83,22 @@ class Scenario(BaseModel):
     def choices(self) -> tuple[tuple[Placement, ...], ...]:
         """Allowed placements per node, in workflow node order."""
         return tuple(self.allowed(n) for n in self.workflow.node_ids)
+
+    @cached_property
+    def descendants(self) -> dict[str, frozenset[str]]:
+        """node -> every node that depends on it (transitively); computed once per scenario."""
+        wf = self.workflow
+        succ: dict[str, list[str]] = {n: [] for n in wf.node_ids}
+        for e in wf.edges:
+            succ[e.src].append(e.dst)
+        below: dict[str, frozenset[str]] = {}
+        for n in reversed(wf.topo_order):
+            acc: set[str] = set()
+            for m in succ[n]:
+                acc.add(m)
+                acc |= below[m]
+            below[n] = frozenset(acc)
+        return below
 
     def mapping_space_size(self) -> int:
         """Number of well-formed mappings (before the VRAM check)."""
@@ -190,7 +205,7 @@ class Scenario(BaseModel):
         for q in wf.node_ids:
             if mapping[q] is not Placement.GPU_QUEUE:
                 continue
-            below = nx.descendants(wf.graph, q)
+            below = self.descendants[q]
             holders = list(
                 dict.fromkeys(wf.tool_of[n] for n in wf.node_ids if n in below and mapping[n] is Placement.GPU_NOW)
             )
