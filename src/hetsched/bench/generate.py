@@ -182,7 +182,7 @@ def random_scenario(spec: WorkflowSpec) -> Scenario:
     ids = [f"N{i:0{width}d}" for i in range(spec.n)]
     cards: dict[str, ToolCard] = {}
     tool_of: list[str] = []
-    for i in range(spec.n):
+    for _ in range(spec.n):
         if cards and rng.random() < TOOL_REUSE:
             tool_of.append(rng.choice(sorted(cards)))
             continue
