@@ -18,9 +18,10 @@ that decisions generalize (docs/bench.md). One call, :func:`random_scenario`, dr
   speedups, memory and GPU shares keep the library's realistic ranges without copying a card.
   A node reuses an earlier node's tool with probability :data:`TOOL_REUSE` (a tool may appear
   in several nodes, and is resident once).
-- **Machine**: 4, 8 or 16 CPU cores; the default contention and noise; a VRAM budget drawn
-  uniformly between the largest GPU-capable tool and the sum of all of them (both modes), so
-  every tool fits alone and not every set fits together.
+- **Machine**: 4, 8 or 16 CPU cores; a GPU interference (``gpu_kappa``) drawn uniformly in
+  :data:`KAPPA_RANGE` around the calibrated default 0.10 (docs/simulator.md); the default noise;
+  a VRAM budget drawn uniformly between the largest GPU-capable tool and the sum of all of them
+  (both modes), so every tool fits alone and not every set fits together.
 - **Edges** carry data (1-40 MB, crossing PCIe when the ends sit on different devices) with
   probability :data:`EDGE_DATA_SHARE`.
 
@@ -57,6 +58,8 @@ EDGE_DATA_SHARE = 0.25
 """Probability that an edge carries data (1-40 MB)."""
 CORES: tuple[int, ...] = (4, 8, 16)
 """CPU core counts drawn for the machine."""
+KAPPA_RANGE: tuple[float, float] = (0.02, 0.3)
+"""Range of the GPU interference drawn for the machine (uniform)."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +200,12 @@ def random_scenario(spec: WorkflowSpec) -> Scenario:
         budget = round(lo + rng.random() * (hi - lo), 1)
     else:
         budget = Machine().vram_budget_mb
-    machine = Machine(name="random", cpu_cores=rng.choice(CORES), vram_budget_mb=max(budget, 1.0))
+    machine = Machine(
+        name="random",
+        cpu_cores=rng.choice(CORES),
+        vram_budget_mb=max(budget, 1.0),
+        gpu_kappa=round(rng.uniform(*KAPPA_RANGE), 3),
+    )
     workflow = Workflow(
         nodes=tuple(Node(id=ids[i], tool=tool_of[i]) for i in range(spec.n)),
         edges=tuple(Edge(src=ids[u], dst=ids[v], data_mb=d) for (u, v), d in zip(edges, data, strict=True)),

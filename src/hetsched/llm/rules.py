@@ -34,11 +34,17 @@ None of these rules uses the simulator or a contention constant. Imports only
 from __future__ import annotations
 
 import json
+import math
 import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from hetsched.llm.base import Decider, Decision, DecisionContext
-from hetsched.llm.evidence import best_measured, last_round, measured
+from hetsched.llm.estimate import Estimator, fit_interference
+from hetsched.llm.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.llm.prompt import parallel_nodes
+from hetsched.llm.search import SearchResult, local_search
 from hetsched.llm.validate import check_mapping
 from hetsched.model import Attempt, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
@@ -171,47 +177,80 @@ def first_valid_uniform(scenario: Scenario, prompt: str) -> tuple[Mapping, list[
     raise AssertionError("all-CPU failed validation")  # all-CPU is always feasible
 
 
+DEFAULT_EXPLORE_GAIN = 0.005
+"""An unmeasured mapping is proposed only when the decider's model expects it to beat the best
+measured one by at least this share (smaller gains are within what the model cannot resolve)."""
+SEARCH_EVALUATIONS_BASE = 200
+"""Estimates the search may make per decision: this many plus ``SEARCH_EVALUATIONS_PER_NODE`` per node."""
+SEARCH_EVALUATIONS_PER_NODE = 30
+"""See ``SEARCH_EVALUATIONS_BASE``: the search grows with the one-node neighbourhood (2n-ish moves)."""
+FIT_BEST = 8
+"""The interference is fitted to the E2Es of this many lowest measured mappings..."""
+FIT_RECENT = 4
+"""...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
+CANDIDATES = 8
+"""How many of the model's lowest mappings are considered for the next measurement."""
+
+
+@dataclass
+class _Compiled:
+    """What the decider derives from a scenario once: its model, the allowed codes, the starts."""
+
+    estimator: Estimator
+    allowed: list[tuple[int, ...]]
+    rules: Codes
+    rules_steps: list[str]
+    starts: list[Codes]
+
+
 class RulesDecider(Decider):
-    """Deterministic rules from the cards, then the measured evidence. Not an LLM.
+    """Deterministic rules from the cards, then a model calibrated on the measured evidence. Not an LLM.
 
     Args:
-        margin: keep the current mapping while its mean measured E2E is within this relative
-            margin of the lowest measured mean (hysteresis against noise).
+        margin: measured mappings within this relative margin of the lowest measured mean count
+            as tied (noise); the model's estimate breaks the tie (hysteresis against noise).
+        explore_gain: the least relative gain the model must expect from an unmeasured mapping
+            over the best measured one before the decider spends a round measuring it.
+        search_evaluations: estimates the search may make per decision (default: 200 + 30 x nodes).
     """
 
     name = "rules"
 
-    def __init__(self, margin: float = DEFAULT_MARGIN) -> None:
+    def __init__(
+        self,
+        margin: float = DEFAULT_MARGIN,
+        explore_gain: float = DEFAULT_EXPLORE_GAIN,
+        search_evaluations: int | None = None,
+    ) -> None:
         if not 0 <= margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {margin}")
+        if not 0 <= explore_gain < 1:
+            raise ValueError(f"explore_gain must be in [0, 1), got {explore_gain}")
+        if search_evaluations is not None and search_evaluations < 1:
+            raise ValueError(f"search_evaluations must be >= 1, got {search_evaluations}")
         self.margin = margin
+        self.explore_gain = explore_gain
+        self.search_evaluations = search_evaluations
+        # caches only: every decision is a function of the scenario and the observations
+        self._compiled: dict[int, tuple[Scenario, _Compiled]] = {}
+        self._searches: dict[tuple[int, float, tuple[Codes, ...]], SearchResult] = {}
 
     def decide(self, ctx: DecisionContext) -> Decision:
         t0 = time.perf_counter()
         sc = ctx.scenario
-        best = best_measured(ctx.observations)
         attempts: list[Attempt] = []
         steps: list[str] = []
-        if best is None and ctx.cards_visible:
-            mapping, steps = card_rules(sc)
-            rationale = "rules from the cards (categories, ratio test, VRAM packing)"
-        elif best is None:
-            mapping, attempts = first_valid_uniform(sc, NOT_AN_LLM)
-            rationale = "cold start, nothing measured: first uniform mapping that passes validation"
+        if ctx.cards_visible:
+            mapping, rationale, steps = self._with_cards(ctx)
         else:
-            last = last_round(ctx.observations)
-            current = next((m for m in measured(ctx.observations) if m.mapping == last), None)
-            if current is not None and current.mean_e2e_ms <= best.mean_e2e_ms * (1 + self.margin):
-                mapping = current.mapping
-                rationale = (
-                    f"keep: measured {current.mean_e2e_ms:.1f} ms is within {self.margin:.0%} of the lowest "
-                    f"measured {best.mean_e2e_ms:.1f} ms"
-                )
+            ev = Evidence.read(sc, ctx.observations)
+            best = ev.best
+            if best is None:
+                mapping, attempts = first_valid_uniform(sc, NOT_AN_LLM)
+                rationale = "cold start, nothing measured: first uniform mapping that passes validation"
             else:
-                mapping = best.mapping
-                was = f" (last round's mean {current.mean_e2e_ms:.1f} ms)" if current is not None else ""
-                rationale = f"adopt the lowest measured mean E2E {best.mean_e2e_ms:.1f} ms over {best.runs} run(s){was}"
-            steps.append(rationale)
+                mapping, rationale = self._adopt(ev, best, None)
+                steps.append(rationale)
         problem = check_mapping(sc, mapping)
         reply = json.dumps({"mapping": mapping.to_dict(), "rationale": rationale})
         latency = (time.perf_counter() - t0) * 1000.0
@@ -224,3 +263,119 @@ class RulesDecider(Decider):
         if problem:
             return Decision(None, "", tuple(attempts), error=f"rules produced an invalid mapping: {problem}")
         return Decision(mapping, rationale, tuple(attempts))
+
+    # ------------------------------------------------------------------ with cards
+    def _compile(self, sc: Scenario) -> _Compiled:
+        hit = self._compiled.get(id(sc))
+        if hit is not None and hit[0] is sc:
+            return hit[1]
+        est = Estimator(sc, sc.machine.gpu_kappa)
+        allowed = [tuple(p.code for p in sc.allowed(n)) for n in sc.workflow.node_ids]
+        rules_mapping, rules_steps = card_rules(sc)
+        rules = tuple(rules_mapping[n].code for n in sc.workflow.node_ids)
+        starts = [rules]
+        for p in sc.placements:
+            u = tuple(sc.uniform(p)[n].code for n in sc.workflow.node_ids)
+            if est.static_ok(u) and u not in starts:
+                starts.append(u)
+        compiled = _Compiled(est, allowed, rules, rules_steps, starts)
+        if len(self._compiled) > 8:
+            self._compiled.clear()
+        self._compiled[id(sc)] = (sc, compiled)
+        return compiled
+
+    def _search(self, sc: Scenario, comp: _Compiled, kappa: float, starts: list[Codes]) -> SearchResult:
+        key = (id(sc), kappa, tuple(starts))
+        hit = self._searches.get(key)
+        if hit is not None:
+            return hit
+        n = len(sc.workflow.node_ids)
+        budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + SEARCH_EVALUATIONS_PER_NODE * n
+        seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
+        res = local_search(comp.estimator.with_interference(kappa), starts, comp.allowed,
+                           max_evaluations=budget, seed=seed)
+        if len(self._searches) > 64:
+            self._searches.clear()
+        self._searches[key] = res
+        return res
+
+    def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:
+        sc = ctx.scenario
+        comp = self._compile(sc)
+        ev = Evidence.read(sc, ctx.observations)
+        best = ev.best
+        prior = sc.machine.gpu_kappa
+        if best is None:
+            res = self._search(sc, comp, prior, comp.starts)
+            steps = list(comp.rules_steps)
+            steps.append(
+                f"model (cards, GPU shared by utilization, interference {prior:g} as the machine block declares "
+                f"until measured): searched "
+                f"{len(res.seen)} mappings from the rules' mapping and the uniform ones; lowest estimate "
+                f"{res.e2e_ms:.1f} ms (the rules' mapping: {res.seen.get(comp.rules, math.inf):.1f} ms)"
+            )
+            rationale = (
+                "rules from the cards (categories, ratio test, VRAM packing), then the lowest estimate of the "
+                f"cards' contention model: {res.e2e_ms:.1f} ms"
+            )
+            return ev.mapping(res.best), rationale, steps
+        # calibrate: the interference that best explains what was measured
+        ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
+        recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
+        fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
+        kappa, rms = fit_interference(comp.estimator, [(m.codes, m.mean_e2e_ms) for m in fit_set], prior=prior)
+        top = [m.codes for m in ranked[:3]]
+        starts = list(dict.fromkeys(comp.starts + top))
+        res = self._search(sc, comp, kappa, starts)
+        est = comp.estimator.with_interference(kappa)
+
+        def estimate(codes: Codes) -> float:
+            got = res.seen.get(codes)
+            return est.e2e(codes) if got is None else got
+
+        steps = [
+            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
+            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)",
+            f"model search: {len(res.seen)} mappings estimated; lowest {res.e2e_ms:.1f} ms",
+        ]
+        best_est = estimate(best.codes)
+        fresh = [(c, e) for c, e in res.ranked(CANDIDATES) if c not in ev.measured and c not in ev.infeasible]
+        for codes, e in fresh:
+            if e < best_est * (1 - self.explore_gain):
+                rationale = (
+                    f"measure the model's lowest unmeasured mapping: estimated {e:.1f} ms vs {best_est:.1f} ms "
+                    f"for the best measured ({best.mean_e2e_ms:.1f} ms measured)"
+                )
+                steps.append(rationale)
+                return ev.mapping(codes), rationale, steps
+        mapping, rationale = self._adopt(ev, best, estimate)
+        steps.append(f"no unmeasured mapping is estimated {100 * self.explore_gain:g}% below the best measured; "
+                     + rationale)
+        return mapping, rationale, steps
+
+    # ------------------------------------------------------------------ adopt the evidence
+    def _adopt(
+        self, ev: Evidence, best: MeasuredCodes, estimate: Callable[[Codes], float] | None
+    ) -> tuple[Mapping, str]:
+        """The measured mapping to run: among those within ``margin`` of the lowest measured mean
+        (tied within noise), the lowest model estimate when there is a model, else the last
+        round's mapping if it is among them, else the lowest measured."""
+        limit = best.mean_e2e_ms * (1 + self.margin)
+        near = [m for m in ev.measured.values() if m.mean_e2e_ms <= limit]
+        if estimate is not None:
+            pick = min(near, key=lambda m: (round(estimate(m.codes), 6), m.mean_e2e_ms, m.listed))
+            why = "lowest model estimate among them" if pick.codes != best.codes else "also the lowest model estimate"
+            return ev.mapping(pick.codes), (
+                f"adopt {pick.mean_e2e_ms:.1f} ms measured over {pick.runs} run(s): {len(near)} measured mapping(s) "
+                f"within {self.margin:.0%} of the lowest ({best.mean_e2e_ms:.1f} ms); {why}"
+            )
+        current = ev.measured.get(ev.last) if ev.last is not None else None
+        if current is not None and current.mean_e2e_ms <= limit:
+            return ev.mapping(current.codes), (
+                f"keep: measured {current.mean_e2e_ms:.1f} ms is within {self.margin:.0%} of the lowest "
+                f"measured {best.mean_e2e_ms:.1f} ms"
+            )
+        was = f" (last round's mean {current.mean_e2e_ms:.1f} ms)" if current is not None else ""
+        return ev.mapping(best.codes), (
+            f"adopt the lowest measured mean E2E {best.mean_e2e_ms:.1f} ms over {best.runs} run(s){was}"
+        )
