@@ -213,21 +213,27 @@ class Estimator:
 
 
 def fit_interference(
-    estimator: Estimator, measured: Sequence[tuple[Sequence[int], float]], prior: float = 0.0
+    estimator: Estimator,
+    measured: Sequence[tuple[tuple[int, ...], float]],
+    prior: float = 0.0,
+    memo: dict[tuple[float, tuple[int, ...]], float] | None = None,
 ) -> tuple[float, float]:
     """The interference whose estimates best match the measured E2Es (least squares of log
     ratios) and that error (RMS of log ratios): the best of :data:`INTERFERENCE_GRID` and
     ``prior``, refined by a golden-section search between its grid neighbours. Values the
     measurements cannot tell apart (nothing ran two GPU tasks at once) go to the one closest to
-    ``prior``."""
+    ``prior``. ``memo`` keeps estimates across calls (the grid's recur round after round)."""
     if not measured:
         return prior, 0.0
+    cache: dict[tuple[float, tuple[int, ...]], float] = {} if memo is None else memo
 
     def error(k: float) -> float:
         est = estimator.with_interference(k)
         err = 0.0
         for codes, e2e in measured:
-            got = est.e2e(codes)
+            got = cache.get((k, codes))
+            if got is None:
+                got = cache[(k, codes)] = est.e2e(codes)
             if not math.isfinite(got) or got <= 0 or e2e <= 0:
                 return math.inf
             err += math.log(got / e2e) ** 2
@@ -245,7 +251,7 @@ def fit_interference(
     a, b = lo, hi
     c, d = b - ratio * (b - a), a + ratio * (b - a)
     fc, fd = error(c), error(d)
-    for _ in range(12):
+    for _ in range(8):
         if fc <= fd:
             b, d, fd = d, c, fc
             c = b - ratio * (b - a)

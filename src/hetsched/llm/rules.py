@@ -38,7 +38,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetsched.llm.base import Decider, Decision, DecisionContext
 from hetsched.llm.estimate import Estimator, fit_interference
@@ -184,6 +184,12 @@ SEARCH_EVALUATIONS_BASE = 200
 """Estimates the search may make per decision: this many plus ``SEARCH_EVALUATIONS_PER_NODE`` per node."""
 SEARCH_EVALUATIONS_PER_NODE = 30
 """See ``SEARCH_EVALUATIONS_BASE``: the search grows with the one-node neighbourhood (2n-ish moves)."""
+SEARCH_EVALUATIONS_PER_NODE_LATER = 10
+"""Per-node estimates once something was measured: the search then also starts from the best
+measured mappings (usually the model's earlier optimum), so it needs less."""
+INTERFERENCE_STEP = 0.005
+"""The fitted interference is rounded to this step (finer is below what noisy E2Es resolve), so
+the model and its search repeat from round to round."""
 FIT_BEST = 8
 """The interference is fitted to the E2Es of this many lowest measured mappings..."""
 FIT_RECENT = 4
@@ -201,6 +207,8 @@ class _Compiled:
     rules: Codes
     rules_steps: list[str]
     starts: list[Codes]
+    estimates: dict[tuple[float, Codes], float] = field(default_factory=dict)
+    """(interference, mapping) -> estimate, kept for the calibration's repeated fits."""
 
 
 class RulesDecider(Decider):
@@ -290,7 +298,8 @@ class RulesDecider(Decider):
         if hit is not None:
             return hit
         n = len(sc.workflow.node_ids)
-        budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + SEARCH_EVALUATIONS_PER_NODE * n
+        per_node = SEARCH_EVALUATIONS_PER_NODE if starts == comp.starts else SEARCH_EVALUATIONS_PER_NODE_LATER
+        budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + per_node * n
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
         res = local_search(comp.estimator.with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed)
@@ -323,7 +332,9 @@ class RulesDecider(Decider):
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
         fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
-        kappa, rms = fit_interference(comp.estimator, [(m.codes, m.mean_e2e_ms) for m in fit_set], prior=prior)
+        kappa, rms = fit_interference(comp.estimator, [(m.codes, m.mean_e2e_ms) for m in fit_set], prior=prior,
+                                      memo=comp.estimates)
+        kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
         top = [m.codes for m in ranked[:3]]
         starts = list(dict.fromkeys(comp.starts + top))
         res = self._search(sc, comp, kappa, starts)
