@@ -61,8 +61,12 @@ RANDOM_COUNT = 100
 """Workflows per mode in the random suite."""
 RANDOM_ROUNDS = 10
 """Rounds per run in the random suite."""
-QUICK = {"scale": {"sizes": (10, 20), "instances": 1, "rounds": 6}, "random": {"count": 14, "rounds": 6}}
-"""``--quick`` versions."""
+QUICK_SCALE_SIZES: tuple[int, ...] = (10, 20)
+"""``--suite scale --quick``: sizes (one workflow per size and mode)."""
+QUICK_RANDOM_COUNT = 14
+"""``--suite random --quick``: workflows per mode."""
+QUICK_SUITE_ROUNDS = 6
+"""``--quick`` rounds for both suites."""
 WITHIN_SCALE = 0.03
 """The scale suite's "rounds to within" threshold (3% of the reference)."""
 WITHIN_RANDOM = 0.01
@@ -153,6 +157,12 @@ class _TimedExecutor:
 
     def close(self) -> None:
         self._inner.close()
+
+    def __enter__(self) -> _TimedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
@@ -377,7 +387,11 @@ def _scale_cells(result: SuiteResult, label: str, n: int) -> dict[str, str]:
     runs = [r for r in result.runs if r["label"] == label and r["n"] == n]
     if not runs:
         return dict.fromkeys(("ratio", "rounds", "probes", "time"), "-")
-    best, firsts, never, probes, times = [], [], 0, [], []
+    best: list[float] = []
+    firsts: list[int] = []
+    probes: list[int] = []
+    times: list[float] = []
+    never = 0
     for r in runs:
         vals = ratios(r, result.references[r["scenario"]]["e2e_ms"])
         best.append(min(vals))
@@ -582,7 +596,9 @@ def write_suite_report(result: SuiteResult) -> dict[str, Path]:
 
 
 __all__ = [
-    "QUICK",
+    "QUICK_RANDOM_COUNT",
+    "QUICK_SCALE_SIZES",
+    "QUICK_SUITE_ROUNDS",
     "SCALE_SIZES",
     "SUITES",
     "SuiteConfig",

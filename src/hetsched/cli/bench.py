@@ -28,7 +28,9 @@ from hetsched.bench import (
 )
 from hetsched.bench.runner import JobResult, default_jobs
 from hetsched.bench.suites import (
-    QUICK,
+    QUICK_RANDOM_COUNT,
+    QUICK_SCALE_SIZES,
+    QUICK_SUITE_ROUNDS,
     RANDOM_COUNT,
     RANDOM_ROUNDS,
     SCALE_ROUNDS,
@@ -173,13 +175,11 @@ def _run_suite(
     """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
     specs = suite_specs(parse_specs(policy) if policy else None)
     if name == "scale":
-        q = QUICK["scale"] if quick else {}
-        workflows = scale_workflows(**{k: v for k, v in q.items() if k in ("sizes", "instances")})
-        n_rounds = rounds or int(q.get("rounds", SCALE_ROUNDS))
+        workflows = scale_workflows(QUICK_SCALE_SIZES, 1) if quick else scale_workflows()
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else SCALE_ROUNDS)
     else:
-        q = QUICK["random"] if quick else {}
-        workflows = random_workflows(int(q.get("count", RANDOM_COUNT)))
-        n_rounds = rounds or int(q.get("rounds", RANDOM_ROUNDS))
+        workflows = random_workflows(QUICK_RANDOM_COUNT if quick else RANDOM_COUNT)
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
     config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
                          rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice)
     total = len(specs) * len(workflows) * len(config.seeds)
