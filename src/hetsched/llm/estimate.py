@@ -81,6 +81,23 @@ class Estimator:
         other.evaluations = 0
         return other
 
+    def rescaled(self, cpu: Sequence[float], gpu: Sequence[float]) -> Estimator:
+        """A copy whose per-node CPU and GPU times are multiplied by ``cpu[i]`` and ``gpu[i]`` (the
+        calibration of cards that measurements contradict)."""
+        other = self.with_interference(self.interference)
+        other.cpu_ms = [c * f for c, f in zip(self.cpu_ms, cpu, strict=True)]
+        other.gpu_ms = [g * f for g, f in zip(self.gpu_ms, gpu, strict=True)]
+        return other
+
+    def latencies(self, place: Sequence[int]) -> list[float] | None:
+        """Per node, the estimated latency as the monitor measures it (admission to end, the load
+        included for ``gpu_queue``); None when the mapping cannot run."""
+        admitted: list[float] = [0.0] * self.n
+        end: list[float] = [0.0] * self.n
+        if not math.isfinite(self.e2e(place, admitted, end)):
+            return None
+        return [e - a for a, e in zip(admitted, end, strict=True)]
+
     def static_ok(self, place: Sequence[int]) -> bool:
         """The ``gpu_now`` set fits the budget and every queued node fits it alone."""
         need = 0.0
@@ -93,7 +110,7 @@ class Estimator:
                 return False
         return need <= self.budget + _EPS
 
-    def e2e(self, place: Sequence[int]) -> float:
+    def e2e(self, place: Sequence[int], admitted: list[float] | None = None, ends: list[float] | None = None) -> float:
         """Estimated E2E of placement codes in node order (inf: cannot run).
 
         Every task on a device progresses at the same rate, so each device keeps a virtual clock
@@ -138,6 +155,8 @@ class Estimator:
                     util_sum += util[v]
                     continue
                 p = place[v]
+                if admitted is not None and p != QUEUE_CODE:
+                    admitted[v] = t
                 if p == CPU_CODE:
                     heapq.heappush(cpu, (v_cpu + cpu_ms[v], v))
                     threads_sum += threads[v]
@@ -149,6 +168,8 @@ class Estimator:
             while queue and used + vram[queue[0]] <= budget + _EPS:
                 v = queue.popleft()
                 used += vram[v]
+                if admitted is not None:
+                    admitted[v] = t
                 if load_ms[v] > 0:
                     heapq.heappush(events, (t + load_ms[v], seq, 1, v))
                     seq += 1
@@ -209,6 +230,8 @@ class Estimator:
                     if preds_left[w] == 0:
                         heapq.heappush(events, (ready[w], seq, 0, w))
                         seq += 1
+        if ends is not None:
+            ends[:] = end
         return max(end[s] for s in self.sinks)
 
 

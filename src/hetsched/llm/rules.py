@@ -187,6 +187,11 @@ SEARCH_EVALUATIONS_PER_NODE = 30
 SEARCH_EVALUATIONS_PER_NODE_LATER = 10
 """Per-node estimates once something was measured: the search then also starts from the best
 measured mappings (usually the model's earlier optimum), so it needs less."""
+CARD_TOLERANCE = 0.10
+"""A node's measured mean latency must differ from the model's by more than this share before its
+card is rescaled (the noise of a few runs stays below it)."""
+CARD_FACTOR_RANGE = (0.2, 5.0)
+"""Bounds of a card's rescaling factor."""
 INTERFERENCE_STEP = 0.005
 """The fitted interference is rounded to this step (finer is below what noisy E2Es resolve), so
 the model and its search repeat from round to round."""
@@ -207,8 +212,15 @@ class _Compiled:
     rules: Codes
     rules_steps: list[str]
     starts: list[Codes]
-    estimates: dict[tuple[float, Codes], float] = field(default_factory=dict)
-    """(interference, mapping) -> estimate, kept for the calibration's repeated fits."""
+    estimates: dict[tuple[float, ...], dict[tuple[float, Codes], float]] = field(default_factory=dict)
+    """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
+    kept for the calibration's repeated fits."""
+
+    def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
+        """The estimates kept for one card rescaling."""
+        if factors not in self.estimates and len(self.estimates) > 16:
+            self.estimates.clear()
+        return self.estimates.setdefault(factors, {})
 
 
 class RulesDecider(Decider):
@@ -241,7 +253,7 @@ class RulesDecider(Decider):
         self.search_evaluations = search_evaluations
         # caches only: every decision is a function of the scenario and the observations
         self._compiled: dict[int, tuple[Scenario, _Compiled]] = {}
-        self._searches: dict[tuple[int, float, tuple[Codes, ...]], SearchResult] = {}
+        self._searches: dict[tuple[int, float, tuple[Codes, ...], tuple[float, ...]], SearchResult] = {}
 
     def decide(self, ctx: DecisionContext) -> Decision:
         t0 = time.perf_counter()
@@ -292,8 +304,53 @@ class RulesDecider(Decider):
         self._compiled[id(sc)] = (sc, compiled)
         return compiled
 
-    def _search(self, sc: Scenario, comp: _Compiled, kappa: float, starts: list[Codes]) -> SearchResult:
-        key = (id(sc), kappa, tuple(starts))
+    def _cards_from_latencies(
+        self, sc: Scenario, comp: _Compiled, ev: Evidence, kappa: float, fit_set: list[MeasuredCodes]
+    ) -> tuple[Estimator, tuple[float, ...], list[str]]:
+        """The model with the cards the running averages contradict rescaled: a node's measured mean
+        latency on the CPU (or on ``gpu_now``) over the model's for the same mappings, when the two
+        differ by more than ``CARD_TOLERANCE`` (beyond run-to-run noise), multiplies its card's
+        cpu_ms (gpu_ms). Returns the model, the factors (empty when none) and a note per factor."""
+        est = comp.estimator.with_interference(kappa)
+        predicted: dict[tuple[int, int], list[float]] = {}
+        for m in fit_set:
+            lat = est.latencies(m.codes)
+            if lat is None:
+                continue
+            for i, c in enumerate(m.codes):
+                predicted.setdefault((i, c), []).append(lat[i])
+        n = len(comp.allowed)
+        cpu, gpu = [1.0] * n, [1.0] * n
+        notes: list[str] = []
+        index = {node: i for i, node in enumerate(sc.workflow.node_ids)}
+        for (node, placement), record in ev.latency.items():
+            code = Placement(placement).code
+            if node not in index or code == Placement.GPU_QUEUE.code:  # a queued latency is mostly load and wait
+                continue
+            i = index[node]
+            got = predicted.get((i, code))
+            if not got or sum(got) <= 0:
+                continue
+            ratio = float(record["mean_ms"]) / (sum(got) / len(got))
+            if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
+                continue
+            ratio = min(CARD_FACTOR_RANGE[1], max(CARD_FACTOR_RANGE[0], round(ratio, 2)))
+            (cpu if code == Placement.CPU.code else gpu)[i] = ratio
+            notes.append(f"{node} {placement} x{ratio:g}")
+        if not notes:
+            return comp.estimator, (), []
+        return comp.estimator.rescaled(cpu, gpu), tuple(cpu + gpu), notes
+
+    def _search(
+        self,
+        sc: Scenario,
+        comp: _Compiled,
+        kappa: float,
+        starts: list[Codes],
+        model: Estimator | None = None,
+        factors: tuple[float, ...] = (),
+    ) -> SearchResult:
+        key = (id(sc), kappa, tuple(starts), factors)
         hit = self._searches.get(key)
         if hit is not None:
             return hit
@@ -301,7 +358,7 @@ class RulesDecider(Decider):
         per_node = SEARCH_EVALUATIONS_PER_NODE if starts == comp.starts else SEARCH_EVALUATIONS_PER_NODE_LATER
         budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + per_node * n
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
-        res = local_search(comp.estimator.with_interference(kappa), starts, comp.allowed,
+        res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed)
         if len(self._searches) > 64:
             self._searches.clear()
@@ -332,23 +389,32 @@ class RulesDecider(Decider):
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
         fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
-        kappa, rms = fit_interference(comp.estimator, [(m.codes, m.mean_e2e_ms) for m in fit_set], prior=prior,
-                                      memo=comp.estimates)
+        measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
+        kappa, rms = fit_interference(comp.estimator, measured, prior=prior, memo=comp.memo(()))
         kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
+        steps = [
+            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
+            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)",
+        ]
+        # the running averages: a node measured far from what the cards make of it gets its card rescaled
+        model, factors, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set)
+        if factors:
+            kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
+            kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
+            steps.append(
+                f"cards rescaled from the running averages ({'; '.join(notes)}); interference refitted: {kappa:g}, "
+                f"within {100 * (math.exp(rms) - 1):.1f}%"
+            )
         top = [m.codes for m in ranked[:3]]
         starts = list(dict.fromkeys(comp.starts + top))
-        res = self._search(sc, comp, kappa, starts)
-        est = comp.estimator.with_interference(kappa)
+        res = self._search(sc, comp, kappa, starts, model, factors)
+        est = model.with_interference(kappa)
 
         def estimate(codes: Codes) -> float:
             got = res.seen.get(codes)
             return est.e2e(codes) if got is None else got
 
-        steps = [
-            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
-            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)",
-            f"model search: {len(res.seen)} mappings estimated; lowest {res.e2e_ms:.1f} ms",
-        ]
+        steps.append(f"model search: {len(res.seen)} mappings estimated; lowest {res.e2e_ms:.1f} ms")
         best_est = estimate(best.codes)
         fresh = [(c, e) for c, e in res.ranked(CANDIDATES) if c not in ev.measured and c not in ev.infeasible]
         for codes, e in fresh:
