@@ -308,6 +308,10 @@ def test_rules_decider_escapes_its_first_mapping_when_measurements_disagree_with
     assert all(r.mapping["B"] is C for r in result.rounds[2:])  # the evidence's answer, kept
     exact = Simulator(world, noise=False)
     assert exact.e2e(result.rounds[-1].mapping) == pytest.approx(solve(world, ranking=False).e2e_ms)
+    # the running averages showed B's GPU time far above its card: the decider rescaled that card
+    reasoning = result.rounds[1].proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
+    factor = float(reasoning.split("B gpu x")[1].split(";")[0].split()[0])
+    assert factor > 2.0
 
 
 def test_rules_decider_uses_its_model_to_pick_among_noisy_ties_and_replays() -> None:

@@ -190,8 +190,11 @@ measured mappings (usually the model's earlier optimum), so it needs less."""
 CARD_TOLERANCE = 0.10
 """A node's measured mean latency must differ from the model's by more than this share before its
 card is rescaled (the noise of a few runs stays below it)."""
-CARD_FACTOR_RANGE = (0.2, 5.0)
+CARD_FACTOR_RANGE = (0.1, 10.0)
 """Bounds of a card's rescaling factor."""
+CALIBRATION_PASSES = 3
+"""Passes of (rescale the contradicted cards, fit the interference): under GPU sharing a card
+error shows only partly in one pass's latency ratio, so the rescaling compounds over passes."""
 INTERFERENCE_STEP = 0.005
 """The fitted interference is rounded to this step (finer is below what noisy E2Es resolve), so
 the model and its search repeat from round to round."""
@@ -305,13 +308,23 @@ class RulesDecider(Decider):
         return compiled
 
     def _cards_from_latencies(
-        self, sc: Scenario, comp: _Compiled, ev: Evidence, kappa: float, fit_set: list[MeasuredCodes]
+        self,
+        sc: Scenario,
+        comp: _Compiled,
+        ev: Evidence,
+        kappa: float,
+        fit_set: list[MeasuredCodes],
+        factors: tuple[float, ...] = (),
     ) -> tuple[Estimator, tuple[float, ...], list[str]]:
         """The model with the cards the running averages contradict rescaled: a node's measured mean
-        latency on the CPU (or on ``gpu_now``) over the model's for the same mappings, when the two
-        differ by more than ``CARD_TOLERANCE`` (beyond run-to-run noise), multiplies its card's
-        cpu_ms (gpu_ms). Returns the model, the factors (empty when none) and a note per factor."""
-        est = comp.estimator.with_interference(kappa)
+        latency on the CPU (or on ``gpu_now``) over the model's for the same mappings (the model
+        already rescaled by ``factors``), when the two differ by more than ``CARD_TOLERANCE``
+        (beyond run-to-run noise), multiplies its card's cpu_ms (gpu_ms) once more. Returns the
+        model, the factors (empty when none) and a note per rescaled card."""
+        n = len(comp.allowed)
+        cpu, gpu = (list(factors[:n]), list(factors[n:])) if factors else ([1.0] * n, [1.0] * n)
+        base = comp.estimator.rescaled(cpu, gpu) if factors else comp.estimator
+        est = base.with_interference(kappa)
         predicted: dict[tuple[int, int], list[float]] = {}
         for m in fit_set:
             lat = est.latencies(m.codes)
@@ -319,9 +332,6 @@ class RulesDecider(Decider):
                 continue
             for i, c in enumerate(m.codes):
                 predicted.setdefault((i, c), []).append(lat[i])
-        n = len(comp.allowed)
-        cpu, gpu = [1.0] * n, [1.0] * n
-        notes: list[str] = []
         index = {node: i for i, node in enumerate(sc.workflow.node_ids)}
         for (node, placement), record in ev.latency.items():
             code = Placement(placement).code
@@ -334,9 +344,10 @@ class RulesDecider(Decider):
             ratio = float(record["mean_ms"]) / (sum(got) / len(got))
             if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
                 continue
-            ratio = min(CARD_FACTOR_RANGE[1], max(CARD_FACTOR_RANGE[0], round(ratio, 2)))
-            (cpu if code == Placement.CPU.code else gpu)[i] = ratio
-            notes.append(f"{node} {placement} x{ratio:g}")
+            scale = cpu if code == Placement.CPU.code else gpu
+            scale[i] = min(CARD_FACTOR_RANGE[1], max(CARD_FACTOR_RANGE[0], round(scale[i] * ratio, 2)))
+        notes = [f"{node} {kind} x{f[i]:g}" for node, i in index.items()
+                 for kind, f in (("cpu", cpu), ("gpu", gpu)) if f[i] != 1.0]
         if not notes:
             return comp.estimator, (), []
         return comp.estimator.rescaled(cpu, gpu), tuple(cpu + gpu), notes
@@ -390,21 +401,23 @@ class RulesDecider(Decider):
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
         fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
-        kappa, rms = fit_interference(comp.estimator, measured, prior=prior, memo=comp.memo(()))
-        kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
-        steps = [
-            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
-            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)",
-        ]
-        # the running averages: a node measured far from what the cards make of it gets its card rescaled
-        model, factors, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set)
-        if factors:
+        # calibrate in two passes: the running averages first rescale the cards a node's measured
+        # latency contradicts (at the current interference), then the interference is fitted to the
+        # measured E2Es on those cards; a card error is not mistaken for interference that way
+        kappa = prior
+        model: Estimator = comp.estimator
+        factors: tuple[float, ...] = ()
+        notes: list[str] = []
+        rms = 0.0
+        for _ in range(CALIBRATION_PASSES):
+            model, factors, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
             kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
-            steps.append(
-                f"cards rescaled from the running averages ({'; '.join(notes)}); interference refitted: {kappa:g}, "
-                f"within {100 * (math.exp(rms) - 1):.1f}%"
-            )
+        steps = [
+            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
+            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)"
+            + (f"; cards rescaled from the running averages: {'; '.join(notes)}" if notes else ""),
+        ]
         top = [m.codes for m in ranked[:3]]
         starts = list(dict.fromkeys(comp.starts + top))
         res = self._search(sc, comp, kappa, starts, model, factors)
