@@ -409,8 +409,11 @@ class RulesDecider(Decider):
         factors: tuple[float, ...] = ()
         notes: list[str] = []
         rms = 0.0
-        for _ in range(CALIBRATION_PASSES):
-            model, factors, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
+        for passes in range(CALIBRATION_PASSES):
+            model, rescaled, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
+            if passes and rescaled == factors:
+                break  # the running averages agree with the model as fitted: done
+            factors = rescaled
             kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
         steps = [
