@@ -20,15 +20,29 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
    allowed, faster than its CPU time and cannot deadlock (no ``gpu_now`` tool downstream of it
    holds the memory it needs), else to the CPU.
 
-Later rounds adopt the measured evidence (rounds and the monitor's probes): keep the last
-mapping while its mean measured E2E is within ``margin`` of the lowest, else take the lowest.
+These rules seed a model. The decider reads the cards through its own estimator
+(:mod:`hetsched.llm.estimate`: DESIGN.md's contention model, GPU interference as the machine
+block declares it until measured) and searches it (:mod:`hetsched.llm.search`: exhaustive when
+the space fits the budget of estimates, else iterated local search from the rules' mapping and
+the uniform ones). Round 0 runs the lowest estimate.
+
+Later rounds use the evidence the monitor reports (docs/agentic.md):
+- calibration: the running averages rescale the cards a node's measured latency contradicts
+  by more than ``CARD_TOLERANCE``, and the GPU interference is fitted to the measured E2Es of
+  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times);
+- the calibrated model is searched again (also from the best measured mappings);
+- its lowest mapping that never ran and is not on record as infeasible is measured next when
+  the model expects it to beat the best measured one by ``explore_gain``;
+- otherwise the evidence decides: among the measured mappings within ``margin`` of the lowest
+  measured mean (tied within noise), the one the model estimates lowest.
 
 Cold start (no cards): round 0 is the first of all-``gpu_now``, all-``gpu_queue`` (three-way
-only), all-CPU that passes validation, each rejection recorded as an attempt; later rounds
-adopt the evidence as above.
+only), all-CPU that passes validation, each rejection recorded as an attempt; later rounds keep
+the last mapping while its mean measured E2E is within ``margin`` of the lowest, else take the
+lowest (no model: it would need the cards).
 
-None of these rules uses the simulator or a contention constant. Imports only
-``hetsched.model`` and networkx (through the prompt helpers).
+Nothing here runs the simulator; decisions are a function of the scenario and the observations
+(the caches are caches). Imports only ``hetsched.model`` (and networkx through the prompt helpers).
 """
 
 from __future__ import annotations

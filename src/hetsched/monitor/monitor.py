@@ -29,6 +29,15 @@ It never chooses: its output is :class:`Observations` (records + text), with no 
 mapping and no figure for a mapping that was not executed. Budget checks use only the VRAM
 arithmetic of the scenario (``Scenario.infeasibility``), which is a fact, not a prediction.
 
+Budgets: ``MonitorConfig.round_budget`` (max(2, ceil(n / 10)) probes a round unless set) and
+``run_budget`` (3 per node unless set). Cost: the ranking is generated lazily, only as far as
+the first candidate, from placement codes checked incrementally around the base
+(:mod:`hetsched.monitor.static`, the same verdicts as ``Scenario.infeasibility``); what the
+runs show is aggregated once per run and extended as the history grows; plans are memoized
+for the round (``observe`` replays the round's prefixes). The records list the budget-check
+failures met while ranking, then the base's failing one-node moves, at most
+``MonitorConfig.max_budget_checks``. About n^2 work a round instead of n^3 (BENCHMARKS.md).
+
 In cold start (``cards_visible=False``) nothing drawn from the cards reaches the records: no
 isolated figures, no budget-check records (their reasons list each tool's VRAM), and the reason
 of an execution that could not run is cut to its kind (``OOM``, ``never admissible``), since the
