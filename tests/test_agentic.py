@@ -291,7 +291,9 @@ def test_prompt_grows_linearly_with_the_number_of_tools(cold: bool) -> None:
     for n in (5, 10, 20, 40):
         sc = _chain_scenario(n)
         decider = ScriptedDecider([reply(dict.fromkeys(sc.workflow.node_ids, "cpu"))] * 4)
-        drive(sc, Agentic(decider=decider, cold_start=cold), rounds=4)
+        # a fixed per-round probe budget: the default rule adds one probe line (two codes of n
+        # letters) per 10 nodes, a documented quadratic term with a small constant (docs/agentic.md)
+        drive(sc, Agentic(decider=decider, cold_start=cold, probes_per_round=2), rounds=4)
         sizes[n] = len(decider.received[-1][1]["content"])
     per_tool_small = (sizes[10] - sizes[5]) / 5
     per_tool_large = (sizes[40] - sizes[20]) / 20

@@ -26,11 +26,28 @@ from hetsched.bench import (
     write_report,
 )
 from hetsched.bench.runner import JobResult, default_jobs
+from hetsched.bench.suites import (
+    QUICK_RANDOM_COUNT,
+    QUICK_SCALE_SIZES,
+    QUICK_SUITE_ROUNDS,
+    RANDOM_COUNT,
+    RANDOM_ROUNDS,
+    SCALE_ROUNDS,
+    SUITES,
+    SuiteConfig,
+    random_table,
+    random_workflows,
+    run_suite,
+    scale_tables,
+    scale_workflows,
+    suite_specs,
+    write_suite_report,
+)
 from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.exec import executor_class, executor_names
 from hetsched.model import ExecutorSpec, InputError
-from hetsched.sim.reference import parse_reference_choice
+from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 
@@ -85,9 +102,23 @@ def bench(
         "auto", "--reference", metavar="KIND", help="What the tables compare against: auto (the oracle when the "
         "mapping space is small enough, else a labelled best-known mapping), oracle, or best-known.",
     ),
+    suite: str = typer.Option(
+        "paper", "--suite", help="paper: the paper's S1-S13 (or --scenario files); scale: generated workflows of "
+        "10, 20, 50 and 100 nodes (ratio to the reference, rounds to within 3%, probes, decision time vs n); "
+        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5).",
+    ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
     choice = parse_reference_choice(reference_choice)
+    suite_name = suite.strip().lower()
+    if suite_name not in SUITES:
+        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
+    if suite_name != "paper":
+        if scenario or tools is not None or store is not None or executor != "sim":
+            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
+                             "run store; --scenario, --tools, --store and --executor apply to --suite paper only")
+        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice)
+        return
     spec = ExecutorSpec(executor)
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
     specs = parse_specs(policy)
@@ -145,6 +176,43 @@ def bench(
     out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
     out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])}, figures: {safe(paths['figures'])})",
               soft_wrap=True)
+
+
+def _run_suite(
+    name: str, policy: list[str], seeds: int | None, rounds: int | None, quick: bool, jobs: int | None,
+    out_dir: Path, progress: bool, choice: ReferenceChoice,
+) -> None:
+    """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
+    specs = suite_specs(parse_specs(policy) if policy else None)
+    if name == "scale":
+        workflows = scale_workflows(QUICK_SCALE_SIZES, 1) if quick else scale_workflows()
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else SCALE_ROUNDS)
+    else:
+        workflows = random_workflows(QUICK_RANDOM_COUNT if quick else RANDOM_COUNT)
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
+    config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
+                         rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice)
+    total = len(specs) * len(workflows) * len(config.seeds)
+    err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
+              f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
+              f"results in {safe(out_dir)}", soft_wrap=True)
+    if progress:
+        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
+            task = bar.add_task("", total=None)
+
+            def tick(what: str, done: int, of: int) -> None:
+                bar.update(task, completed=done, total=of, description=safe(what))
+
+            result = run_suite(config, tick)
+    else:
+        result = run_suite(config)
+    paths = write_suite_report(result)
+    for table in scale_tables(result) if name == "scale" else [random_table(result)]:
+        out.print(table.to_markdown(), markup=False, soft_wrap=True)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+    out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
+    out.print(f"report: {safe(paths['report'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
 
 
 @app.command(epilog=examples(

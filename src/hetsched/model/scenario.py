@@ -91,6 +91,25 @@ class Scenario(BaseModel):
         """Allowed placements per node, in workflow node order."""
         return tuple(self.allowed(n) for n in self.workflow.node_ids)
 
+    @cached_property
+    def descendant_masks(self) -> tuple[int, ...]:
+        """Per node, in workflow node order, a bit mask of every node that depends on it
+        (transitively): bit i stands for ``workflow.node_ids[i]``. Computed once per scenario, in
+        O(edges) big-integer ORs and n^2 bits of memory (12.5 MB at 10,000 nodes)."""
+        wf = self.workflow
+        index = {n: i for i, n in enumerate(wf.node_ids)}
+        succ: list[list[int]] = [[] for _ in wf.node_ids]
+        for e in wf.edges:
+            succ[index[e.src]].append(index[e.dst])
+        masks = [0] * len(wf.node_ids)
+        for n in reversed(wf.topo_order):
+            i = index[n]
+            acc = 0
+            for j in succ[i]:
+                acc |= (1 << j) | masks[j]
+            masks[i] = acc
+        return tuple(masks)
+
     def mapping_space_size(self) -> int:
         """Number of well-formed mappings (before the VRAM check)."""
         size = 1
@@ -193,23 +212,18 @@ class Scenario(BaseModel):
         """
         wf = self.workflow
         budget = self.machine.vram_budget_mb
-        queued = [q for q in wf.node_ids if mapping[q] is Placement.GPU_QUEUE]
+        queued = [i for i, q in enumerate(wf.node_ids) if mapping[q] is Placement.GPU_QUEUE]
         if not queued:
             return None
-        # one reverse walk per gpu_now tool (few), not one descendant set per queued node (many)
-        above: dict[str, set[str]] = {}
-        for t in self.gpu_now_tools(mapping):
-            starts = [n for n in wf.node_ids if wf.tool_of[n] == t and mapping[n] is Placement.GPU_NOW]
-            seen: set[str] = set()
-            stack = list(starts)
-            while stack:
-                for p in wf.preds(stack.pop()):
-                    if p not in seen:
-                        seen.add(p)
-                        stack.append(p)
-            above[t] = seen
-        for q in queued:
-            holders = [t for t, ancestors in above.items() if q in ancestors]
+        masks = self.descendant_masks
+        ids = wf.node_ids
+        now_tools: dict[str, int] = {}  # gpu_now tool -> bit mask of its gpu_now nodes
+        for i, n in enumerate(ids):
+            if mapping[n] is Placement.GPU_NOW:
+                now_tools[wf.tool_of[n]] = now_tools.get(wf.tool_of[n], 0) | (1 << i)
+        for i in queued:
+            q = ids[i]
+            holders = [t for t, nodes in now_tools.items() if nodes & masks[i]]
             held = sum(self.cards[t].vram_mb for t in holders)
             need = self.card_of(q).vram_mb
             if holders and need + held > budget:
