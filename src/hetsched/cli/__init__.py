@@ -2,7 +2,8 @@
 
 :func:`main` is the console-script entry point and the error boundary: bad input (any
 :class:`~hetsched.model.HetschedError`) is printed as one clear message on stderr and the
-process exits 2, with no traceback.
+process exits 2, with no traceback; an LLM decider that never reached its server
+(:class:`~hetsched.llm.base.LLMUnreachableError`) exits 69.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import sys
 from rich.markup import escape
 
 from hetsched.cli import bench, inspect, run, runs
-from hetsched.cli.app import EXIT_BAD_INPUT, app, err
+from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_LLM_UNREACHABLE, app, err
+from hetsched.llm.base import LLMUnreachableError
 from hetsched.model import HetschedError
 
 COMMAND_MODULES = (bench, inspect, run, runs)
@@ -23,6 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         app(args=argv, prog_name="hetsched")
+    except LLMUnreachableError as exc:  # the server never answered: not bad input, exit 69
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        sys.exit(EXIT_LLM_UNREACHABLE)
     except HetschedError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         sys.exit(EXIT_BAD_INPUT)

