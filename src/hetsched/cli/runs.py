@@ -30,10 +30,12 @@ def _when(iso: str, fmt: str = "%Y-%m-%d %H:%M") -> str:
 
 
 def _status(info: RunInfo) -> str:
+    if info.damage:
+        return "[red]damaged[/]"  # the row cannot be read back whole: show-run says what and what to do
     if info.stale:
         return "[yellow]stale[/]"  # running, but its process is gone: resume it
-    colour = {"finished": "green", "interrupted": "yellow", "running": "cyan"}[info.status]
-    return f"[{colour}]{info.status}[/]"
+    colour = {"finished": "green", "interrupted": "yellow", "running": "cyan"}.get(info.status, "red")
+    return f"[{colour}]{escape(info.status)}[/]"
 
 
 def _ms(value: float | None) -> str:
@@ -75,7 +77,7 @@ def runs_command(
         else:
             out.print(f"no runs yet: run store {escape(str(path))} does not exist")
         return
-    with RunStore(path, create=False) as st:
+    with RunStore(path, create=False, read_only=True) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos]))
@@ -83,6 +85,7 @@ def runs_command(
     if not infos:
         out.print(f"no matching runs in {escape(str(path))}")
         return
+    damaged = [i.id for i in infos if i.damage]
     out.print(f"runs in {escape(str(path))}")
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
@@ -96,7 +99,7 @@ def runs_command(
         opts = f":{escape(str(i.options['decider']))}" if "decider" in i.options else ""
         opts += " (cold)" if i.options.get("cold_start") else ""
         table.add_row(
-            i.id,
+            escape(i.id),
             escape(i.scenario_name),
             escape(i.policy) + opts,
             str(i.seed),
@@ -106,6 +109,9 @@ def runs_command(
             _when(i.created_at, "%m-%d %H:%M"),
         )
     out.print(table)
+    if damaged:
+        out.print(f"[red]{len(damaged)} run(s) cannot be read back whole[/] ({escape(', '.join(damaged[:5]))}"
+                  f"{', ...' if len(damaged) > 5 else ''}): `hetsched show-run ID` says what is damaged and what to do")
 
 
 @app.command("show-run")
@@ -119,7 +125,7 @@ def show_run(
     path = resolve_store_path(store)
     if not path.exists():
         raise UnknownRunError(f"no run {run_id!r}: run store {path} does not exist")
-    with RunStore(path, create=False) as st:
+    with RunStore(path, create=False, read_only=True) as st:
         if as_json:
             typer.echo(json.dumps(st.export(run_id)))
             return
