@@ -400,6 +400,25 @@ def test_cli_hanging_server_exits_69_within_the_timeout(server: FakeServer) -> N
     assert proc.returncode == 69 and "no answer within 1 s" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_cli_resume_after_the_server_came_back_with_a_longer_timeout(server: FakeServer, tmp_path: Path) -> None:
+    store = tmp_path / "runs.sqlite"
+    server.script(hang)
+    proc = hetsched("run", "chain", "-p", "agentic", "--decider", "openai", "--llm-base-url", server.url,
+                    "--llm-model", "m", "--llm-timeout", "1", "-r", "2", "--store", str(store), timeout=60)
+    assert proc.returncode == 69 and "raise --llm-timeout" in proc.stderr
+    run_id = proc.stderr.split("hetsched run --resume ")[1].split()[0]
+    server.script(send_json(good_reply()))
+    proc = hetsched("run", "--resume", run_id, "--store", str(store), "--llm-timeout", "30", "--llm-retries", "2",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["mapping"] for r in json.loads(proc.stdout)["rounds"]] == [GOOD, GOOD]
+    with RunStore(store) as st:
+        info = st.run(run_id)
+    assert info.status == "finished" and info.options["llm"]["timeout_s"] == 1  # the session's value is not stored
+    proc = hetsched("run", "--resume", run_id, "--store", str(store), "--llm-timeout", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [(["--llm-timeout", "0"], "--llm-timeout"), (["--llm-retries", "-1"], "--llm-retries"),

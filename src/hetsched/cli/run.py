@@ -16,6 +16,7 @@ from rich.table import Table
 from hetsched.cli.app import EXIT_LLM_UNREACHABLE, app, err, fail, out
 from hetsched.exec import executor_names, make_executor
 from hetsched.export import write_chrome_trace
+from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
@@ -76,8 +77,10 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference"}
-"""Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference",
+                            "llm_timeout", "llm_retries"}
+"""Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's (the LLM
+timeout and retries say how to reach the server, not what the run is: they apply to this session only)."""
 
 
 def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None) -> RunResult:
@@ -255,8 +258,14 @@ def run(
         if llm_api_key is not None:  # never stored, so given again on resume; reaches the decider via the env
             os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
         with RunStore(store, create=False) as st:
-            info = st.run(resume)
-            pol = make_policy(info.policy, **info.options)
+            info = st.readable(resume)
+            reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
+            resumed = dict(info.options)
+            if reach:  # not stored: the run's options stay what it was started with
+                if info.options.get("decider") not in LLM_DECIDERS:
+                    raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
+                resumed["llm"] = {**(resumed.get("llm") or {}), **reach}
+            pol = make_policy(info.policy, **resumed)
         result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None)
     else:
         if scenario is None:

@@ -50,6 +50,8 @@ DECODE_BUDGET_SLACK = 4096
 """Characters every reply may decode on top of the factor (short replies with many candidates)."""
 REPAIR_CANDIDATES = 8
 """Cut points tried when closing a reply cut at max_tokens (the last complete values first)."""
+MAX_REPAIR_CHARS = 200_000
+"""A cut object longer than this is not repaired (an answer is a mapping: a few hundred characters)."""
 
 _STRUCTURE = re.compile(r'"|[{\[]+|[}\]]+')
 """A quote, or a run of opening or closing brackets (a run beyond :data:`MAX_JSON_DEPTH` is taken at
@@ -274,7 +276,7 @@ def _last_object(text: str, found: Structure, cut: bool, work: ParseWork | None)
 
 def close_truncated(text: str, work: ParseWork | None = None) -> Any | None:
     """Parse a JSON object cut short: close it after its last complete value. None when no such
-    point exists.
+    point exists, or when the object is longer than :data:`MAX_REPAIR_CHARS`.
 
     One pass finds the points right after a complete value (a string that is not a key, or a
     closed object or array) with the brackets still open there; the last few are tried, last
@@ -282,7 +284,7 @@ def close_truncated(text: str, work: ParseWork | None = None) -> Any | None:
     come back as the valid ``"gpu"`` (= gpu_now). So the repaired object holds only complete
     key/value pairs of the reply; a mapping missing a node then fails validation."""
     start = text.find("{")
-    if start < 0:
+    if start < 0 or len(text) - start > MAX_REPAIR_CHARS:
         return None
     body = text[start:]
     stack: _Stack = None  # the open brackets, innermost first, as a linked list (snapshots are free)

@@ -17,6 +17,7 @@ Part of the model package (the monitor writes these records, deciders and the st
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -195,6 +196,15 @@ def to_json(record: Observation) -> dict[str, Any]:
     return {"kind": record.kind, **data}
 
 
+_CHANGE = re.compile(r"(?P<node>.*): (?P<move>[a-z_]+ -> [a-z_]+)", re.DOTALL)
+
+
+def _quoted_change(change: str) -> str:
+    """``node: from -> to`` with the node id quoted (the whole text quoted when it has another shape)."""
+    m = _CHANGE.fullmatch(change)
+    return f"{quote(m['node'])}: {m['move']}" if m else quote(change)
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
@@ -271,7 +281,7 @@ def render(
         for p in probes:
             result = f"E2E {_ms(p.e2e_ms)}" if p.feasible else f"could not run: {quote(p.reason)}"
             base = f"base {p.base_code} mean E2E {_ms(p.base_mean_e2e_ms)}"
-            changes = "; ".join(quote(c) for c in p.changes)
+            changes = "; ".join(_quoted_change(c) for c in p.changes)
             lines.append(f"- {p.probe_kind} {p.code} ({changes}): {result}; {base}")
     hints: list[Unmeasured] = by_kind.get("unmeasured", [])
     if hints:
