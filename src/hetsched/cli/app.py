@@ -22,11 +22,13 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # never hard-wrap messages
 
 EXIT_BAD_INPUT = 2
-EXIT_LLM_UNREACHABLE = 69
-"""An LLM decider never got an answer from its server (``EX_UNAVAILABLE`` in sysexits.h)."""
 
 
 def fail(message: str) -> typer.Exit:
     """Print an error and return the exit to raise (``raise fail(...)``)."""
     err.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+EXIT_LLM_UNREACHABLE = 69
+"""An LLM decider never got an answer from its server (``EX_UNAVAILABLE`` in sysexits.h)."""
