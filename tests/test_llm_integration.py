@@ -60,7 +60,7 @@ def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, t
     check_run(result, "openai")
     # every attempt of every round is in the store, prompt, reply and error as the decider saw them
     sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in decision_info(r)["transcript"]]
-    assert [(t.round, t.prompt, t.reply, t.error) for t in stored] == sent
+    assert [(rnd, t.prompt, t.reply, t.error) for rnd, t in stored] == sent
     for r in result.rounds:  # shown with -s: what a 135M model does with the prompt
         asks = [(round(a["latency_ms"]), a["prompt_tokens"], a["completion_tokens"], a["error"][:60])
                 for a in decision_info(r)["transcript"]]
