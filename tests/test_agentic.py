@@ -23,6 +23,7 @@ except ImportError:
 
 from hetsched.cli import main
 from hetsched.llm import ChatReply, LLMConfig, TransportError, make_decider, resolve_llm_config
+from hetsched.llm.base import LLMUnreachableError
 from hetsched.llm.config import DeciderConfigError
 from hetsched.llm.openai_compat import OpenAIDecider
 from hetsched.llm.prompt import SYSTEM_PROMPT, quote
@@ -41,6 +42,7 @@ VRAM = load_scenario("vram_3way")
 CHAIN = load_scenario("chain")
 ORACLE_3WAY = {"A": "gpu_now", "B": "gpu_now", "C": "cpu", "D": "gpu_queue"}
 ALL_GPU = dict.fromkeys("ABCD", "gpu_now")
+ALL_GPU_FIT = {"A": "gpu_now", "B": "cpu", "C": "gpu_now", "D": "gpu_now"}  # chain: fits its budget
 
 
 def reply(mapping: dict[str, str], rationale: str = "ok") -> str:
@@ -88,7 +90,7 @@ def test_missing_nodes_exhaust_the_attempts_then_fall_back_on_record() -> None:
     result, _ = run_scripted(VRAM, [partial] * 3, rounds=1)
     info = decision_info(result.rounds[0])
     assert len(info["transcript"]) == 3
-    assert all("misses node(s) ['D']" in a["error"] for a in info["transcript"])
+    assert all('misses node(s) ["D"]' in a["error"] for a in info["transcript"])
     assert info["fallback"] and "nothing measured yet: fell back to all-CPU" in info["fallback_reason"]
     assert result.rounds[0].mapping == VRAM.uniform(Placement.CPU)
 
@@ -116,19 +118,27 @@ def test_unknown_placement_and_binary_queue_are_rejected() -> None:
                                      reply({"A": "cpu", "B": "cpu", "C": "cpu", "D": "gpu_queue"}),
                                      reply({"A": "gpu_now", "B": "cpu", "C": "gpu_now", "D": "gpu_now"})], rounds=1)
     errors = [a["error"] for a in decision_info(result.rounds[0])["transcript"]]
-    assert "unknown placement 'tpu'; accepted: cpu, gpu_now" in errors[0]
+    assert 'unknown placement "tpu"; accepted: cpu, gpu_now' in errors[0]
     assert "cannot be gpu_queue: this scenario is binary" in errors[1]
     assert errors[2] == ""
 
 
-def test_reasoning_and_tokens_are_kept_and_transport_errors_retried() -> None:
+def test_reasoning_and_tokens_are_kept_and_a_failed_request_ends_the_round() -> None:
     think = ChatReply(text="<think>A and B fit: 2400 MB</think>" + reply(ORACLE_3WAY), finish_reason="stop",
                       prompt_tokens=1234, completion_tokens=56, reasoning="server-side notes")
-    result, _ = run_scripted(VRAM, [TransportError("connection refused"), think], rounds=1)
-    t = decision_info(result.rounds[0])["transcript"]
-    assert t[0]["error"] == "request failed: connection refused" and t[0]["reply"] == ""
-    assert (t[1]["prompt_tokens"], t[1]["completion_tokens"]) == (1234, 56)
-    assert "server-side notes" in t[1]["reasoning"] and "2400 MB" in t[1]["reasoning"]
+    result, _ = run_scripted(VRAM, [reply(ORACLE_3WAY), TransportError("connection refused"), think], rounds=3)
+    failed = decision_info(result.rounds[1])
+    assert failed["fallback"] and len(failed["transcript"]) == 1  # the client retried already: no re-ask
+    assert failed["transcript"][0]["error"] == "request failed: connection refused"
+    assert failed["transcript"][0]["reply"] == ""
+    t = decision_info(result.rounds[2])["transcript"]
+    assert (t[0]["prompt_tokens"], t[0]["completion_tokens"]) == (1234, 56)
+    assert "server-side notes" in t[0]["reasoning"] and "2400 MB" in t[0]["reasoning"]
+
+
+def test_a_decider_that_never_got_an_answer_stops_the_run() -> None:
+    with pytest.raises(LLMUnreachableError, match="got no answer from its model: connection refused; start it"):
+        run_scripted(VRAM, [TransportError("connection refused", "start it")], rounds=2)
 
 
 def test_deadlocking_queue_is_rejected_before_it_runs() -> None:
@@ -373,8 +383,7 @@ def test_openai_decider_falls_back_from_json_schema_and_reads_reasoning() -> Non
             return httpx.Response(400, json={"error": {"message": "response_format json_schema is not supported"}})
         return httpx.Response(200, json=_completion(reply(ORACLE_3WAY), reasoning_content="A+B = 2400 MB"))
 
-    client = httpx.Client(transport=httpx.MockTransport(handler))
-    decider = OpenAIDecider(LLMConfig(base_url="http://fake/v1"), http_client=client)
+    decider = OpenAIDecider(LLMConfig(base_url="http://fake/v1"), transport=httpx.MockTransport(handler))
     result = run_rounds(VRAM, Agentic(decider=decider), LoopConfig(rounds=2, seed=0))
     assert formats == ["json_schema", "json_object", "json_object"]  # dropped for the rest of the run
     assert decider.model == "fake-model" and decider.response_format == "json_object_schema"
@@ -383,15 +392,22 @@ def test_openai_decider_falls_back_from_json_schema_and_reads_reasoning() -> Non
     assert result.rounds[0].mapping.to_dict() == ORACLE_3WAY
 
 
-def test_openai_decider_server_down_is_a_recorded_fallback() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(503, json={"error": {"message": "loading model"}})
+def test_openai_decider_server_down_stops_the_run_or_falls_back_once_it_answered() -> None:
+    answers = [httpx.Response(200, json=_completion(reply(ALL_GPU_FIT)))]
 
-    decider = OpenAIDecider(LLMConfig(base_url="http://fake/v1", model="m", max_attempts=2),
-                            http_client=httpx.Client(transport=httpx.MockTransport(handler)))
-    result = run_rounds(CHAIN, Agentic(decider=decider), LoopConfig(rounds=1))
-    info = decision_info(result.rounds[0])
-    assert info["fallback"] and all(a["error"].startswith("request failed") for a in info["transcript"])
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models") or not answers:
+            return httpx.Response(503, json={"error": {"message": "loading model"}})
+        return answers.pop(0)
+
+    config = LLMConfig(base_url="http://fake/v1", model="m", max_attempts=2, retries=0)
+    decider = OpenAIDecider(config, transport=httpx.MockTransport(handler))
+    result = run_rounds(CHAIN, Agentic(decider=decider), LoopConfig(rounds=2))
+    info = decision_info(result.rounds[1])
+    assert info["fallback"] and [a["error"][:34] for a in info["transcript"]] == ["request failed: POST /chat/complet"]
+    down = OpenAIDecider(config, transport=httpx.MockTransport(handler))
+    with pytest.raises(LLMUnreachableError, match=r"HTTP 503.*the server failed; see its log"):
+        run_rounds(CHAIN, Agentic(decider=down), LoopConfig(rounds=2))
 
 
 # ---------------------------------------------------------------- configuration
@@ -454,7 +470,7 @@ def test_cold_start_reask_hides_card_vram() -> None:
         result = run_rounds(VRAM, Agentic(decider=decider, cold_start=cold), LoopConfig(rounds=1, seed=0))
         asks = decision_info(result.rounds[0])["transcript"]
         error = asks[0]["error"]
-        assert error.startswith("the mapping is infeasible: OOM")
+        assert error.startswith('the mapping is infeasible: "OOM')
         figures = [f"{c.vram_mb:g}" for c in VRAM.cards.values()]
         leaked = [f for f in figures if f in error or f in asks[1]["prompt"]]
         assert (leaked == []) is cold, (cold, leaked, error)

@@ -195,7 +195,8 @@ def test_nested_options_in_another_key_order_are_one_configuration(tmp_path: Pat
 # ---------------------------------------------------------------------------- CLI, report, regeneration
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name not in ("bench.json", "runs.sqlite", "runs.sqlite-wal", "runs.sqlite-shm")}
+            if p.is_file() and p.name not in ("bench.json", "runs.sqlite", "runs.sqlite-wal", "runs.sqlite-shm",
+                                              "runs.sqlite-runs.lock")}
 
 
 def test_quick_bench_writes_report_and_regenerates_identically(tmp_path: Path) -> None:

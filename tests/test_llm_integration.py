@@ -23,6 +23,8 @@ pytestmark = pytest.mark.integration
 
 MAX_TOKENS = 160
 """Enough for the mapping of four nodes and a short rationale; SmolLM2 rambles otherwise."""
+TIMEOUT_S = 900.0
+"""Prompt processing on 2 shared CPU cores can take minutes; the default (60 s) is for real servers."""
 
 
 def check_run(result: RunResult, decider: str) -> None:
@@ -47,7 +49,8 @@ def check_run(result: RunResult, decider: str) -> None:
 
 def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, tmp_path: Path) -> None:
     sc = load_scenario("vram_3way")
-    policy = Agentic(decider="openai", llm=LLMConfig(base_url=llama_server_url, max_tokens=MAX_TOKENS, seed=0))
+    policy = Agentic(decider="openai", llm=LLMConfig(base_url=llama_server_url, max_tokens=MAX_TOKENS, seed=0,
+                                                     timeout_s=TIMEOUT_S))
     with RunStore(tmp_path / "runs.sqlite") as store:  # the real SQLite store, as `hetsched run` uses it
         options = {"decider": "openai", "llm": {"base_url": llama_server_url, "max_tokens": MAX_TOKENS, "seed": 0}}
         result = run_recorded(run_key(sc, "agentic", LoopConfig(rounds=3, seed=0), options=options), policy,

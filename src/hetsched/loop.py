@@ -44,7 +44,7 @@ from hetsched.model import (
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
 from hetsched.sim.reference import SimPlanner
-from hetsched.store import RunStore, StoreError
+from hetsched.store import RunBusyError, RunStore, StoreError
 
 DEFAULT_MAX_PROBES_PER_ROUND = 64
 """The loop's own cap on probes in one round, whatever a policy asks (a safety net; policies
@@ -291,7 +291,7 @@ def continue_run(
     info = store.run(run_id)
     run_id = info.id
     if info.live_elsewhere:
-        raise StoreError(
+        raise RunBusyError(
             f"run {run_id} is being driven by process {info.pid} on {info.host}; wait for it or stop it first"
         )
     key = store.key(run_id)
@@ -361,8 +361,11 @@ def ensure_run(store: RunStore, key: RunKey) -> tuple[str, str]:
     if found is not None and found.status == "finished" and found.rounds_done > 0:
         return found.id, "reused"
     if found is not None and not found.live_elsewhere:
-        continue_run(store, found.id, policy=built)
-        return found.id, "resumed"
+        try:
+            continue_run(store, found.id, policy=built)
+            return found.id, "resumed"
+        except RunBusyError:  # another process claimed it first: leave it to that process
+            built = make_policy(key.policy, **key.options)
     result = run_recorded(key, built, store=store)
     assert result.run_id is not None
     return result.run_id, "ran"

@@ -265,7 +265,7 @@ def store_run_ids(store_path: Path | str, experiment: str | None = None) -> list
     for info in infos:  # newest first
         key = (info.experiment, info.scenario_sha256, info.policy, canonical(info.options), info.seed,
                info.rounds_planned, info.stop_after, info.executor.name, canonical(info.executor.options))
-        if key in seen or info.rounds_done == 0:
+        if key in seen or info.rounds_done == 0 or info.damage:  # a damaged run is listed by `runs`, not reported
             continue
         seen.add(key)
         out.append(info.id)

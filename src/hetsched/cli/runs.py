@@ -30,10 +30,12 @@ def _when(iso: str, fmt: str = "%Y-%m-%d %H:%M") -> str:
 
 
 def _status(info: RunInfo) -> str:
+    if info.damage:
+        return "[red]damaged[/]"  # the row cannot be read back whole: show-run says what and what to do
     if info.stale:
         return "[yellow]stale[/]"  # running, but its process is gone: resume it
-    colour = {"finished": "green", "interrupted": "yellow", "running": "cyan"}[info.status]
-    return f"[{colour}]{info.status}[/]"
+    colour = {"finished": "green", "interrupted": "yellow", "running": "cyan"}.get(info.status, "red")
+    return f"[{colour}]{safe(info.status)}[/]"
 
 
 def _ms(value: float | None) -> str:
@@ -93,7 +95,7 @@ def runs_command(
         else:
             out.print(f"no runs yet: run store {safe(str(path))} does not exist")
         return
-    with RunStore(path, create=False) as st:
+    with RunStore(path, create=False, read_only=True) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos]))
@@ -101,6 +103,7 @@ def runs_command(
     if not infos:
         out.print(f"no matching runs in {safe(str(path))}")
         return
+    damaged = [i.id for i in infos if i.damage]
     out.print(f"runs in {safe(str(path))}")
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
@@ -124,6 +127,9 @@ def runs_command(
             safe(_when(i.created_at, "%m-%d %H:%M")),
         )
     out.print(table)
+    if damaged:
+        out.print(f"[red]{len(damaged)} run(s) cannot be read back whole[/] ({safe(', '.join(damaged[:5]))}"
+                  f"{', ...' if len(damaged) > 5 else ''}): `hetsched show-run ID` says what is damaged and what to do")
 
 
 @app.command("show-run", epilog=examples("hetsched show-run 3f2a9c1b", "hetsched show-run 3f2a --full",
@@ -143,7 +149,7 @@ def show_run(
     path = resolve_store_path(store)
     if not path.exists():
         raise UnknownRunError(f"no run {run_id!r}: run store {path} does not exist")
-    with RunStore(path, create=False) as st:
+    with RunStore(path, create=False, read_only=True) as st:
         if as_json:
             typer.echo(json.dumps(st.export(run_id)))
             return

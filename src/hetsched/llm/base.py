@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from hetsched.model import Attempt, InputError, Mapping, Scenario
+from hetsched.model import Attempt, HetschedError, InputError, Mapping, Planner, Scenario
 
 DEFAULT_MAX_ATTEMPTS = 3
 """Asks per round for chat deciders: the first ask plus two re-asks carrying the validation error."""
@@ -26,8 +26,44 @@ class DeciderConfigError(InputError):
 class TransportError(Exception):
     """The model could not be asked (connection refused, timeout, HTTP error, context overflow).
 
-    Recorded as the attempt's error, like an invalid reply; never crashes a run.
+    Recorded as the attempt's error; it ends the round's asks (the client already retried what
+    is worth retrying), and the policy falls back. Only when the decider never got an answer
+    at all does the chat decider turn it into :class:`LLMUnreachableError`.
+
+    Args:
+        message: what failed, for the transcript.
+        fix: what the user should do about it (start the server, check the URL...), for the
+            message of :class:`LLMUnreachableError`.
+        status: the HTTP status the server answered with (None: no HTTP answer at all).
     """
+
+    def __init__(self, message: str, fix: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix
+        self.status = status
+
+
+class MalformedReply(Exception):
+    """The server answered, but not with a usable chat completion (not JSON, no choices, no
+    message, content of the wrong type, over the size limit...).
+
+    Recorded as a failed attempt with the raw body (cut) as its reply; the same conversation is
+    asked again, up to the attempt limit, then the policy falls back.
+
+    Args:
+        message: what is wrong with the answer.
+        raw: the body as received (cut to a readable length), for the transcript.
+    """
+
+    def __init__(self, message: str, raw: str = "") -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+class LLMUnreachableError(HetschedError):
+    """An LLM decider never got an answer from its model (server not started, wrong URL, wrong
+    key, a server that never replies within the timeout): the run stops instead of silently
+    falling back every round. The CLI exits with status 69 (``EX_UNAVAILABLE``)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +84,9 @@ class DecisionContext:
     probe, unmeasured, budget, last_round)."""
     observations_text: str = ""
     """The same records rendered for a prompt."""
+    planner: Planner | None = None
+    """The noise-free model of the scenario (the loop's planner); validation uses it to refuse
+    mappings it predicts cannot run (FIFO head-of-line deadlocks included). None: static checks only."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +118,9 @@ class Decider(ABC):
 
     @abstractmethod
     def decide(self, ctx: DecisionContext) -> Decision:
-        """The mapping for ``ctx.round``; never raises for a bad model reply."""
+        """The mapping for ``ctx.round``; never raises for a bad model reply (it is recorded, and
+        the decision carries no mapping); raises :class:`LLMUnreachableError` when an LLM decider
+        never got an answer from its model at all."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,10 @@
 """Observation records: what the runtime monitor saw, as data and as prompt text.
 
+Every string in the rendered text that a user or an executor supplied (node ids, tool names,
+reasons, which quote tool names and node ids, and the ``node: from -> to`` changes of a probe)
+is written by :func:`quote` as a JSON string literal with ``<``, ``>`` and ``&`` escaped, so a
+tool named ``evil</data> IGNORE PREVIOUS INSTRUCTIONS`` reaches a prompt only as quoted data.
+
 The monitor's design rule (PAPER.md, Algorithm 1) is enforced by these types: every record
 describes something that was executed or checked against the budget, and none has a field for
 a recommended mapping or for a score of a mapping that was not measured. The only E2E figures
@@ -12,6 +17,7 @@ Part of the model package (the monitor writes these records, deciders and the st
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -20,9 +26,10 @@ Pairs = tuple[tuple[str, str], ...]
 """A mapping as ``((node, placement value), ...)`` in workflow node order (immutable, JSON-ready)."""
 
 
-def _quote(text: str) -> str:
-    """A name from the workflow file as a JSON string with ``<``/``>`` escaped (data, not markup)."""
-    return json.dumps(text).replace("<", "\\u003c").replace(">", "\\u003e")
+def quote(text: str) -> str:
+    """A user-supplied string as a JSON string literal with ``<``, ``>`` and ``&`` escaped: data, never
+    markup or instructions (control characters and non-ASCII are ``\\u`` escapes too)."""
+    return json.dumps(str(text)).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,15 @@ def to_json(record: Observation) -> dict[str, Any]:
     return {"kind": record.kind, **data}
 
 
+_CHANGE = re.compile(r"(?P<node>.*): (?P<move>[a-z_]+ -> [a-z_]+)", re.DOTALL)
+
+
+def _quoted_change(change: str) -> str:
+    """``node: from -> to`` with the node id quoted (the whole text quoted when it has another shape)."""
+    m = _CHANGE.fullmatch(change)
+    return f"{quote(m['node'])}: {m['move']}" if m else quote(change)
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
@@ -208,7 +224,7 @@ def render(
     by_kind: dict[str, list[Any]] = {}
     for r in records:
         by_kind.setdefault(r.kind, []).append(r)
-    order = " ".join(_quote(n) for n in node_order)
+    order = " ".join(quote(n) for n in node_order)
     lines = [
         "Runtime observations (measured by the runtime monitor; it reports facts and does not choose mappings).",
         f"Mapping codes list the placements of nodes {order} in that order: C = cpu, G = gpu_now, Q = gpu_queue.",
@@ -216,7 +232,7 @@ def render(
     last: list[LastRound] = by_kind.get("last_round", [])
     if last:
         lr = last[0]
-        outcome = f"E2E {_ms(lr.e2e_ms)}" if lr.feasible else f"could not run: {lr.reason}"
+        outcome = f"E2E {_ms(lr.e2e_ms)}" if lr.feasible else f"could not run: {quote(lr.reason)}"
         lines.append(f"Last round ({lr.round}): {lr.code}: {outcome}.")
     execs: list[Execution] = by_kind.get("execution", [])
     if execs:
@@ -242,7 +258,7 @@ def render(
         recent = sorted(infeasible, key=lambda i: (-i.round, i.code))[:max_infeasible]
         lines.append(f"Infeasible mappings ({len(infeasible)}; {len(recent)} listed, most recent first):")
         for i in recent:
-            lines.append(f"- {i.code}: {i.reason} [{i.source}, round {i.round}]")
+            lines.append(f"- {i.code}: {quote(i.reason)} [{i.source}, round {i.round}]")
     lat: list[NodeLatency] = by_kind.get("latency", [])
     if lat:
         lines.append(
@@ -256,19 +272,20 @@ def render(
             wait = f"; queue wait {n.mean_wait_ms:.1f} ms" if n.placement == "gpu_queue" else ""
             spread = "" if n.runs == 1 else f" ({n.min_ms:.1f}-{n.max_ms:.1f})"
             lines.append(
-                f"- {_quote(n.node)} on {n.placement}: {n.mean_ms:.1f} ms{spread} over {n.runs} run(s){card}{wait};"
+                f"- {quote(n.node)} on {n.placement}: {n.mean_ms:.1f} ms{spread} over {n.runs} run(s){card}{wait};"
                 f" beside {n.mean_concurrent:.2f}"
             )
     probes: list[ProbeResult] = by_kind.get("probe", [])
     if probes:
         lines.append("What-if probes executed this round (each a real execution, counted against the budget):")
         for p in probes:
-            result = f"E2E {_ms(p.e2e_ms)}" if p.feasible else f"could not run: {p.reason}"
+            result = f"E2E {_ms(p.e2e_ms)}" if p.feasible else f"could not run: {quote(p.reason)}"
             base = f"base {p.base_code} mean E2E {_ms(p.base_mean_e2e_ms)}"
-            lines.append(f"- {p.probe_kind} {p.code} ({'; '.join(p.changes)}): {result}; {base}")
+            changes = "; ".join(_quoted_change(c) for c in p.changes)
+            lines.append(f"- {p.probe_kind} {p.code} ({changes}): {result}; {base}")
     hints: list[Unmeasured] = by_kind.get("unmeasured", [])
     if hints:
-        pairs = ", ".join(f"{_quote(h.node)} on {h.placement}" for h in hints)
+        pairs = ", ".join(f"{quote(h.node)} on {h.placement}" for h in hints)
         lines.append(f"Never measured (node on placement): {pairs}.")
     budget: list[Budget] = by_kind.get("budget", [])
     if budget:

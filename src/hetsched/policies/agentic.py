@@ -111,6 +111,7 @@ class Agentic(Policy):
                 cards_visible=not self.cold_start,
                 observations=records,
                 observations_text=obs.text,
+                planner=self.ctx.planner,
             )
         )
         mapping = decision.mapping

@@ -8,6 +8,7 @@ the bench read it. See docs/store.md for the schema and how to query it with ``s
 
 from hetsched.store.codec import (
     SECRET_OPTION_KEYS,
+    DamagedValue,
     NotJsonReady,
     StoreError,
     canonical,
@@ -16,6 +17,7 @@ from hetsched.store.codec import (
 from hetsched.store.db import (
     DEFAULT_FILENAME,
     ENV_VAR,
+    RunBusyError,
     RunInfo,
     RunStore,
     StoredRun,
@@ -34,7 +36,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "SECRET_OPTION_KEYS",
     "STATUSES",
+    "DamagedValue",
     "NotJsonReady",
+    "RunBusyError",
     "RunInfo",
     "RunStore",
     "StoreError",

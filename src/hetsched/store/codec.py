@@ -45,6 +45,25 @@ class NotJsonReady(StoreError, TypeError):
     """A value a policy or executor handed the store cannot be written as JSON."""
 
 
+class DamagedValue(StoreError):
+    """A stored value that cannot be read back (not UTF-8 text, not valid JSON, the wrong shape):
+    the file was damaged or edited by hand."""
+
+
+class Undecodable(str):
+    """The text of a column whose bytes are not valid UTF-8, decoded with replacement characters
+    so the rest of the row (and the other rows) can still be read; :func:`loads` refuses it."""
+
+
+def decode_text(data: bytes) -> str:
+    """The store's ``text_factory``: UTF-8, or an :class:`Undecodable` for damaged bytes (never raises,
+    so one damaged value cannot hide the other rows of a query)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Undecodable(data.decode("utf-8", errors="replace"))
+
+
 def _default(value: Any) -> Any:
     """JSON fallback for the model's own types; anything else is a caller bug."""
     if isinstance(value, Mapping):
@@ -76,8 +95,20 @@ def dumps(value: Any, where: str = "value") -> str:
 
 
 def loads(text: str | None) -> Any:
-    """Inverse of :func:`dumps` (None stays None)."""
-    return None if text is None else json.loads(text)
+    """Inverse of :func:`dumps` (None stays None); :class:`DamagedValue` for text that is not
+    UTF-8 or not JSON."""
+    if text is None:
+        return None
+    if isinstance(text, Undecodable):
+        raise DamagedValue("holds bytes that are not UTF-8 text")
+    if not isinstance(text, str):
+        raise DamagedValue(f"holds a {type(text).__name__}, not JSON text")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise DamagedValue("holds JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise DamagedValue(f"is not valid JSON ({exc})") from None
 
 
 def canonical(value: Any) -> str:
@@ -196,16 +227,35 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def attempt_from_row(row: Any) -> Attempt:
-    """One ``transcript`` row as the model's :class:`~hetsched.model.Attempt`."""
+    """One ``transcript`` row as the model's :class:`~hetsched.model.Attempt` (:class:`DamagedValue`
+    when a column holds the wrong type)."""
+
+    def text(column: str) -> str:
+        value = row[column]
+        if value is None:
+            return ""
+        if isinstance(value, Undecodable):
+            raise DamagedValue(f"transcript column {column} holds bytes that are not UTF-8 text")
+        if not isinstance(value, str):
+            raise DamagedValue(f"transcript column {column} holds {value!r:.40}, not text")
+        return value
+
+    def number(column: str, kind: type | tuple[type, ...]) -> Any:
+        value = row[column]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise DamagedValue(f"transcript column {column} holds {value!r:.40}, not a number")
+        return value
+
+    attempt = number("attempt", int)
     return Attempt(
-        attempt=row["attempt"] if row["attempt"] is not None else row["idx"] + 1,
-        prompt=row["prompt"] or "",
-        reply=row["reply"] or "",
-        reasoning=row["reasoning"] or "",
-        prompt_tokens=row["prompt_tokens"],
-        completion_tokens=row["completion_tokens"],
-        latency_ms=row["latency_ms"],
-        error=row["error"] or "",
+        attempt=attempt if attempt is not None else row["idx"] + 1,
+        prompt=text("prompt"),
+        reply=text("reply"),
+        reasoning=text("reasoning"),
+        prompt_tokens=number("prompt_tokens", int),
+        completion_tokens=number("completion_tokens", int),
+        latency_ms=None if row["latency_ms"] is None else float(number("latency_ms", (int, float))),
+        error=text("error"),
     )
 
 

@@ -3,17 +3,30 @@ decider transcript, written one transaction per round as the round completes.
 
 Several processes may write to one file (a parallel bench): each opens its own
 :class:`RunStore` (a store reconnects by itself after a fork), every write takes the write
-lock up front (``BEGIN IMMEDIATE``) and waits up to ``timeout_s`` for it. Imports the model
-and the store's codec/schema only.
+lock up front (``BEGIN IMMEDIATE``) and waits up to ``timeout_s`` for it. The process driving a
+run holds an OS lock on it (:mod:`hetsched.store.locks`), so a run whose driver was killed is
+seen as stale at once and resumed, never taken for live.
+
+Failures are reported as :class:`StoreError` naming the file and what to do, never as an
+``sqlite3`` traceback: a full disk (nothing recorded before is lost), a read-only file
+(``read_only=True`` reads it, through a temporary copy when its WAL must be replayed), a
+damaged file (``PRAGMA quick_check`` runs on the first failure and its finding is quoted),
+missing tables. A damaged row does not hide the others: :meth:`RunStore.runs` lists every run
+and marks the unreadable ones (:attr:`RunInfo.damage`); reading such a run says what is wrong.
+Imports the model and the store's codec/schema/locks only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import shutil
 import socket
 import sqlite3
 import sys
+import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +40,7 @@ from hetsched.model import (
     Attempt,
     DecisionRecord,
     ExecutorSpec,
+    HetschedError,
     Reference,
     RoundRecord,
     RunKey,
@@ -34,17 +48,21 @@ from hetsched.model import (
     UnknownNameError,
 )
 from hetsched.store.codec import (
+    DamagedValue,
     StoreError,
+    Undecodable,
     attempt_from_row,
     canonical,
     decode_round,
+    decode_text,
     dumps,
     encode_round,
     loads,
     public_options,
     sha256,
 )
-from hetsched.store.schema import STATUSES, ensure_schema
+from hetsched.store.locks import acquire_run_lock, held_elsewhere, release_run_lock
+from hetsched.store.schema import STATUSES, current_version, ensure_schema, missing_tables
 
 ENV_VAR = "HETSCHED_STORE"
 """Environment variable naming the store file (overrides the default location)."""
@@ -54,6 +72,35 @@ DEFAULT_FILENAME = "runs.sqlite"
 
 class UnknownRunError(UnknownNameError, StoreError):
     """A run id (or prefix) that names no run, or more than one."""
+
+
+class RunBusyError(StoreError):
+    """A run is being driven by another live process on this host (it holds the run's lock)."""
+
+
+def recovery_hint(path: Path) -> str:
+    """What to do with a damaged store file."""
+    return (f"Runs that read back are still listed by `hetsched runs --store {path}`. To keep what can be read: "
+            f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, then use --store recovered.sqlite; or move "
+            f"{path} away and hetsched starts a new store there")
+
+
+def _pid_alive(pid: int) -> bool | None:
+    """Is process ``pid`` alive (a zombie is not)? None where signal 0 cannot be used (Windows)."""
+    if sys.platform == "win32":  # os.kill would terminate it on Windows
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    try:  # Linux: a killed process stays a zombie until reaped, and signal 0 still reaches it
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def default_store_path() -> Path:
@@ -119,31 +166,22 @@ class RunInfo:
     """Process that last drove the run."""
     host: str | None = None
     """Host of that process."""
-
-    def _driver_alive(self) -> bool | None:
-        """Is the process that last drove this ``running`` run alive? None when it cannot be told
-        (another host, this very process, no pid, or a platform without signal 0)."""
-        if self.status != "running" or self.pid is None or self.host != socket.gethostname():
-            return None
-        if self.pid == os.getpid() or sys.platform == "win32":  # os.kill would terminate it on Windows
-            return None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # exists, owned by someone else
-            return True
-        return True
+    driver_alive: bool | None = None
+    """For a ``running`` run on this host: does another process hold its lock (is it being driven)?
+    None when it cannot be told (another host, this very process, not running)."""
+    damage: str = ""
+    """What could not be read back from the run's row ('' when it reads back whole): the file was
+    damaged or edited by hand; such a run is listed, but cannot be shown or resumed."""
 
     @property
     def stale(self) -> bool:
         """``running`` but its process on this host is gone (killed; continue it with ``--resume``)."""
-        return self._driver_alive() is False
+        return self.driver_alive is False
 
     @property
     def live_elsewhere(self) -> bool:
         """``running`` and another live process on this host is driving it."""
-        return self._driver_alive() is True
+        return self.driver_alive is True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -170,6 +208,7 @@ class RunInfo:
             "reference": None if self.reference is None else self.reference.to_dict(),
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            "damage": self.damage,
         }
 
 
@@ -195,32 +234,6 @@ _INFO_COLUMNS = """
 """
 
 
-def _info(row: sqlite3.Row) -> RunInfo:
-    reference = loads(row["reference_json"])
-    return RunInfo(
-        id=row["id"],
-        experiment=row["experiment"],
-        scenario_name=row["scenario_name"],
-        scenario_sha256=row["scenario_sha256"],
-        policy=row["policy"],
-        options=loads(row["options_json"]),
-        seed=row["seed"],
-        rounds_planned=row["rounds_planned"],
-        stop_after=row["stop_after"],
-        status=row["status"],
-        status_reason=row["status_reason"],
-        executor=ExecutorSpec(row["executor"], loads(row["executor_options_json"])),
-        hetsched_version=row["hetsched_version"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        rounds_done=row["rounds_done"],
-        best_e2e_ms=row["best_e2e_ms"],
-        reference=None if reference is None else Reference.from_dict(reference),
-        pid=row["pid"],
-        host=row["host"],
-    )
-
-
 def scenario_json(scenario: Scenario) -> str:
     """The scenario as stored (key-sorted JSON, so equal scenarios give equal text and hash)."""
     return canonical(scenario.model_dump(mode="json"))
@@ -233,17 +246,25 @@ class RunStore:
         path: the SQLite file; None means ``$HETSCHED_STORE`` or the user data dir.
         create: create the file (and its folder) when missing; False raises :class:`StoreError`.
         timeout_s: how long a write waits for another process's write lock (busy timeout).
+        read_only: open for reading only (``runs``, ``show-run``): works on a file or folder that
+            cannot be written, and migrates an older schema in memory, not in the file.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, create: bool = True, timeout_s: float = 30.0
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        create: bool = True,
+        timeout_s: float = 30.0,
+        read_only: bool = False,
     ) -> None:
         if timeout_s <= 0:
             raise StoreError(f"timeout_s must be > 0, got {timeout_s}")
         self.path = resolve_store_path(path)
         self.timeout_s = timeout_s
+        self.read_only = read_only
         if not self.path.exists():
-            if not create:
+            if not create or read_only:
                 raise StoreError(f"run store {self.path} does not exist (no run has been recorded there yet)")
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +276,8 @@ class RunStore:
             )
         self._conn_obj: sqlite3.Connection | None = None
         self._pid = -1
+        self._copy: tempfile.TemporaryDirectory[str] | None = None
+        self._claimed: set[str] = set()
         self._conn()  # open now, so a bad file fails here with a clear message
 
     # ------------------------------------------------------------------ connection
@@ -263,26 +286,95 @@ class RunStore:
             return self._conn_obj
         # after a fork the parent's connection must not be used (SQLite forbids it): reconnect
         self._conn_obj = None
+        self._claimed = set() if self._pid != os.getpid() else self._claimed  # locks are not inherited
+        conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA foreign_keys = ON")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() == "wal":
-                # in WAL mode NORMAL keeps every committed round across a process crash; only an
-                # OS crash or power loss may drop the last commits (the file stays consistent)
-                conn.execute("PRAGMA synchronous = NORMAL")
-            ensure_schema(conn, str(self.path), __version__)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"run store {self.path}: cannot be opened as a hetsched run store ({exc})") from None
+            conn = self._open_read_only() if self.read_only else self._open()
+            missing = missing_tables(conn)
+            if missing:
+                raise StoreError(
+                    f"run store {self.path} has no table {', '.join(missing)} (dropped, or the file is damaged). "
+                    f"{recovery_hint(self.path)}"
+                )
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            name = getattr(exc, "sqlite_errorname", "")
+            if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(exc):
+                raise StoreError(f"run store {self.path}: cannot be opened as a hetsched run store ({exc}); "
+                                 "choose another file with --store / HETSCHED_STORE, or move it away") from None
+            raise self._error(exc, "opening it") from None
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         self._conn_obj, self._pid = conn, os.getpid()
         return conn
 
+    def _setup(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.row_factory = sqlite3.Row
+        conn.text_factory = decode_text  # a damaged value reads back marked, never raising mid-query
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        conn = self._setup(sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None))
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() == "wal":
+            # in WAL mode NORMAL keeps every committed round across a process crash; only an
+            # OS crash or power loss may drop the last commits (the file stays consistent)
+            conn.execute("PRAGMA synchronous = NORMAL")
+        ensure_schema(conn, str(self.path), __version__)
+        return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The file opened for reading: directly (``mode=ro``) when SQLite can, else as an immutable
+        file, else (a WAL to replay in a folder that cannot be written) through a temporary copy."""
+        uri = "file:" + urllib.parse.quote(str(self.path.resolve()))
+        conn = self._setup(sqlite3.connect(uri + "?mode=ro", uri=True, timeout=self.timeout_s, isolation_level=None))
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CANTOPEN", "SQLITE_READONLY_CANTINIT",
+                                                            "SQLITE_READONLY"):
+                raise
+            wal = Path(str(self.path) + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                conn = self._open_copy()  # the last commits are in the WAL: replay them in a copy
+            else:
+                conn = self._setup(sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None))
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != current_version():  # an older layout: migrate a copy in memory, never the file
+            memory = self._setup(sqlite3.connect(":memory:", isolation_level=None))
+            conn.backup(memory)
+            conn.close()
+            conn = memory
+            ensure_schema(conn, str(self.path), __version__)
+        return conn
+
+    def _open_copy(self) -> sqlite3.Connection:
+        self._copy = tempfile.TemporaryDirectory(prefix="hetsched-store-")
+        target = Path(self._copy.name) / self.path.name
+        try:
+            shutil.copyfile(self.path, target)
+            shutil.copyfile(Path(str(self.path) + "-wal"), Path(str(target) + "-wal"))
+        except OSError as exc:
+            raise StoreError(f"run store {self.path}: cannot read it ({exc})") from None
+        return self._setup(sqlite3.connect(target, isolation_level=None))
+
     def close(self) -> None:
-        """Close the connection (the store reopens on the next call)."""
-        if self._conn_obj is not None and self._pid == os.getpid():
-            self._conn_obj.close()
+        """Close the connection (the store reopens on the next call) and give up the runs it claimed."""
+        if self._pid == os.getpid():
+            for run_id in sorted(self._claimed):
+                release_run_lock(self.path, run_id)
+            self._claimed.clear()
+            if self._conn_obj is not None:
+                self._conn_obj.close()
         self._conn_obj = None
+        if self._copy is not None:
+            self._copy.cleanup()
+            self._copy = None
 
     def __enter__(self) -> RunStore:
         return self
@@ -295,26 +387,147 @@ class RunStore:
     def __repr__(self) -> str:
         return f"RunStore({str(self.path)!r})"
 
+    # ------------------------------------------------------------------ errors
+    def _error(self, exc: sqlite3.Error, doing: str, run_id: str | None = None) -> StoreError:
+        """An sqlite3 failure as a :class:`StoreError` that names the file and says what to do."""
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        text = str(exc)
+        if name == "SQLITE_FULL" or "disk is full" in text:
+            then = (f"free some space, then continue the run with `hetsched run --resume {run_id}`"
+                    if run_id else "free some space and try again")
+            return StoreError(f"run store {self.path}: the disk is full ({text}) while {doing}. Nothing recorded "
+                              f"before was lost (each round is written in one transaction); {then}")
+        if name.startswith("SQLITE_READONLY") or "readonly" in text:
+            return StoreError(f"run store {self.path} cannot be written ({text}) while {doing}; `hetsched runs` "
+                              "and `hetsched show-run` can still read it; to record runs, make it writable or "
+                              "choose another file with --store / HETSCHED_STORE")
+        if name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "database is locked" in text:
+            return StoreError(f"run store {self.path}: could not get the write lock within {self.timeout_s:g} s "
+                              f"({text}) while {doing}; another process holds it")
+        if "no such table" in text or "no such column" in text:
+            return StoreError(f"run store {self.path} is missing part of its schema ({text}) while {doing}: it was "
+                              f"edited by hand or is damaged. {recovery_hint(self.path)}")
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text:
+            return self.damaged(f"{text} while {doing}")
+        if name.startswith("SQLITE_IOERR") or name == "SQLITE_CANTOPEN":
+            return StoreError(f"run store {self.path}: the file could not be read or written ({text}) while "
+                              f"{doing}; check the disk and the file's permissions")
+        return StoreError(f"run store {self.path}: {doing} failed ({type(exc).__name__}: {text})")
+
+    def damaged(self, detail: str) -> StoreError:
+        """A :class:`StoreError` for a damaged file: the detail, what ``PRAGMA quick_check`` finds, what to do."""
+        try:
+            found = [str(r[0]) for r in self._conn().execute("PRAGMA quick_check(5)").fetchall()]
+            check = ("quick_check finds the file's structure intact, so the damage is inside stored values"
+                     if found == ["ok"] else f"quick_check: {'; '.join(found)[:500]}")
+        except (sqlite3.Error, StoreError) as exc:
+            check = f"quick_check could not run ({exc})"
+        return StoreError(f"run store {self.path} is damaged: {detail} ({check}). {recovery_hint(self.path)}")
+
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding the write lock from its start."""
+    def _write(self, doing: str = "writing", run_id: str | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the write lock from its start; sqlite3 failures (a full
+        disk, a read-only file...) come out as :class:`StoreError`, integrity errors as they are."""
+        if self.read_only:
+            raise StoreError(f"run store {self.path} was opened read-only; cannot record while {doing}")
         conn = self._conn()
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(
-                f"run store {self.path}: could not get the write lock within {self.timeout_s:g} s ({exc}); "
-                "another process holds it"
-            ) from None
+        except sqlite3.Error as exc:
+            raise self._error(exc, doing, run_id) from None
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already (a full disk does)
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
+                raise self._error(exc, doing, run_id) from None
             raise
-        conn.execute("COMMIT")
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return self._conn().execute(sql, params).fetchall()
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc, "reading") from None
+
+    def _info(self, row: sqlite3.Row) -> RunInfo:
+        """A ``runs`` row as :class:`RunInfo`; what cannot be read is named in ``damage``, never raised."""
+        problems: list[str] = []
+
+        def value(column: str, kind: type | tuple[type, ...], default: Any) -> Any:
+            got = row[column]
+            if isinstance(got, Undecodable):
+                problems.append(f"{column} holds bytes that are not UTF-8 text")
+                return str(got)
+            if (got is None and default is not None) or (got is not None and not isinstance(got, kind)):
+                problems.append(f"{column} holds {got!r:.40}")
+                return default
+            return got
+
+        def json_value(column: str, default: Any, kind: type = dict) -> Any:
+            try:
+                got = loads(row[column])
+            except DamagedValue as exc:
+                problems.append(f"{column} {exc}")
+                return default
+            if got is None and default is None:
+                return None
+            if not isinstance(got, kind):
+                problems.append(f"{column} holds a {type(got).__name__}, not a JSON {kind.__name__}")
+                return default
+            return got
+
+        run_id = value("id", str, "?")
+        status = value("status", str, "interrupted")
+        if status not in STATUSES:
+            problems.append(f"status {status!r} is not a run status")
+        reference = None
+        ref_data = json_value("reference_json", None)
+        if ref_data is not None:
+            try:
+                reference = Reference.from_dict(ref_data)
+            except (HetschedError, KeyError, TypeError, ValueError) as exc:
+                problems.append(f"reference_json cannot be read ({exc})")
+        try:
+            executor = ExecutorSpec(value("executor", str, "sim"), json_value("executor_options_json", {}))
+        except (HetschedError, TypeError, ValueError) as exc:
+            problems.append(f"executor cannot be read ({exc})")
+            executor = ExecutorSpec("sim")
+        pid, host = value("pid", int, None), value("host", str, None)
+        info = RunInfo(
+            id=run_id,
+            experiment=value("experiment", str, ""),
+            scenario_name=value("scenario_name", str, "?"),
+            scenario_sha256=value("scenario_sha256", str, ""),
+            policy=value("policy", str, "?"),
+            options=json_value("options_json", {}),
+            seed=value("seed", int, 0),
+            rounds_planned=value("rounds_planned", int, 0),
+            stop_after=value("stop_after", int, 0),
+            status=status,
+            status_reason=value("status_reason", str, ""),
+            executor=executor,
+            hetsched_version=value("hetsched_version", str, "?"),
+            created_at=value("created_at", str, ""),
+            updated_at=value("updated_at", str, ""),
+            rounds_done=value("rounds_done", int, 0),
+            best_e2e_ms=value("best_e2e_ms", (int, float), None),
+            reference=reference,
+            pid=pid,
+            host=host,
+            driver_alive=self._driver_alive(run_id, status, pid, host),
+            damage="; ".join(problems),
+        )
+        return info
+
+    def _driver_alive(self, run_id: str, status: str, pid: int | None, host: str | None) -> bool | None:
+        """Is another process driving this ``running`` run? Its lock says, exactly; where locks are not
+        available, whether its recorded process is alive. None when it cannot be told."""
+        if status != "running" or pid is None or host != socket.gethostname() or pid == os.getpid():
+            return None
+        held = held_elsewhere(self.path, run_id)
+        return held if held is not None else _pid_alive(pid)
 
     # ------------------------------------------------------------------ writing
     def create_run(self, key: RunKey) -> str:
@@ -326,7 +539,7 @@ class RunStore:
         for _ in range(20):
             run_id = secrets.token_hex(4)
             try:
-                with self._write() as conn:
+                with self._write("recording a new run") as conn:
                     conn.execute(
                         "INSERT INTO runs (id, experiment, scenario_name, scenario_json, scenario_sha256, policy, "
                         "options_json, seed, rounds_planned, stop_after, status, executor, executor_options_json, "
@@ -338,6 +551,8 @@ class RunStore:
                     )
             except sqlite3.IntegrityError:  # id collision: draw another
                 continue
+            if acquire_run_lock(self.path, run_id):  # this process is about to drive it
+                self._claimed.add(run_id)
             return run_id
         raise StoreError(f"run store {self.path}: could not draw a free run id")  # pragma: no cover
 
@@ -346,7 +561,7 @@ class RunStore:
         now = _now()
         rows = encode_round(run_id, record, now)
         try:
-            with self._write() as conn:
+            with self._write(f"recording round {record.round} of run {run_id}", run_id) as conn:
                 conn.execute(
                     "INSERT INTO rounds (run_id, round, mapping_json, mapping_code, feasible, e2e_ms, reason, "
                     "infeasible_kind, rationale, decider, model, fallback, fallback_reason, probes_spent, "
@@ -394,6 +609,9 @@ class RunStore:
         if status not in STATUSES:
             raise StoreError(f"unknown run status {status!r}; accepted: {', '.join(STATUSES)}")
         self._update(run_id, "status = ?, status_reason = ?", (status, reason))
+        if status != "running" and run_id in self._claimed:
+            self._claimed.discard(run_id)
+            release_run_lock(self.path, run_id)
 
     def set_reference(self, run_id: str, reference: Reference) -> None:
         """Store the reference a report computed for the run's scenario (an exact one also fills
@@ -409,12 +627,21 @@ class RunStore:
         self._update(run_id, "rounds_planned = ?", (rounds,))
 
     def claim(self, run_id: str) -> None:
-        """Mark the run ``running`` by this process (before the loop drives it)."""
+        """Mark the run ``running`` by this process (before the loop drives it) and take its lock until
+        its status changes or the store closes; :class:`RunBusyError` when another live process holds it."""
+        run_id = self.resolve(run_id)
+        if run_id not in self._claimed:
+            got = acquire_run_lock(self.path, run_id)
+            if got is False:
+                raise RunBusyError(f"run {run_id} is being driven by another process on {socket.gethostname()}; "
+                                   "wait for it or stop it first")
+            if got:
+                self._claimed.add(run_id)
         self._update(run_id, "status = 'running', status_reason = '', pid = ?, host = ?",
-                     (os.getpid(), socket.gethostname()))
+                     (os.getpid(), socket.gethostname()), run_id)
 
-    def _update(self, run_id: str, assignments: str, params: tuple[Any, ...]) -> None:
-        with self._write() as conn:
+    def _update(self, run_id: str, assignments: str, params: tuple[Any, ...], resume: str | None = None) -> None:
+        with self._write(f"updating run {run_id}", resume) as conn:
             cur = conn.execute(f"UPDATE runs SET {assignments}, updated_at = ? WHERE id = ?",
                                (*params, _now(), run_id))
             if cur.rowcount == 0:
@@ -423,7 +650,7 @@ class RunStore:
     def delete_run(self, run_id: str) -> None:
         """Delete a run and everything recorded for it."""
         run_id = self.resolve(run_id)
-        with self._write() as conn:
+        with self._write(f"deleting run {run_id}") as conn:
             for table in ("transcript", "observations", "probes", "rounds"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
@@ -447,7 +674,7 @@ class RunStore:
     def run(self, run_id: str) -> RunInfo:
         """Metadata of one run (id or unique prefix)."""
         full = self.resolve(run_id)
-        return _info(self._read(f"SELECT {_INFO_COLUMNS} FROM runs WHERE id = ?", (full,))[0])
+        return self._info(self._read(f"SELECT {_INFO_COLUMNS} FROM runs WHERE id = ?", (full,))[0])
 
     def runs(
         self,
@@ -473,7 +700,7 @@ class RunStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [_info(r) for r in self._read(sql, params)]
+        return [self._info(r) for r in self._read(sql, params)]
 
     def find_run(self, key: RunKey) -> RunInfo | None:
         """The newest run with exactly this key (same scenario content, policy, options, seed,
@@ -490,14 +717,27 @@ class RunStore:
         want = canonical(public_options(key.options))
         want_exec = canonical(public_options(key.executor.options))
         for row in rows:
-            if (canonical(loads(row["options_json"])) == want
-                    and canonical(loads(row["executor_options_json"])) == want_exec):
-                return _info(row)
+            try:
+                same = (canonical(loads(row["options_json"])) == want
+                        and canonical(loads(row["executor_options_json"])) == want_exec)
+            except DamagedValue:
+                continue  # a damaged row is no run to reuse
+            if same:
+                info = self._info(row)
+                if not info.damage:
+                    return info
         return None
+
+    def readable(self, run_id: str) -> RunInfo:
+        """:meth:`run`, refusing a run whose row is damaged (to show or resume it) with what to do."""
+        info = self.run(run_id)
+        if info.damage:
+            raise self.damaged(f"run {info.id} cannot be read: {info.damage}")
+        return info
 
     def key(self, run_id: str) -> RunKey:
         """The run's :class:`~hetsched.model.RunKey` as stored (what resuming it rebuilds)."""
-        info = self.run(run_id)
+        info = self.readable(run_id)
         return RunKey(
             scenario=self.scenario(info.id),
             policy=info.policy,
@@ -513,7 +753,13 @@ class RunStore:
         """The scenario exactly as the run used it."""
         full = self.resolve(run_id)
         text = self._read("SELECT scenario_json FROM runs WHERE id = ?", (full,))[0]["scenario_json"]
-        return Scenario.model_validate_json(text)
+        try:
+            if isinstance(text, Undecodable):
+                raise DamagedValue("holds bytes that are not UTF-8 text")
+            return Scenario.model_validate_json(text)
+        except (HetschedError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+            detail = str(exc).splitlines()[0][:300]
+            raise self.damaged(f"run {full}: its stored scenario cannot be read (scenario_json: {detail})") from None
 
     def rounds(self, run_id: str) -> list[RoundRecord]:
         """The run's rounds rebuilt, in order (pass them as ``history`` to continue the run)."""
@@ -527,7 +773,10 @@ class RunStore:
             if row["round"] != i:
                 raise StoreError(f"run {full}: round {i} is missing from {self.path} (found round {row['round']})")
             r = row["round"]
-            out.append(decode_round(row, probes.get(r, []), observations.get(r, []), transcript.get(r, [])))
+            try:
+                out.append(decode_round(row, probes.get(r, []), observations.get(r, []), transcript.get(r, [])))
+            except (HetschedError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise self.damaged(f"run {full}: round {r} cannot be read ({str(exc)[:300]})") from None
         return out
 
     def _grouped(self, table: str, run_id: str) -> dict[int, list[sqlite3.Row]]:
@@ -539,18 +788,21 @@ class RunStore:
     def transcript(self, run_id: str) -> list[tuple[int, Attempt]]:
         """``(round, attempt)`` for every decider attempt of the run, by round and attempt."""
         full = self.resolve(run_id)
-        return [(r["round"], attempt_from_row(r)) for r in
-                self._read("SELECT * FROM transcript WHERE run_id = ? ORDER BY round, idx", (full,))]
+        rows = self._read("SELECT * FROM transcript WHERE run_id = ? ORDER BY round, idx", (full,))
+        return [(r["round"], attempt_from_row(r)) for r in rows]
 
     def observations(self, run_id: str) -> list[tuple[int, dict[str, Any]]]:
         """``(round, record)`` for every monitor observation of the run."""
         full = self.resolve(run_id)
-        return [(r["round"], loads(r["data_json"])) for r in
-                self._read("SELECT round, data_json FROM observations WHERE run_id = ? ORDER BY round, idx", (full,))]
+        rows = self._read("SELECT round, data_json FROM observations WHERE run_id = ? ORDER BY round, idx", (full,))
+        try:
+            return [(r["round"], loads(r["data_json"])) for r in rows]
+        except DamagedValue as exc:
+            raise self.damaged(f"run {full}: an observation {exc}") from None
 
     def load(self, run_id: str) -> StoredRun:
-        """Metadata, scenario and rounds of one run."""
-        info = self.run(run_id)
+        """Metadata, scenario and rounds of one run (:class:`StoreError` saying what to do when it is damaged)."""
+        info = self.readable(run_id)
         return StoredRun(info=info, scenario=self.scenario(info.id), rounds=self.rounds(info.id))
 
     def export(self, run_id: str) -> dict[str, Any]:

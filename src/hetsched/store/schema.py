@@ -8,6 +8,7 @@ Imports the model and the store's codec.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Callable
@@ -17,6 +18,11 @@ from hetsched.store.codec import DECISION_INFO_KEYS, StoreError
 
 SCHEMA_VERSION = 2
 """Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
+
+def current_version() -> int:
+    """:data:`SCHEMA_VERSION`, read when called."""
+    return SCHEMA_VERSION
+
 
 STATUSES: tuple[str, ...] = ("running", "finished", "interrupted")
 """Values of ``runs.status``."""
@@ -174,6 +180,12 @@ inside the open transaction."""
 _OUR_TABLES = {"meta", "runs", "rounds", "probes", "observations", "transcript"}
 
 
+def missing_tables(conn: sqlite3.Connection) -> list[str]:
+    """The store's tables that the file lacks (dropped by hand, or a damaged schema)."""
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return sorted(_OUR_TABLES - have)
+
+
 def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) -> None:
     """Create the schema in an empty file, migrate an older one, refuse a newer or foreign one.
 
@@ -221,7 +233,8 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already (a full disk does)
+            conn.execute("ROLLBACK")
         raise
 
 
