@@ -31,7 +31,7 @@ from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, fail, out
 from hetsched.exec import executor_class, executor_names
 from hetsched.model import ExecutorSpec, InputError
-from hetsched.sim.reference import parse_reference_choice
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 
@@ -73,8 +73,12 @@ def bench(
         "sim", "--executor", "-e", help=f"Where every run executes: {', '.join(executor_names())} (default: sim)."
     ),
     reference_choice: str = typer.Option(
-        "auto", "--reference", help="What the tables compare against: auto (the oracle when the mapping space is "
-        "small enough, else a labelled best-known mapping), oracle, or best-known.",
+        "auto", "--reference", help="What the tables compare against: auto (the exact oracle when its search is "
+        "estimated to fit --max-seconds, else a best-known mapping with its gap to a lower bound), oracle, or "
+        "best-known.",
+    ),
+    max_seconds: float = typer.Option(
+        DEFAULT_SEARCH_SECONDS, "--max-seconds", help="Time budget of each scenario's reference search (seconds).",
     ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
@@ -91,7 +95,7 @@ def bench(
         raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
     config = BenchConfig(
         specs=specs, scenarios=scenarios, seeds=tuple(range(n_seeds)), rounds=n_rounds, store=store_path,
-        jobs=jobs or default_jobs(), executor=spec, reference=choice,
+        jobs=jobs or default_jobs(), executor=spec, reference=choice, reference_seconds=max_seconds,
     )
     llm = [s.label for s in specs if s.uses_llm]
     total = len(specs) * len(scenarios) * n_seeds

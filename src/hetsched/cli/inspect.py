@@ -15,8 +15,8 @@ from hetsched.cli.run import load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
-from hetsched.sim.reference import reference
+from hetsched.sim.oracle import DEFAULT_MAX_SECONDS, solve
+from hetsched.sim.reference import check_max_seconds, reference
 
 
 def cards_table(sc: Scenario) -> Table:
@@ -64,13 +64,24 @@ def show(scenario: str = typer.Argument(..., help="Scenario file or bundled name
 @app.command()
 def oracle(
     scenario: str = typer.Argument(..., help="Scenario file or bundled name."),
-    top: int = typer.Option(10, "--top", min=1, help="How many ranked mappings to show."),
+    top: int = typer.Option(10, "--top", min=1, help="How many of the best mappings to rank (all proven)."),
+    full: bool = typer.Option(
+        False, "--all", help="Simulate and rank every feasible mapping instead (small spaces: its time estimate "
+        "must fit --max-seconds)."
+    ),
+    max_seconds: float = typer.Option(
+        DEFAULT_MAX_SECONDS, "--max-seconds", help="Give up with an estimate when the search would take longer."
+    ),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1, help="Processes (default: the CPUs available); the result does not depend on it."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:
-    """Find the best feasible mapping by exhaustive search on the noise-free simulator."""
+    """Find the best feasible mappings on the noise-free simulator by exact branch-and-bound."""
     sc = load(scenario)
+    check_max_seconds(max_seconds)
     t0 = time.perf_counter()
-    res = solve(sc, ranking=True)
+    res = solve(sc, ranking=full, top=top, max_seconds=max_seconds, workers=jobs)
     seconds = time.perf_counter() - t0
     if as_json:
         typer.echo(
@@ -81,7 +92,8 @@ def oracle(
                     "e2e_ms": res.e2e_ms,
                     "optimal": [m.to_dict() for m in res.optimal],
                     "space": res.space,
-                    "feasible": res.feasible,
+                    "feasible": res.feasible if res.full else None,
+                    "search": "full" if res.full else "bounded",
                     "ranking": [{"mapping": r.mapping.to_dict(), "e2e_ms": r.e2e_ms} for r in res.ranking[:top]],
                 }
             )
@@ -89,17 +101,24 @@ def oracle(
         return
     out.print(f"oracle for {sc.name}: {mapping_text(res.best)}  E2E {res.e2e_ms:.1f} ms")
     if len(res.optimal) > 1:
-        out.print(f"{len(res.optimal)} mappings tie at the optimum")
-    out.print(
-        f"searched {res.space} mappings: {res.feasible} feasible, {res.space - res.feasible} infeasible "
-        f"({res.simulated} simulated in {seconds:.2f} s)"
-    )
-    table = Table(title=f"top {min(top, len(res.ranking))}", title_justify="left")
+        out.print(f"{len(res.optimal)} mappings tie at the optimum (the one shown holds the least VRAM)")
+    if res.full:
+        out.print(
+            f"searched {res.space:,} mappings: {res.feasible:,} feasible, {res.space - res.feasible:,} infeasible "
+            f"({res.simulated:,} simulated in {seconds:.2f} s)"
+        )
+    else:
+        out.print(
+            f"bounded search over {res.space:,} mappings: {res.simulated:,} simulated, the rest proven no better "
+            f"by lower bounds or over the VRAM budget ({seconds:.2f} s, {res.workers} process(es))"
+        )
+    shown = res.ranking[:top]
+    table = Table(title=f"top {len(shown)}" + ("" if res.full else " (exact)"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("mapping")
     table.add_column("E2E ms", justify="right")
     table.add_column("/ best", justify="right")
-    for i, r in enumerate(res.ranking[:top], 1):
+    for i, r in enumerate(shown, 1):
         table.add_row(str(i), mapping_text(r.mapping), f"{r.e2e_ms:.1f}", f"{r.e2e_ms / res.e2e_ms:.3f}")
     out.print(table)
 
