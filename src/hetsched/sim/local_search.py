@@ -169,10 +169,9 @@ class _Search:
 
     # ------------------------------------------------------------------ evaluation
     def check(self) -> None:
-        if self.max_evals is not None:
-            if self.ev.evaluations >= self.max_evals or self.steps >= self.max_steps:
-                raise _Budget
-        elif time.perf_counter() >= self.deadline:
+        if self.max_evals is not None and (self.ev.evaluations >= self.max_evals or self.steps >= self.max_steps):
+            raise _Budget
+        if time.perf_counter() >= self.deadline:
             raise _Budget
 
     def cost(self, codes: tuple[int, ...]) -> float:
@@ -383,7 +382,7 @@ def local_search(
     scenario: Scenario,
     *,
     seed: int = 0,
-    max_seconds: float | None = 10.0,
+    max_seconds: float | None = None,
     max_evals: int | None = None,
     starts: Iterable[Sequence[int]] = (),
     keep: int = 1,
@@ -394,8 +393,9 @@ def local_search(
     Args:
         scenario: the scenario.
         seed: seeds the move order, the windows and the kicks.
-        max_seconds: time budget (ignored when ``max_evals`` is given).
-        max_evals: budget in simulations; makes the result independent of the machine's speed.
+        max_seconds: time budget; with ``max_evals`` too, the search stops at whichever ends first.
+        max_evals: budget in simulations; alone (``max_seconds=None``) it makes the result
+            independent of the machine's speed.
         starts: extra start mappings (codes in node order), e.g. a previous best.
         keep: how many distinct best mappings to return in ``elite``.
         evaluator: reuse an evaluator (and its memo) across calls.

@@ -14,8 +14,8 @@ lucky mapping), and it does not simulate what provably cannot win:
 3. Complete mappings that survive are simulated in order of their bound until the bound passes
    the threshold.
 4. The subtrees under the first level are independent tasks; when the search runs longer than
-   ``PARALLEL_AFTER_S`` the rest go to worker processes that share the threshold. The result does
-   not depend on the number of workers, only how fast it comes.
+   ``WARMUP_S`` the rest go to worker processes that share the threshold. The result does not
+   depend on the number of workers, only how fast it comes.
 
 The threshold is the k-th best E2E found (``top`` = k, 1 for the optimum), and never below the
 best E2E plus the tie tolerance, so every mapping that ties the optimum is simulated. Ties
@@ -24,10 +24,11 @@ GPU nodes, then the first in enumeration order (codes compared in node order); `
 them all. ``ranking=True`` instead simulates every mapping whose ``gpu_now`` set fits (the full
 ranking: only for small spaces).
 
-Time, not the size of the space, limits the search: before it starts, a Knuth-style estimate
-(random probes down the bounded search tree, priced with a measured cost per row and per
-simulation) is compared with ``max_seconds``; a search estimated, or found while running, to
-need more raises :class:`SearchTooLong` with the estimate and what to do instead.
+Time, not the size of the space, limits the search: after the warm-up, a Knuth-style estimate
+of the rest (random probes down the bounded search tree with the threshold found so far, priced
+with a measured cost per row and per simulation) is compared with ``max_seconds``; a search
+estimated, or found while running, to need more raises :class:`SearchTooLong` with the estimate
+and what to do instead.
 
 Evaluation side: reports, the ``oracle`` policy's planner and the ``oracle`` command use it;
 runs never need it. Imports the model, the simulator, the bounds and the local search.
@@ -64,9 +65,11 @@ LEVEL_BRANCH = 243
 """Largest number of children per prefix in one level (five three-way nodes)."""
 FIRST_LEVEL_MIN = 64
 """Smallest number of first-level subtrees (the units handed to worker processes)."""
-PARALLEL_AFTER_S = 0.25
-"""A search still running after this long continues in worker processes."""
+WARMUP_S = 0.25
+"""A search runs this long in this process first (easy ones end there); then, if its time estimate
+fits the budget, it continues in worker processes."""
 _PROBES = 64
+_MIN_PROBES = 8
 
 
 def _incumbent_evals(n: int) -> int:
@@ -356,7 +359,12 @@ def _calibrate_row_cost(plan: _Plan, level1: Rows) -> float:
     return dt / max(1, len(kids)) / max(1, stop - d1)
 
 
-def _estimate(plan: _Plan, level1: Rows, thr: float, workers: int, seed: int) -> Estimate:
+def _estimate(plan: _Plan, level1: Rows, thr: float, workers: int, seed: int, limit: float = math.inf) -> Estimate:
+    """Knuth's estimator: each probe walks down the bounded tree through one random surviving
+    child per level; the product of the survivor counts along the way estimates how many
+    prefixes the search bounds at each level (unbiased). Probes stop early once the answer to
+    "does it fit ``limit``?" is clear (at least ``_MIN_PROBES``, then at most a tenth of it)."""
+    t0 = time.perf_counter()
     bm = plan.bm
     rng = random.Random(seed)
     cuts = plan.cuts
@@ -367,10 +375,13 @@ def _estimate(plan: _Plan, level1: Rows, thr: float, workers: int, seed: int) ->
     total_sims = 0.0
     cost = 0.0
     n1 = len(level1)
-    if cuts[1] == bm.n:  # the first level is the whole workflow
-        return Estimate(n1 * sim_cost / max(1, workers), float(n1), float(n1), bm.scenario.mapping_space_size(),
-                        {"row_s": row_cost, "sim_s": sim_cost})
-    for _ in range(_PROBES if n1 else 0):
+    space = bm.scenario.mapping_space_size()
+    detail = {"row_s": row_cost, "sim_s": sim_cost}
+    if cuts[1] == bm.n or not n1:  # the first level is the whole workflow, or nothing survived it
+        return Estimate(n1 * sim_cost / max(1, workers), float(n1), float(n1), space, detail)
+    probes = 0
+    while probes < _PROBES:
+        probes += 1
         row = level1.take(np.array([rng.randrange(n1)]))
         weight = float(n1)
         depth = cuts[1]
@@ -392,10 +403,12 @@ def _estimate(plan: _Plan, level1: Rows, thr: float, workers: int, seed: int) ->
             idx = np.flatnonzero(mask)
             row = kids.take(np.array([idx[rng.randrange(alive)]]))
             depth = stop
-    probes = _PROBES if n1 else 1
-    seconds = cost / probes / max(1, workers)
-    return Estimate(seconds, total_rows / probes, total_sims / probes, bm.scenario.mapping_space_size(),
-                    {"row_s": row_cost, "sim_s": sim_cost})
+        if probes >= _MIN_PROBES:
+            running = cost / probes / max(1, workers)
+            if running > 20 * limit or time.perf_counter() - t0 > 0.1 * limit:
+                break
+    detail["probes"] = float(probes)
+    return Estimate(cost / probes / max(1, workers), total_rows / probes, total_sims / probes, space, detail)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -417,7 +430,7 @@ _CACHE_MAX = 64
 
 def _describe(scenario: Scenario) -> str:
     return (f"scenario {scenario.name!r} ({len(scenario.workflow.nodes)} nodes, {scenario.mode.value}: "
-            f"{scenario.mapping_space_size():,} mappings)")
+            f"{_fmt_n(scenario.mapping_space_size())} mappings)")
 
 
 def solve(
@@ -525,7 +538,39 @@ def _fmt_s(seconds: float) -> str:
         return f"{seconds / 60:.0f} min"
     if seconds < 48 * 3600:
         return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.0f} days"
+    if seconds < 365 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    years = seconds / (365.25 * 86400)
+    return f"{years:,.0f} years" if years < 1e6 else f"{years:.1e} years"
+
+
+def _fmt_n(count: float) -> str:
+    return f"{count:,.0f}" if count < 1e9 else f"{count:.1e}"
+
+
+def _check_fits(plan: _Plan, rest: Rows, coll: _Collector, workers: int, seed: int, limit: float, t0: float,
+                inc: Any) -> float | None:
+    """Estimate the rest of a search (None when even no pruning would fit); raise when it cannot fit."""
+    bm = plan.bm
+    elapsed = time.perf_counter() - t0
+    ev = plan.ev
+    sim_s = ev.sim_seconds / max(1, ev.evaluations)
+    worst = len(rest) * plan.leaves_below(plan.cuts[1]) * (sim_s + 2e-6 * bm.n) / workers
+    if elapsed + worst <= limit:
+        return None
+    est = _estimate(plan, rest, coll.thr, workers, seed, limit)
+    total = elapsed + est.seconds
+    if total > limit:
+        best = min(coll.items(), default=(inc.e2e_ms, inc.codes))
+        raise SearchTooLong(
+            f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
+            f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
+            f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). Use --reference best-known "
+            "for a best-known mapping with a lower bound, or raise --max-seconds",
+            estimate_s=total,
+            best=(best[0], _to_mapping(plan.sc, best[1])),
+        )
+    return total
 
 
 def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int) -> OracleResult:
@@ -535,42 +580,34 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
     ev = Evaluator(scenario, bm)
     plan = _Plan(scenario, bm, ev)
     space = scenario.mapping_space_size()
-    inc = local_search(scenario, seed=seed, max_evals=min(_incumbent_evals(bm.n), space), keep=top, evaluator=ev)
+    inc = local_search(scenario, seed=seed, max_evals=min(_incumbent_evals(bm.n), space), keep=top, evaluator=ev,
+                       max_seconds=None if limit == math.inf else limit / 4)
     coll = _Collector(top)
     for e, c in inc.elite:
         coll.add(c, e)
     level1 = _level1(plan, coll.thr)
     estimate: float | None = None
-    sim_s = ev.sim_seconds / max(1, ev.evaluations)
-    worst = len(level1) * plan.leaves_below(plan.cuts[1]) * (sim_s + 2e-6 * bm.n) / workers
-    if worst > limit:  # without pruning it might not fit: estimate what the pruning leaves
-        est = _estimate(plan, level1, coll.thr, workers, seed)
-        estimate = est.seconds
-        if est.seconds > limit:
-            raise SearchTooLong(
-                f"{_describe(scenario)}: the exact search is estimated to take {_fmt_s(est.seconds)} on "
-                f"{workers} process(es) (about {est.rows:,.0f} prefixes bounded and {est.simulations:,.0f} "
-                f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). Use --reference best-known "
-                "for a best-known mapping with a lower bound, or raise --max-seconds",
-                estimate_s=est.seconds,
-                best=(inc.e2e_ms, _to_mapping(scenario, inc.codes)),
-            )
     task = _Task(plan, coll, deadline_wall)
-    simulated = ev.evaluations
-    used_workers = 1
-    i = 0
     n1 = len(level1)
     group = max(1, n1 // 64)
-    while i < n1 and (time.perf_counter() - t0 < PARALLEL_AFTER_S or workers <= 1):
+    i = 0
+    # warm-up in this process: easy searches end here; the others improve the threshold first
+    warm = min(WARMUP_S, limit / 4)
+    b0 = time.perf_counter()
+    while i < n1 and time.perf_counter() - b0 < warm and not task.stats.timed_out:
         task.run(level1.take(np.arange(i, min(n1, i + group))))
         i += group
-        if task.stats.timed_out:
-            break
+    if i < n1 and not task.stats.timed_out:
+        estimate = _check_fits(plan, level1.take(np.arange(i, n1)), coll, workers, seed, limit, t0, inc)
+        while workers <= 1 and i < n1 and not task.stats.timed_out:
+            task.run(level1.take(np.arange(i, min(n1, i + group))))
+            i += group
     simulated = ev.evaluations
     items: list[tuple[float, tuple[int, ...]]] = coll.items()
     timed_out = task.stats.timed_out
     resolved = task.stats.resolved
-    if i < n1 and not timed_out:
+    used_workers = 1
+    if i < n1 and not timed_out and workers > 1:
         rest = level1.take(np.arange(i, n1))
         used_workers = min(workers, n1 - i)
         ctx = _context()
