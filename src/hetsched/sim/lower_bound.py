@@ -210,7 +210,10 @@ def _dual(bm: BoundModel, steps: int, barred: np.ndarray, paid: np.ndarray, budg
             d[p, code] = bm.dur[p, code]
             g[p, code] = bm.gpu_w[p] if code else 0.0
             c[p, code] = bm.cpu_w[p] if code == 0 else 0.0
-            mem[p, code] = {0: 0.0, 1: share * bm.gpu_ms[p], 2: bm.queue_mem[p]}[code] / budget
+            if code == 1:
+                mem[p, code] = share * bm.gpu_ms[p] / budget
+            elif code == 2:
+                mem[p, code] = bm.queue_mem[p] / budget
             pen[p, code] = share if code == 1 and not paid[t] else 0.0
     grid = [(a, b_, c_, steps - a - b_ - c_) for a in range(steps + 1) for b_ in range(steps + 1 - a)
             for c_ in range(steps + 1 - a - b_)]
