@@ -37,12 +37,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from random_scenarios import FAMILIES, random_scenario  # noqa: E402
+from random_scenarios import FAMILIES, random_scenario
 
-from hetsched.model import Mode, Scenario  # noqa: E402
-from hetsched.sim import Simulator  # noqa: E402
-from hetsched.sim import oracle as oracle_mod  # noqa: E402
-from hetsched.sim.local_search import Evaluator  # noqa: E402
+from hetsched.model import Mode, Scenario
+from hetsched.sim import Simulator
+from hetsched.sim import oracle as oracle_mod
+from hetsched.sim.local_search import Evaluator
 
 
 def plain(sc: Scenario, limit: int, seed: int) -> dict[str, Any]:
@@ -101,8 +101,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"machine: {platform.machine()} {platform.processor() or ''}, {cpus} CPUs, Python {platform.python_version()}; "
-          f"load average before: {os.getloadavg()[0]:.1f}")
+    print(f"machine: {platform.machine()} {platform.processor() or ''}, {cpus} CPUs, "
+          f"Python {platform.python_version()}; load average before: {os.getloadavg()[0]:.1f}")
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for family in args.families:

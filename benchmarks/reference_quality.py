@@ -29,11 +29,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from random_scenarios import FAMILIES, random_scenario  # noqa: E402
+from random_scenarios import FAMILIES, random_scenario
 
-from hetsched.sim import oracle as oracle_mod  # noqa: E402
-from hetsched.sim.lower_bound import dual_bound_ms, root_bound_ms  # noqa: E402
-from hetsched.sim.reference import best_known  # noqa: E402
+from hetsched.sim import oracle as oracle_mod
+from hetsched.sim.lower_bound import dual_bound_ms, root_bound_ms
+from hetsched.sim.reference import best_known
 
 
 def pct(x: float) -> str:
@@ -62,7 +62,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 ref = best_known(sc, seed=seed, max_evals=args.evals, max_seconds=None)
                 seconds = time.perf_counter() - t0
-                assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
+                assert ref.lower_bound_ms is not None
+                assert ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
                 rows.append({"n": n, "family": family, "seed": seed, "kind": "exact", "best_known_ms": ref.e2e_ms,
                              "optimum_ms": opt, "lower_ms": ref.lower_bound_ms, "seconds": seconds})
                 print(f"  {sc.name}: best-known / optimum {ref.e2e_ms / opt:.4f}, reported gap "
@@ -94,7 +95,8 @@ def main() -> None:
             rep = [r["best_known_ms"] / r["lower_ms"] - 1 for r in sub]
             hit = sum(1 for g in true if g <= 1e-9)
             print(f"| {n} | {len(sub)} | {hit}/{len(sub)} | {pct(statistics.median(true))} / {pct(max(true))} "
-                  f"| {pct(statistics.median(rep))} / {pct(max(rep))} | {statistics.median(r['seconds'] for r in sub):.1f} |")
+                  f"| {pct(statistics.median(rep))} / {pct(max(rep))} "
+                  f"| {statistics.median(r['seconds'] for r in sub):.1f} |")
         print()
     if args.large_sizes:
         print(f"Best-known ({args.seconds:g} s) against its lower bound:")
@@ -107,7 +109,8 @@ def main() -> None:
             rep = [r["best_known_ms"] / r["lower_ms"] - 1 for r in sub]
             root = [r["best_known_ms"] / r["root_ms"] - 1 for r in sub]
             dual = [r["best_known_ms"] / max(r["root_ms"], r["dual_ms"]) - 1 for r in sub]
-            print(f"| {n} | {len(sub)} | {pct(statistics.median(rep))} / {pct(max(rep))} | {pct(statistics.median(root))} "
+            print(f"| {n} | {len(sub)} | {pct(statistics.median(rep))} / {pct(max(rep))} "
+                  f"| {pct(statistics.median(root))} "
                   f"| {pct(statistics.median(dual))} | {statistics.median(r['seconds'] for r in sub):.1f} |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.out:
