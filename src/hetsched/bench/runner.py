@@ -7,9 +7,10 @@ interrupted one is continued, so a bench killed half-way resumes where it stoppe
 bench over the same store only runs what is new. After the runs, every summary is read back
 from the store, so the report depends only on what the store holds.
 
-After the runs, the reference of each scenario (``--reference``: the exact oracle when the
-space allows, else a labelled best-known mapping) is computed once and stored with every run
-that lacks it, so ``hetsched report`` rebuilds the same tables from the store alone.
+After the runs, the reference of each scenario (``--reference``: the exact oracle when its search
+is estimated to fit ``--max-seconds``, else a labelled best-known mapping) is computed once and
+stored with every run that lacks it, so ``hetsched report`` rebuilds the same tables from the
+store alone.
 
 Imports the model, the policies, the loop, the simulator's reference search and the store; never
 the CLI.
