@@ -7,12 +7,13 @@ lucky mapping), and it does not simulate what provably cannot win:
 1. A seeded local search (:mod:`hetsched.sim.local_search`) finds a good first incumbent.
 2. Nodes are assigned in topological order, a few at a time (a *level*). Each batch of prefixes
    is extended by every combination of the level's placements at once with numpy, and every child
-   whose lower bound (:mod:`hetsched.sim.bounds`: critical path, GPU/CPU work, VRAM x time) cannot
-   beat the current threshold, or whose ``gpu_now`` set is over the budget, is dropped. Survivors
+   whose lower bound (:mod:`hetsched.sim.bounds`: critical path, admission, GPU/CPU work, VRAM x
+   time, sibling contention) cannot beat the current threshold, or whose ``gpu_now`` set is over
+   the budget, is dropped. Survivors
    are explored depth first, lowest bound first, with an explicit stack: memory is bounded by
    ``MAX_ROWS`` rows per level whatever the size of the space, and nothing recurses.
-3. Complete mappings that survive are simulated in order of their bound until the bound passes
-   the threshold.
+3. Complete mappings that survive (and are not a sure queue deadlock) are simulated in order of
+   their bound until the bound passes the threshold.
 4. The subtrees under the first level are independent tasks; when the search runs longer than
    ``WARMUP_S`` the rest go to worker processes that share the threshold. The result does not
    depend on the number of workers, only how fast it comes.
@@ -75,7 +76,6 @@ _MIN_PROBES = 8
 def _incumbent_evals(n: int) -> int:
     """Simulations the first incumbent search may spend (the bounded search does the rest)."""
     return 30 + 3 * n
-_FULL_RANKING_SIMS_PER_ROW = 1.0
 
 
 class SearchTooLong(InputError):
@@ -176,7 +176,8 @@ class _Plan:
         self.next_cut = dict(itertools.pairwise(cuts))
 
     def leaves_below(self, depth: int) -> float:
-        return float(self.bm.branching(depth, self.bm.n))
+        """Complete mappings below a prefix of this depth (inf past float range)."""
+        return math.prod(float(len(a)) for a in self.bm.allowed[depth:])
 
 
 class _Task:
@@ -509,7 +510,7 @@ def _full(scenario: Scenario, limit: float) -> OracleResult:
     sample = local_search(scenario, max_evals=min(50, scenario.mapping_space_size()), evaluator=ev)
     per_sim = ev.sim_seconds / max(1, ev.evaluations)
     space = scenario.mapping_space_size()
-    estimate = space * per_sim * _FULL_RANKING_SIMS_PER_ROW
+    estimate = _as_float(space) * per_sim
     if estimate > limit:
         raise SearchTooLong(
             f"{_describe(scenario)}: the full ranking simulates every mapping, about {_fmt_s(estimate)}; "
@@ -544,8 +545,21 @@ def _fmt_s(seconds: float) -> str:
     return f"{years:,.0f} years" if years < 1e6 else f"{years:.1e} years"
 
 
+def _as_float(count: int) -> float:
+    """A mapping count as a float (inf past float range: 3^647 and up)."""
+    return float(count) if count < 2**1000 else math.inf
+
+
 def _fmt_n(count: float) -> str:
-    return f"{count:,.0f}" if count < 1e9 else f"{count:.1e}"
+    """1,234,567 or 1.2e+19 (also for counts past float range)."""
+    if count < 1e9:
+        return f"{count:,.0f}"
+    if isinstance(count, int) or count == math.inf:
+        if count == math.inf:
+            return "inf"
+        exp = math.log10(count)
+        return f"{10 ** (exp - math.floor(exp)):.1f}e+{math.floor(exp)}"
+    return f"{count:.1e}"
 
 
 def _check_fits(plan: _Plan, rest: Rows, coll: _Collector, workers: int, seed: int, limit: float, t0: float,
@@ -623,7 +637,7 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
                 resolved += res
                 timed_out = timed_out or late
     if timed_out:
-        done = resolved / space if space else 1.0
+        done = min(1.0, resolved / _as_float(space))
         best = min(items) if items else (inc.e2e_ms, inc.codes)
         raise SearchTooLong(
             f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (--max-seconds); "
