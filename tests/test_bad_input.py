@@ -43,7 +43,7 @@ CASES = {
     # case: (file overrides, fragments the message must contain)
     "cycle": ({"edges": "  - A -> B\n  - B -> A"}, ["cycle", "A -> B -> A", "must be a DAG"]),
     "unknown tool": ({"tool_b": "nope"}, ["node 'B'", "'nope'", "no card", "known tools"]),
-    "negative figure": ({"cpu": -5}, ["cards.emb.cpu_ms", "-5", "greater than 0"]),
+    "negative figure": ({"cpu": -5}, ["cards.emb.cpu_ms", "-5", "greater than or equal to 0.001"]),
     "nan figure": ({"cpu": ".nan"}, ["cards.emb.cpu_ms", "nan", "finite number"]),
     "zero budget": ({"budget": 0}, ["machine.vram_budget_mb", "= 0", "greater than 0"]),
     "unknown mode": ({"mode": "quad"}, ["mode = 'quad'", "binary, three_way"]),

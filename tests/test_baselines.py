@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.factories import CANONICAL, canonical_scenario, fork, make_card, make_scenario, make_workflow
 
+from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.loop import LoopConfig, RunResult, run_rounds
 from hetsched.model import InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.files import load_scenario
@@ -19,10 +20,9 @@ from hetsched.policies.starpu_dmda import StarpuDmda
 from hetsched.policies.ucb1 import Ucb1, lower_bound_ms, reward
 from hetsched.sim import Simulator
 from hetsched.sim.oracle import solve
+from hetsched.sim.reference import SimPlanner
 
 BASELINES = ("heft-cf", "starpu-dmda", "ucb1", "greedy-mem")
-BUDGET_SAFE = ("heft-cf", "starpu-dmda", "greedy-mem")
-"""Policies that must never propose a gpu_now set over the budget (UCB1 may, and pays for it)."""
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
 
 
@@ -51,8 +51,7 @@ def test_canonical_dags_invariants(policy: str, kind: str, mode: Mode) -> None:
         assert sc.validate_mapping(m) == m  # every node placed once, legally for the mode
         if mode is Mode.BINARY:
             assert Q not in m.values()
-        if policy in BUDGET_SAFE or (policy == "ucb1" and mode is Mode.THREE_WAY):
-            assert sc.gpu_now_vram_mb(m) <= sc.machine.vram_budget_mb
+        assert sc.gpu_now_vram_mb(m) <= sc.machine.vram_budget_mb  # every baseline (the guard)
         if rec.trace.feasible:
             for n in sc.workflow.node_ids:  # the executed trace respects precedence
                 for p in sc.workflow.preds(n):
@@ -206,12 +205,14 @@ def test_ucb1_tries_every_arm_once_first() -> None:
     assert [r.proposal.info["phase"] for r in result.rounds[len(arms) :]] == ["ucb"] * 4
 
 
-def test_ucb1_three_way_arms_are_the_feasible_mappings() -> None:
-    sc = canonical_scenario("diamond", mode=Mode.THREE_WAY)
+@pytest.mark.parametrize("mode", [Mode.BINARY, Mode.THREE_WAY])
+def test_ucb1_arms_are_the_mappings_that_can_run(mode: Mode) -> None:
+    sc = canonical_scenario("diamond", mode=mode, vram_budget_mb=1200.0)
     pol = Ucb1()
-    pol.reset(PolicyContext(scenario=sc, seed=0))
-    feasible = [m for m in sc.all_mappings() if not sc.infeasibility(m)]
-    assert 0 < len(pol.arms()) == len(feasible) < 3**4
+    pol.reset(PolicyContext(scenario=sc, seed=0, planner=SimPlanner(sc)))
+    exact = Simulator(sc, noise=False)
+    feasible = [m for m in sc.all_mappings() if exact.infeasibility(m) is None]
+    assert 0 < len(pol.arms()) == len(feasible) < len(sc.choices[0]) ** 4
     assert set(pol.arms()) == set(feasible)
 
 
@@ -223,10 +224,25 @@ def test_ucb1_seed_changes_the_exploration_order() -> None:
 def test_ucb1_factored_above_max_joint_nodes() -> None:
     sc = canonical_scenario("diamond", mode=Mode.THREE_WAY, noise_cv=0.03)
     pol = Ucb1(max_joint_nodes=2)
-    result = run_rounds(sc, pol, LoopConfig(rounds=6, seed=2))
+    result = run_rounds(sc, pol, LoopConfig(rounds=10, seed=2))
     assert pol.factored and pol.arms() == ()
-    for n in sc.workflow.node_ids:  # each node tries each of its placements in the first rounds
-        assert {r.mapping[n] for r in result.rounds[:3]} == set(sc.allowed(n))
+    exact = Simulator(sc, noise=False)
+    for r in result.rounds:  # the guard: every joint choice that runs is one the model says can run
+        assert r.trace.feasible and exact.infeasibility(r.mapping) is None
+        for note in r.proposal.info.get("guard", []):  # a repaired node went from a GPU placement to the CPU
+            node, change = note.split(": ")
+            assert change.endswith("-> cpu") and r.mapping[node] is C
+    assert any(r.proposal.info.get("guard") for r in result.rounds)  # this budget needs the guard
+    for n in sc.workflow.node_ids:  # each node still tries each of its placements
+        assert {r.mapping[n] for r in result.rounds} == set(sc.allowed(n))
+
+
+def test_ucb1_factored_guard_on_large_random_workflows() -> None:
+    for family in ("layered", "fanout"):
+        sc = random_scenario(WorkflowSpec(family, 24, Mode.THREE_WAY, 3))
+        result = run_rounds(sc, make_policy("ucb1"), LoopConfig(rounds=6, seed=0))
+        exact = Simulator(sc, noise=False)
+        assert all(exact.infeasibility(r.mapping) is None for r in result.rounds)
 
 
 def test_ucb1_reward() -> None:
@@ -308,11 +324,14 @@ def random_scenarios(draw: st.DrawFn) -> Scenario:
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(random_scenarios(), st.sampled_from(BUDGET_SAFE))
-def test_never_a_gpu_now_set_over_budget(sc: Scenario, policy: str) -> None:
+@given(random_scenarios(), st.sampled_from(BASELINES))
+def test_never_a_mapping_the_model_says_cannot_run(sc: Scenario, policy: str) -> None:
+    """The feasibility guard (docs/baselines.md): no baseline proposes a mapping that the static
+    check or the noise-free simulation shows cannot run (over budget, never admissible, deadlock)."""
     result = run_rounds(sc, make_policy(policy), LoopConfig(rounds=3, seed=1))
+    exact = Simulator(sc, noise=False)
     for rec in result.rounds:
         m: Mapping = rec.mapping
         assert sc.gpu_now_vram_mb(m) <= sc.machine.vram_budget_mb
-        refused = sc.infeasibility(m)
-        assert refused is None or refused.kind is not InfeasibleKind.OOM
+        assert sc.infeasibility(m) is None and exact.infeasibility(m) is None, (policy, m.code())
+        assert rec.trace.feasible or rec.trace.kind is not InfeasibleKind.OOM

@@ -205,10 +205,11 @@ def test_quick_bench_writes_report_and_regenerates_identically(tmp_path: Path) -
     assert "Table 4" in text and "Table 5" in text
     for name in ("bench.json", "runs.sqlite", "report.html", "report.md", "tables/table4.csv", "tables/table5.csv",
                  "tables/regret.csv", "tables/rounds.csv", "figures/e2e_normalized.png", "figures/convergence.png",
-                 "figures/regret.png", "figures/gantt_S5.png", "figures/vram_S13.png"):
+                 "figures/regret.png", "figures/gantt_S5.png", "figures/gantt_S13.png", "figures/vram_S13.png"):
         assert (out / name).is_file(), name
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert page.count("data:image/png;base64,") == 5 and "<table>" in page and 'src="figures/' not in page
+    assert page.count("data:image/png;base64,") == 6 and "<table>" in page and 'src="figures/' not in page
+    assert '<a href="#how-to-read">' in page and '<h2 id="how-to-read">' in page  # the guide ships inside
     table4_csv = (out / "tables/table4.csv").read_text(encoding="utf-8").splitlines()
     assert table4_csv[0] == "scenario,all-gpu,agentic:rules"
     assert table4_csv[1].startswith("S5,3/4,")  # all-GPU misses exactly vector_search_x15

@@ -14,7 +14,7 @@ from tests.factories import decision_info
 
 from hetsched.llm import LLMConfig
 from hetsched.llm.validate import check_mapping
-from hetsched.loop import LoopConfig, RunResult, run_recorded, run_rounds
+from hetsched.loop import LoopConfig, RunResult, run_key, run_recorded, run_rounds
 from hetsched.model.files import load_scenario
 from hetsched.policies.agentic import Agentic
 from hetsched.store import RunStore
@@ -49,7 +49,9 @@ def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, t
     sc = load_scenario("vram_3way")
     policy = Agentic(decider="openai", llm=LLMConfig(base_url=llama_server_url, max_tokens=MAX_TOKENS, seed=0))
     with RunStore(tmp_path / "runs.sqlite") as store:  # the real SQLite store, as `hetsched run` uses it
-        result = run_recorded(sc, policy, LoopConfig(rounds=3, seed=0), store=store)
+        options = {"decider": "openai", "llm": {"base_url": llama_server_url, "max_tokens": MAX_TOKENS, "seed": 0}}
+        result = run_recorded(run_key(sc, "agentic", LoopConfig(rounds=3, seed=0), options=options), policy,
+                              store=store)
         assert result.run_id is not None
         stored = store.transcript(result.run_id)
         assert store.run(result.run_id).status == "finished"
@@ -57,7 +59,7 @@ def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, t
     check_run(result, "openai")
     # every attempt of every round is in the store, prompt, reply and error as the decider saw them
     sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in decision_info(r)["transcript"]]
-    assert [(t.round, t.prompt, t.reply, t.error) for t in stored] == sent
+    assert [(rnd, t.prompt, t.reply, t.error) for rnd, t in stored] == sent
     for r in result.rounds:  # shown with -s: what a 135M model does with the prompt
         asks = [(round(a["latency_ms"]), a["prompt_tokens"], a["completion_tokens"], a["error"][:60])
                 for a in decision_info(r)["transcript"]]

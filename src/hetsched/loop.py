@@ -162,7 +162,18 @@ def run_rounds(
 
     ``executor`` defaults to the noisy simulator; ``planner`` (the model's noise-free
     predictions handed to the policy) to the simulator's. Nothing is recorded unless a
-    ``recorder`` is given: :func:`run_recorded` records into the run store. Each proposal and
+    ``recorder`` is given. To record into the run store (what ``hetsched run`` does, so that
+    ``hetsched runs``/``show-run``/``--resume`` see the run), call :func:`run_recorded` instead::
+
+        from hetsched.model import RunKey
+        from hetsched.store import RunStore
+
+        with RunStore() as store:  # or RunStore("runs.sqlite"); default: $HETSCHED_STORE, else the user data dir
+            result = run_recorded(RunKey(scenario, "agentic", options={"decider": "rules"}, rounds=5),
+                                  store=store)
+        print(result.run_id)  # continue an interrupted one with continue_run(store, run_id)
+
+    Each proposal and
     probe is validated against the scenario (a malformed mapping from a policy is a bug and
     raises :class:`~hetsched.model.MappingError`); statically infeasible ones are recorded with
     their reason and not executed.

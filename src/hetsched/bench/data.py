@@ -73,6 +73,8 @@ class RoundSummary:
     """Nodes placed as in the oracle mapping (0 when infeasible)."""
     probes: tuple[ProbeSummary, ...] = ()
     """What-if probes run during the round."""
+    kind: str = ""
+    """Infeasibility label (``OOM``, ``deadlock``, ``tool error``...; '' when feasible)."""
     decider: str | None = None
     """Agentic decider name (None for other policies)."""
     fallback: bool = False
@@ -142,8 +144,13 @@ class RunSummary:
 
     @property
     def oom_rounds(self) -> int:
-        """Rounds whose mapping could not run (OOM or never admissible)."""
+        """Rounds whose mapping could not run (OOM, never admissible, deadlock, a failed tool...)."""
         return sum(1 for r in self.rounds if not r.feasible)
+
+    @property
+    def infeasible_labels(self) -> tuple[str, ...]:
+        """The kinds of the run's infeasible rounds (``OOM``, ``deadlock``...), each once, in order met."""
+        return tuple(dict.fromkeys(r.kind or "infeasible" for r in self.rounds if not r.feasible))
 
     @property
     def probes(self) -> int:
@@ -286,6 +293,7 @@ def summarize_round(record: RoundRecord, scenario: Scenario, oracle: Mapping, tr
         code=record.mapping.code(ids),
         feasible=feasible,
         reason=t.reason,
+        kind="" if t.kind is None else t.kind.label,
         e2e_ms=t.e2e_ms if feasible else None,
         true_e2e_ms=true_e2e(record.mapping) if feasible else None,
         match=match,

@@ -39,8 +39,8 @@ body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em 
        padding: 0 1em; color: #222; }
 h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 2em; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+th.n, td.n { text-align: right; font-variant-numeric: tabular-nums; }
 thead th { background: #f3f3f3; position: sticky; top: 0; }
 tbody tr:nth-child(even) { background: #fafafa; }
 ul.notes { font-size: 12px; color: #555; margin-top: 0.2em; }
@@ -49,6 +49,60 @@ figcaption { font-size: 13px; color: #444; }
 .meta { color: #555; font-size: 13px; }
 code { background: #f5f5f5; padding: 0 3px; }
 """
+
+
+GUIDE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Words and codes", (
+        "Oracle: the noise-free optimum of the simulator (exact branch-and-bound). Where its search would not "
+        "fit the time budget, the reference is a best-known mapping from a bounded search, and the tables say so.",
+        "Mapping codes: one letter a node, in the order of the scenario's 'nodes' column: C cpu, G gpu_now "
+        "(resident in VRAM from the start until its last node ends), Q gpu_queue (loaded when VRAM frees).",
+        "E2E: end-to-end latency of one round, ms. Measured E2E is noisy; 'true' E2E is the noise-free "
+        "E2E of the same mapping. An infeasible round (OOM, never admissible, deadlock) ran nothing.",
+    )),
+    ("Tables", (
+        "Table 4, best match: per run, the most nodes placed as in the oracle mapping in any one round "
+        "(an infeasible round counts 0). 'k/n': every seed reached k; 'lo-hi/n': the seeds ranged from lo to hi.",
+        "Table 5, on the three-way scenarios: best-found E2E = the lowest measured E2E of a run, mean ± sd over "
+        "seeds (noise can put it under the oracle); 'true' = noise-free E2E of that mapping over the oracle's; "
+        "round reached = median first round that ran the oracle mapping (R0 = the first round).",
+        "E2E ratio: noise-free E2E of each policy's best-found mapping over the oracle's; 1.000 = the oracle.",
+        "Regret: per run, the sum over rounds of (E2E of the round's mapping - oracle E2E), in oracle E2Es; 0 "
+        "means every round ran the oracle mapping; an infeasible round is charged the all-CPU E2E. The second "
+        "regret table also charges the monitor's what-if probes, which are real executions.",
+        "Probes: what-if executions per run. Decider cost: asks, re-asks, fallbacks, tokens and decision time "
+        "per round of each agentic variant (rules and argmin are not LLMs).",
+    )),
+    ("Figures", (
+        "E2E normalized: bars from 0 of each policy's best-found E2E over the oracle's (dashed line at 1); "
+        "x at the bottom: no feasible round; bars over 3x are clipped with their value written above.",
+        "Convergence: per scenario, the noise-free E2E of each round's mapping over the oracle's (median over "
+        "seeds). The oracle is the dashed black line; a policy that matches it shows through the gaps.",
+        "Regret: cumulative regret per round (symlog scale), mean over seeds; 0 = the oracle every round.",
+        "Gantt charts (one per scenario): all-GPU against the reference, noise-free; bars are run times under "
+        "GPU sharing (isolated time in brackets, hatched: load from the queue); the strip under each chart counts "
+        "the tasks sharing the GPU. 'hetsched gantt SCENARIO --mapping M' draws any mapping.",
+        "VRAM: memory in use over time for the oracle mapping (and the memory-aware greedy's) against the "
+        "budget; gpu_now tools hold theirs from t = 0, queued nodes from admission until they finish.",
+        "Every policy keeps the same colour and marker in every figure and every report.",
+    )),
+)
+"""'How to read this report', shipped inside the report (pip users have no docs/ folder)."""
+
+
+def _guide_html() -> str:
+    parts = ['<h2 id="how-to-read">How to read this report</h2>']
+    for title, items in GUIDE:
+        parts.append(f"<h3>{html.escape(title)}</h3><ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items)
+                     + "</ul>")
+    return "\n".join(parts)
+
+
+def _guide_markdown() -> list[str]:
+    lines = ["## How to read this report", ""]
+    for title, items in GUIDE:
+        lines += [f"### {title}", "", *(f"- {i}" for i in items), ""]
+    return lines
 
 
 def _meta_lines(data: BenchData) -> list[str]:
@@ -73,6 +127,10 @@ def _meta_lines(data: BenchData) -> list[str]:
     return lines
 
 
+_SHOWN_NODES = 24
+"""Nodes of a scenario listed in the scenarios table (a 10,000-node workflow gets a count)."""
+
+
 def _scenario_rows(data: BenchData) -> Table:
     t = Table("scenarios", "Scenarios", ["scenario", "mode", "nodes", "budget MB", "cores", "oracle", "oracle E2E ms",
                                          "shows"])
@@ -80,10 +138,15 @@ def _scenario_rows(data: BenchData) -> Table:
         sc = data.scenarios[s]
         runs = [r for r in data.runs if r.scenario == s]
         oracle = runs[0] if runs else None
+        ids = sc.workflow.node_ids
+        nodes = " ".join(f"{n}:{sc.workflow.tool_of[n]}" for n in ids[:_SHOWN_NODES])
+        if len(ids) > _SHOWN_NODES:
+            nodes += f" ... ({len(ids)} nodes)"
+        code = oracle.oracle_code if oracle else "-"
         t.rows.append([
-            s, sc.mode.value, " ".join(f"{n}:{sc.workflow.tool_of[n]}" for n in sc.workflow.node_ids),
-            f"{sc.machine.vram_budget_mb:g}", str(sc.machine.cpu_cores),
-            oracle.oracle_code if oracle else "-", f"{oracle.oracle_e2e_ms:.1f}" if oracle else "-", sc.shows,
+            s, sc.mode.value, nodes, f"{sc.machine.vram_budget_mb:g}", str(sc.machine.cpu_cores),
+            code if len(code) <= _SHOWN_NODES else code[:_SHOWN_NODES] + "...",
+            f"{oracle.oracle_e2e_ms:.1f}" if oracle else "-", sc.shows,
         ])
     t.notes.append("Mapping codes: one letter a node in the order of the 'nodes' column: C cpu, G gpu_now, "
                    "Q gpu_queue.")
@@ -113,11 +176,13 @@ def write_report(data: BenchData, out: Path) -> dict[str, Path]:
     figures = all_figures(data, out / "figures")
 
     md = ["# hetsched bench report", ""] + [f"- {line}" for line in _meta_lines(data)] + [""]
+    md += ["How to read it: [the guide at the end](#how-to-read-this-report).", ""]
     for t in tables:
         md += [t.to_markdown(), ""]
     md.append("## Figures\n")
     for caption, path in figures:
         md.append(f"![{caption}](figures/{path.name})\n")
+    md += _guide_markdown()
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
 
     parts = [
@@ -126,8 +191,8 @@ def write_report(data: BenchData, out: Path) -> dict[str, Path]:
         f"<style>{_CSS}</style></head><body>",
         "<h1>hetsched bench report</h1>",
         '<p class="meta">' + "<br>".join(html.escape(x) for x in _meta_lines(data)) + "</p>",
-        "<p>How to read it: <code>docs/bench.md</code>. Contents: "
-        + ", ".join(f'<a href="#{t.key}">{html.escape(t.title.split(":")[0])}</a>' for t in tables)
+        '<p><a href="#how-to-read">How to read it</a>. Contents: '
+        + ", ".join(f'<a href="#{html.escape(t.key)}">{html.escape(t.title.split(":")[0])}</a>' for t in tables)
         + ', <a href="#figures">figures</a>.</p>',
         "<h2>Tables</h2>",
     ]
@@ -137,6 +202,7 @@ def write_report(data: BenchData, out: Path) -> dict[str, Path]:
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">'
                      f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    parts.append(_guide_html())
     parts.append("</body></html>\n")
     report = out / "report.html"
     report.write_text("\n".join(parts), encoding="utf-8")

@@ -10,6 +10,7 @@ import csv
 import html
 import io
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 from hetsched.model import Mode
 
 from .data import BenchData, RunSummary, mean_sd
+
+_NUMBER = re.compile(r"^R?[-+]?\d[\d,]*(\.\d+)?(-\d+)?(/\d+)?(x| ms| per run)?( ± [\d.]+)?( \(\d+/\d+ never\))?$")
+_BLANK = {"", "-", "OOM", "never", "not run"}
 
 
 @dataclass
@@ -34,13 +38,22 @@ class Table:
     notes: list[str] = field(default_factory=list)
     """How to read it (one line each)."""
 
+    def numeric(self) -> list[bool]:
+        """Per column: True when every cell is a number (``812.3``, ``1.05x``, ``3/4``, ``R2``...) or a
+        placeholder (``-``, ``OOM``): those columns are right-aligned, text columns left-aligned."""
+        out = []
+        for i in range(len(self.columns)):
+            cells = [row[i] for row in self.rows if i < len(row) and row[i] not in _BLANK]
+            out.append(bool(cells) and all(_NUMBER.match(c) for c in cells))
+        return out
+
     def to_markdown(self) -> str:
         """A GitHub-flavoured Markdown table with its title and notes."""
-        def esc(text: str) -> str:
-            return text.replace("|", "\\|")
+        def esc(text: str) -> str:  # one line a row; no raw HTML from a scenario's text
+            return text.replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
 
         lines = [f"### {self.title}", "", "| " + " | ".join(esc(c) for c in self.columns) + " |",
-                 "| " + " | ".join("---" if i == 0 else "---:" for i in range(len(self.columns))) + " |"]
+                 "| " + " | ".join("---:" if num else "---" for num in self.numeric()) + " |"]
         lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in self.rows]
         if self.notes:
             lines += [""] + [f"- {n}" for n in self.notes]
@@ -56,9 +69,12 @@ class Table:
 
     def to_html(self) -> str:
         """An HTML table with its title and notes."""
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        numeric = self.numeric()
+        cls = [' class="n"' if num else "" for num in numeric]
+        head = "".join(f"<th{cls[i]}>{html.escape(c)}</th>" for i, c in enumerate(self.columns))
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows
+            "<tr>" + "".join(f"<td{cls[i] if i < len(cls) else ''}>{html.escape(c)}</td>" for i, c in enumerate(row))
+            + "</tr>" for row in self.rows
         )
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (f'<h3 id="{html.escape(self.key)}">{html.escape(self.title)}</h3>\n'
@@ -117,7 +133,7 @@ def table4(data: BenchData) -> Table:
     t.notes += [
         f"Cell: the highest number of nodes placed as in the oracle mapping in any one round of a run "
         f"({'/'.join(map(str, rounds))} rounds), over {len(data.seeds())} seeds: 'k/n' when every seed "
-        "reached k, 'lo-hi/n' otherwise. An infeasible (OOM) round counts 0.",
+        "reached k, 'lo-hi/n' otherwise. An infeasible round (OOM, deadlock...) counts 0.",
         "Totals: scenarios where every seed reached the full match (the paper's '10/10'), then runs.",
     ]
     return t
@@ -145,9 +161,15 @@ def _best_found(runs: Sequence[RunSummary]) -> tuple[list[float], list[float]]:
     return measured, true
 
 
-def _mean_sd_text(values: Sequence[float]) -> str:
+def infeasible_text(runs: Sequence[RunSummary]) -> str:
+    """What stopped runs with no feasible round: their kinds (``OOM``, ``deadlock``, ``OOM/deadlock``)."""
+    labels = dict.fromkeys(lb for r in runs for lb in r.infeasible_labels)
+    return "/".join(labels) or "infeasible"
+
+
+def _mean_sd_text(values: Sequence[float], runs: Sequence[RunSummary] = ()) -> str:
     if not values:
-        return "OOM"
+        return infeasible_text(runs)
     m, sd = mean_sd(values)
     return f"{m:.1f} ± {sd:.1f}"
 
@@ -167,7 +189,7 @@ def table5(data: BenchData, label: str | None = None) -> Table | None:
         return None
     t = Table("table5", f"Table 5: three-way scenarios, {label} against the memory-aware greedy",
               ["scenario", "oracle E2E ms", f"{label} best-found E2E ms", "best-found / oracle (true)",
-               "round reached", "OOM rounds", "greedy-mem E2E ms"])
+               "round reached", "infeasible rounds", "greedy-mem E2E ms"])
     for s in names:
         runs = data.cell(s, label)
         if not runs:
@@ -176,10 +198,10 @@ def table5(data: BenchData, label: str | None = None) -> Table | None:
         oracle = runs[0].oracle_e2e_ms
         greedy = data.cell(s, "greedy-mem")
         g_measured, _ = _best_found(greedy)
-        greedy_text = _mean_sd_text(g_measured) if greedy else "not run"
+        greedy_text = _mean_sd_text(g_measured, greedy) if greedy else "not run"
         ratio = f"{statistics.fmean(true) / oracle:.3f}" if true else "-"
         oom = sum(r.oom_rounds for r in runs)
-        t.rows.append([s, fmt_ms(oracle), _mean_sd_text(measured), ratio, _reached_text(runs),
+        t.rows.append([s, fmt_ms(oracle), _mean_sd_text(measured, runs), ratio, _reached_text(runs),
                        f"{oom / len(runs):g} per run" if oom else "0", greedy_text])
     t.notes += [
         "Oracle E2E: noise-free optimum of the simulator. Best-found: the lowest measured (noisy) E2E over a "
@@ -198,7 +220,7 @@ def table5_all(data: BenchData) -> Table | None:
         return None
     t = Table("table5_all", "Table 5 for every policy (three-way scenarios)",
               ["scenario", "policy", "oracle E2E ms", "best-found E2E ms", "best-found / oracle (true)",
-               "round reached", "OOM rounds (mean per run)"])
+               "round reached", "infeasible rounds (mean per run)"])
     for s in names:
         for lb in data.labels:
             runs = data.cell(s, lb)
@@ -208,7 +230,8 @@ def table5_all(data: BenchData) -> Table | None:
             oracle = runs[0].oracle_e2e_ms
             ratio = f"{statistics.fmean(true) / oracle:.3f}" if true else "-"
             oom = statistics.fmean(r.oom_rounds for r in runs)
-            t.rows.append([s, lb, fmt_ms(oracle), _mean_sd_text(measured), ratio, _reached_text(runs), f"{oom:g}"])
+            t.rows.append([s, lb, fmt_ms(oracle), _mean_sd_text(measured, runs), ratio, _reached_text(runs),
+                           f"{oom:g}"])
     return t
 
 
@@ -222,10 +245,11 @@ def table_e2e(data: BenchData) -> Table:
         for lb in data.labels:
             runs = data.cell(s, lb)
             _, true = _best_found(runs)
-            ratio = f"{statistics.fmean(true) / runs[0].oracle_e2e_ms:.3f}" if true else "OOM"
+            ratio = f"{statistics.fmean(true) / runs[0].oracle_e2e_ms:.3f}" if true else infeasible_text(runs)
             row.append(ratio if runs else "-")
         t.rows.append(row)
-    t.notes.append("Mean over seeds; 'OOM': no round of any seed could run. Adaptive and fixed policies alike are "
+    t.notes.append("Mean over seeds; 'OOM', 'deadlock'...: no round of any seed could run, and why. Adaptive and "
+                   "fixed policies alike are "
                    "scored on the best mapping they ran (a fixed policy runs one).")
     return t
 

@@ -2,20 +2,19 @@
 
 :func:`main` is the console-script entry point and the error boundary: bad input (any
 :class:`~hetsched.model.HetschedError`) is printed as one clear message on stderr and the
-process exits 2, with no traceback.
+process exits 2, with no traceback; Ctrl-C exits 130. The exit codes are listed in
+:mod:`hetsched.cli.app`.
 """
 
 from __future__ import annotations
 
 import sys
 
-from rich.markup import escape
-
-from hetsched.cli import bench, inspect, run, runs
-from hetsched.cli.app import EXIT_BAD_INPUT, app, err
+from hetsched.cli import bench, gantt, inspect, run, runs
+from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, app, err, safe
 from hetsched.model import HetschedError
 
-COMMAND_MODULES = (bench, inspect, run, runs)
+COMMAND_MODULES = (bench, gantt, inspect, run, runs)
 """Modules whose import registers their commands on :data:`app`."""
 
 
@@ -24,8 +23,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="hetsched")
     except HetschedError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        err.print(f"[bold red]error:[/] {safe(exc)}")
         sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(EXIT_INTERRUPTED)
 
 
 __all__ = ["app", "main"]

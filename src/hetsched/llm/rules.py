@@ -20,25 +20,45 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
    allowed, faster than its CPU time and cannot deadlock (no ``gpu_now`` tool downstream of it
    holds the memory it needs), else to the CPU.
 
-Later rounds adopt the measured evidence (rounds and the monitor's probes): keep the last
-mapping while its mean measured E2E is within ``margin`` of the lowest, else take the lowest.
+These rules seed a model. The decider reads the cards through its own estimator
+(:mod:`hetsched.llm.estimate`: DESIGN.md's contention model, GPU interference as the machine
+block declares it until measured) and searches it (:mod:`hetsched.llm.search`: exhaustive when
+the space fits the budget of estimates, else iterated local search from the rules' mapping and
+the uniform ones). Round 0 runs the lowest estimate.
+
+Later rounds use the evidence the monitor reports (docs/agentic.md):
+- calibration: the running averages rescale the cards a node's measured latency contradicts
+  by more than ``CARD_TOLERANCE``, and the GPU interference is fitted to the measured E2Es of
+  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times);
+- the calibrated model is searched again (also from the best measured mappings);
+- its lowest mapping that never ran and is not on record as infeasible is measured next when
+  the model expects it to beat the best measured one by ``explore_gain``;
+- otherwise the evidence decides: among the measured mappings within ``margin`` of the lowest
+  measured mean (tied within noise), the one the model estimates lowest.
 
 Cold start (no cards): round 0 is the first of all-``gpu_now``, all-``gpu_queue`` (three-way
-only), all-CPU that passes validation, each rejection recorded as an attempt; later rounds
-adopt the evidence as above.
+only), all-CPU that passes validation, each rejection recorded as an attempt; later rounds keep
+the last mapping while its mean measured E2E is within ``margin`` of the lowest, else take the
+lowest (no model: it would need the cards).
 
-None of these rules uses the simulator or a contention constant. Imports only
-``hetsched.model`` and networkx (through the prompt helpers).
+Nothing here runs the simulator; decisions are a function of the scenario and the observations
+(the caches are caches). Imports only ``hetsched.model`` (and networkx through the prompt helpers).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from hetsched.llm.base import Decider, Decision, DecisionContext
-from hetsched.llm.evidence import best_measured, last_round, measured
+from hetsched.llm.estimate import Estimator, fit_interference
+from hetsched.llm.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.llm.prompt import parallel_nodes
+from hetsched.llm.search import SearchResult, local_search
 from hetsched.llm.validate import check_mapping
 from hetsched.model import Attempt, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
@@ -171,47 +191,103 @@ def first_valid_uniform(scenario: Scenario, prompt: str) -> tuple[Mapping, list[
     raise AssertionError("all-CPU failed validation")  # all-CPU is always feasible
 
 
+DEFAULT_EXPLORE_GAIN = 0.005
+"""An unmeasured mapping is proposed only when the decider's model expects it to beat the best
+measured one by at least this share (smaller gains are within what the model cannot resolve)."""
+SEARCH_EVALUATIONS_BASE = 200
+"""Estimates the search may make per decision: this many plus ``SEARCH_EVALUATIONS_PER_NODE`` per node."""
+SEARCH_EVALUATIONS_PER_NODE = 30
+"""See ``SEARCH_EVALUATIONS_BASE``: the search grows with the one-node neighbourhood (2n-ish moves)."""
+SEARCH_EVALUATIONS_PER_NODE_LATER = 10
+"""Per-node estimates once something was measured: the search then also starts from the best
+measured mappings (usually the model's earlier optimum), so it needs less."""
+CARD_TOLERANCE = 0.10
+"""A node's measured mean latency must differ from the model's by more than this share before its
+card is rescaled (the noise of a few runs stays below it)."""
+CARD_FACTOR_RANGE = (0.1, 10.0)
+"""Bounds of a card's rescaling factor."""
+CALIBRATION_PASSES = 3
+"""Passes of (rescale the contradicted cards, fit the interference): under GPU sharing a card
+error shows only partly in one pass's latency ratio, so the rescaling compounds over passes."""
+INTERFERENCE_STEP = 0.005
+"""The fitted interference is rounded to this step (finer is below what noisy E2Es resolve), so
+the model and its search repeat from round to round."""
+FIT_BEST = 8
+"""The interference is fitted to the E2Es of this many lowest measured mappings..."""
+FIT_RECENT = 4
+"""...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
+CANDIDATES = 8
+"""How many of the model's lowest mappings are considered for the next measurement."""
+
+
+@dataclass
+class _Compiled:
+    """What the decider derives from a scenario once: its model, the allowed codes, the starts."""
+
+    estimator: Estimator
+    allowed: list[tuple[int, ...]]
+    rules: Codes
+    rules_steps: list[str]
+    starts: list[Codes]
+    estimates: dict[tuple[float, ...], dict[tuple[float, Codes], float]] = field(default_factory=dict)
+    """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
+    kept for the calibration's repeated fits."""
+
+    def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
+        """The estimates kept for one card rescaling."""
+        if factors not in self.estimates and len(self.estimates) > 16:
+            self.estimates.clear()
+        return self.estimates.setdefault(factors, {})
+
+
 class RulesDecider(Decider):
-    """Deterministic rules from the cards, then the measured evidence. Not an LLM.
+    """Deterministic rules from the cards, then a model calibrated on the measured evidence. Not an LLM.
 
     Args:
-        margin: keep the current mapping while its mean measured E2E is within this relative
-            margin of the lowest measured mean (hysteresis against noise).
+        margin: measured mappings within this relative margin of the lowest measured mean count
+            as tied (noise); the model's estimate breaks the tie (hysteresis against noise).
+        explore_gain: the least relative gain the model must expect from an unmeasured mapping
+            over the best measured one before the decider spends a round measuring it.
+        search_evaluations: estimates the search may make per decision (default: 200 + 30 x nodes).
     """
 
     name = "rules"
 
-    def __init__(self, margin: float = DEFAULT_MARGIN) -> None:
+    def __init__(
+        self,
+        margin: float = DEFAULT_MARGIN,
+        explore_gain: float = DEFAULT_EXPLORE_GAIN,
+        search_evaluations: int | None = None,
+    ) -> None:
         if not 0 <= margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {margin}")
+        if not 0 <= explore_gain < 1:
+            raise ValueError(f"explore_gain must be in [0, 1), got {explore_gain}")
+        if search_evaluations is not None and search_evaluations < 1:
+            raise ValueError(f"search_evaluations must be >= 1, got {search_evaluations}")
         self.margin = margin
+        self.explore_gain = explore_gain
+        self.search_evaluations = search_evaluations
+        # caches only: every decision is a function of the scenario and the observations
+        self._compiled: dict[int, tuple[Scenario, _Compiled]] = {}
+        self._searches: dict[tuple[int, float, tuple[Codes, ...], tuple[float, ...]], SearchResult] = {}
 
     def decide(self, ctx: DecisionContext) -> Decision:
         t0 = time.perf_counter()
         sc = ctx.scenario
-        best = best_measured(ctx.observations)
         attempts: list[Attempt] = []
         steps: list[str] = []
-        if best is None and ctx.cards_visible:
-            mapping, steps = card_rules(sc)
-            rationale = "rules from the cards (categories, ratio test, VRAM packing)"
-        elif best is None:
-            mapping, attempts = first_valid_uniform(sc, NOT_AN_LLM)
-            rationale = "cold start, nothing measured: first uniform mapping that passes validation"
+        if ctx.cards_visible:
+            mapping, rationale, steps = self._with_cards(ctx)
         else:
-            last = last_round(ctx.observations)
-            current = next((m for m in measured(ctx.observations) if m.mapping == last), None)
-            if current is not None and current.mean_e2e_ms <= best.mean_e2e_ms * (1 + self.margin):
-                mapping = current.mapping
-                rationale = (
-                    f"keep: measured {current.mean_e2e_ms:.1f} ms is within {self.margin:.0%} of the lowest "
-                    f"measured {best.mean_e2e_ms:.1f} ms"
-                )
+            ev = Evidence.read(sc, ctx.observations)
+            best = ev.best
+            if best is None:
+                mapping, attempts = first_valid_uniform(sc, NOT_AN_LLM)
+                rationale = "cold start, nothing measured: first uniform mapping that passes validation"
             else:
-                mapping = best.mapping
-                was = f" (last round's mean {current.mean_e2e_ms:.1f} ms)" if current is not None else ""
-                rationale = f"adopt the lowest measured mean E2E {best.mean_e2e_ms:.1f} ms over {best.runs} run(s){was}"
-            steps.append(rationale)
+                mapping, rationale = self._adopt(ev, best, None)
+                steps.append(rationale)
         problem = check_mapping(sc, mapping)
         reply = json.dumps({"mapping": mapping.to_dict(), "rationale": rationale})
         latency = (time.perf_counter() - t0) * 1000.0
@@ -224,3 +300,189 @@ class RulesDecider(Decider):
         if problem:
             return Decision(None, "", tuple(attempts), error=f"rules produced an invalid mapping: {problem}")
         return Decision(mapping, rationale, tuple(attempts))
+
+    # ------------------------------------------------------------------ with cards
+    def _compile(self, sc: Scenario) -> _Compiled:
+        hit = self._compiled.get(id(sc))
+        if hit is not None and hit[0] is sc:
+            return hit[1]
+        est = Estimator(sc, sc.machine.gpu_kappa)
+        allowed = [tuple(p.code for p in sc.allowed(n)) for n in sc.workflow.node_ids]
+        rules_mapping, rules_steps = card_rules(sc)
+        rules = tuple(rules_mapping[n].code for n in sc.workflow.node_ids)
+        starts = [rules]
+        for p in sc.placements:
+            u = tuple(sc.uniform(p)[n].code for n in sc.workflow.node_ids)
+            if est.static_ok(u) and u not in starts:
+                starts.append(u)
+        compiled = _Compiled(est, allowed, rules, rules_steps, starts)
+        if len(self._compiled) > 8:
+            self._compiled.clear()
+        self._compiled[id(sc)] = (sc, compiled)
+        return compiled
+
+    def _cards_from_latencies(
+        self,
+        sc: Scenario,
+        comp: _Compiled,
+        ev: Evidence,
+        kappa: float,
+        fit_set: list[MeasuredCodes],
+        factors: tuple[float, ...] = (),
+    ) -> tuple[Estimator, tuple[float, ...], list[str]]:
+        """The model with the cards the running averages contradict rescaled: a node's measured mean
+        latency on the CPU (or on ``gpu_now``) over the model's for the same mappings (the model
+        already rescaled by ``factors``), when the two differ by more than ``CARD_TOLERANCE``
+        (beyond run-to-run noise), multiplies its card's cpu_ms (gpu_ms) once more. Returns the
+        model, the factors (empty when none) and a note per rescaled card."""
+        n = len(comp.allowed)
+        cpu, gpu = (list(factors[:n]), list(factors[n:])) if factors else ([1.0] * n, [1.0] * n)
+        base = comp.estimator.rescaled(cpu, gpu) if factors else comp.estimator
+        est = base.with_interference(kappa)
+        predicted: dict[tuple[int, int], list[float]] = {}
+        for m in fit_set:
+            lat = est.latencies(m.codes)
+            if lat is None:
+                continue
+            for i, c in enumerate(m.codes):
+                predicted.setdefault((i, c), []).append(lat[i])
+        index = {node: i for i, node in enumerate(sc.workflow.node_ids)}
+        for (node, placement), record in ev.latency.items():
+            code = Placement(placement).code
+            if node not in index or code == Placement.GPU_QUEUE.code:  # a queued latency is mostly load and wait
+                continue
+            i = index[node]
+            got = predicted.get((i, code))
+            if not got or sum(got) <= 0:
+                continue
+            ratio = float(record["mean_ms"]) / (sum(got) / len(got))
+            if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
+                continue
+            scale = cpu if code == Placement.CPU.code else gpu
+            scale[i] = min(CARD_FACTOR_RANGE[1], max(CARD_FACTOR_RANGE[0], round(scale[i] * ratio, 2)))
+        notes = [f"{node} {kind} x{f[i]:g}" for node, i in index.items()
+                 for kind, f in (("cpu", cpu), ("gpu", gpu)) if f[i] != 1.0]
+        if not notes:
+            return comp.estimator, (), []
+        return comp.estimator.rescaled(cpu, gpu), tuple(cpu + gpu), notes
+
+    def _search(
+        self,
+        sc: Scenario,
+        comp: _Compiled,
+        kappa: float,
+        starts: list[Codes],
+        model: Estimator | None = None,
+        factors: tuple[float, ...] = (),
+    ) -> SearchResult:
+        key = (id(sc), kappa, tuple(starts), factors)
+        hit = self._searches.get(key)
+        if hit is not None:
+            return hit
+        n = len(sc.workflow.node_ids)
+        per_node = SEARCH_EVALUATIONS_PER_NODE if starts == comp.starts else SEARCH_EVALUATIONS_PER_NODE_LATER
+        budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + per_node * n
+        seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
+        res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
+                           max_evaluations=budget, seed=seed)
+        if len(self._searches) > 64:
+            self._searches.clear()
+        self._searches[key] = res
+        return res
+
+    def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:
+        sc = ctx.scenario
+        comp = self._compile(sc)
+        ev = Evidence.read(sc, ctx.observations)
+        best = ev.best
+        prior = sc.machine.gpu_kappa
+        if best is None:
+            res = self._search(sc, comp, prior, comp.starts)
+            steps = list(comp.rules_steps)
+            steps.append(
+                f"model (cards, GPU shared by utilization, interference {prior:g} as the machine block declares "
+                f"until measured): searched "
+                f"{len(res.seen)} mappings from the rules' mapping and the uniform ones; lowest estimate "
+                f"{res.e2e_ms:.1f} ms (the rules' mapping: {res.seen.get(comp.rules, math.inf):.1f} ms)"
+            )
+            rationale = (
+                "rules from the cards (categories, ratio test, VRAM packing), then the lowest estimate of the "
+                f"cards' contention model: {res.e2e_ms:.1f} ms"
+            )
+            return ev.mapping(res.best), rationale, steps
+        # calibrate: the interference that best explains what was measured
+        ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
+        recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
+        fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
+        measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
+        # calibrate in two passes: the running averages first rescale the cards a node's measured
+        # latency contradicts (at the current interference), then the interference is fitted to the
+        # measured E2Es on those cards; a card error is not mistaken for interference that way
+        kappa = prior
+        model: Estimator = comp.estimator
+        factors: tuple[float, ...] = ()
+        notes: list[str] = []
+        rms = 0.0
+        for passes in range(CALIBRATION_PASSES):
+            model, rescaled, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
+            if passes and rescaled == factors:
+                break  # the running averages agree with the model as fitted: done
+            factors = rescaled
+            kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
+            kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
+        steps = [
+            f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
+            f"measured mapping(s) within {100 * (math.exp(rms) - 1):.1f}% (rms of log ratios)"
+            + (f"; cards rescaled from the running averages: {'; '.join(notes)}" if notes else ""),
+        ]
+        top = [m.codes for m in ranked[:3]]
+        starts = list(dict.fromkeys(comp.starts + top))
+        res = self._search(sc, comp, kappa, starts, model, factors)
+        est = model.with_interference(kappa)
+
+        def estimate(codes: Codes) -> float:
+            got = res.seen.get(codes)
+            return est.e2e(codes) if got is None else got
+
+        steps.append(f"model search: {len(res.seen)} mappings estimated; lowest {res.e2e_ms:.1f} ms")
+        best_est = estimate(best.codes)
+        fresh = [(c, e) for c, e in res.ranked(CANDIDATES) if c not in ev.measured and c not in ev.infeasible]
+        for codes, e in fresh:
+            if e < best_est * (1 - self.explore_gain):
+                rationale = (
+                    f"measure the model's lowest unmeasured mapping: estimated {e:.1f} ms vs {best_est:.1f} ms "
+                    f"for the best measured ({best.mean_e2e_ms:.1f} ms measured)"
+                )
+                steps.append(rationale)
+                return ev.mapping(codes), rationale, steps
+        mapping, rationale = self._adopt(ev, best, estimate)
+        steps.append(f"no unmeasured mapping is estimated {100 * self.explore_gain:g}% below the best measured; "
+                     + rationale)
+        return mapping, rationale, steps
+
+    # ------------------------------------------------------------------ adopt the evidence
+    def _adopt(
+        self, ev: Evidence, best: MeasuredCodes, estimate: Callable[[Codes], float] | None
+    ) -> tuple[Mapping, str]:
+        """The measured mapping to run: among those within ``margin`` of the lowest measured mean
+        (tied within noise), the lowest model estimate when there is a model, else the last
+        round's mapping if it is among them, else the lowest measured."""
+        limit = best.mean_e2e_ms * (1 + self.margin)
+        near = [m for m in ev.measured.values() if m.mean_e2e_ms <= limit]
+        if estimate is not None:
+            pick = min(near, key=lambda m: (round(estimate(m.codes), 6), m.mean_e2e_ms, m.listed))
+            why = "lowest model estimate among them" if pick.codes != best.codes else "also the lowest model estimate"
+            return ev.mapping(pick.codes), (
+                f"adopt {pick.mean_e2e_ms:.1f} ms measured over {pick.runs} run(s): {len(near)} measured mapping(s) "
+                f"within {self.margin:.0%} of the lowest ({best.mean_e2e_ms:.1f} ms); {why}"
+            )
+        current = ev.measured.get(ev.last) if ev.last is not None else None
+        if current is not None and current.mean_e2e_ms <= limit:
+            return ev.mapping(current.codes), (
+                f"keep: measured {current.mean_e2e_ms:.1f} ms is within {self.margin:.0%} of the lowest "
+                f"measured {best.mean_e2e_ms:.1f} ms"
+            )
+        was = f" (last round's mean {current.mean_e2e_ms:.1f} ms)" if current is not None else ""
+        return ev.mapping(best.codes), (
+            f"adopt the lowest measured mean E2E {best.mean_e2e_ms:.1f} ms over {best.runs} run(s){was}"
+        )

@@ -1,6 +1,6 @@
 """Tool cards: the offline profile of one tool (PAPER.md's Table 1 row), validated and immutable.
 
-Leaf of the model package: imports only pydantic and ``model.errors``.
+Leaf of the model package: imports only pydantic and ``model.limits`` (the accepted ranges).
 """
 
 from __future__ import annotations
@@ -8,6 +8,18 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from hetsched.model.limits import (
+    MAX_AMPLIFICATION,
+    MAX_CORES,
+    MAX_MS,
+    MAX_RUNS,
+    MAX_VRAM_MB,
+    MIN_GPU_UTIL,
+    MIN_MS,
+    Name,
+    Text,
+)
 
 GPU_PREFERRED_MIN = 5.0
 """Speedup above which a tool is GPU-preferred (PAPER.md)."""
@@ -29,9 +41,9 @@ class Spread(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    p10: float = Field(ge=0, allow_inf_nan=False)
+    p10: float = Field(ge=0, le=MAX_MS, allow_inf_nan=False)
     """10th percentile."""
-    p90: float = Field(ge=0, allow_inf_nan=False)
+    p90: float = Field(ge=0, le=MAX_MS, allow_inf_nan=False)
     """90th percentile."""
 
 
@@ -40,13 +52,13 @@ class Provenance(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    hardware: str = "unknown"
+    hardware: Text = "unknown"
     """Machine the tool was profiled on (GPU + CPU model)."""
-    runs: int = Field(default=0, ge=0)
+    runs: int = Field(default=0, ge=0, le=MAX_RUNS)
     """Number of isolated runs the medians come from (0: not measured, e.g. literature figures)."""
-    date: str = ""
+    date: Text = ""
     """ISO date of the profile."""
-    source: str = ""
+    source: Text = ""
     """Free text: how the figures were obtained (profiler run, paper table, vendor benchmark...)."""
 
 
@@ -55,27 +67,27 @@ class ToolCard(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(min_length=1)
+    name: Name
     """Tool name, unique in a library."""
-    description: str = ""
+    description: Text = ""
     """What the tool does, in words (shown to the decider as data)."""
-    cpu_ms: float = Field(gt=0, allow_inf_nan=False)
+    cpu_ms: float = Field(ge=MIN_MS, le=MAX_MS, allow_inf_nan=False)
     """Median latency on the CPU in isolation, ms."""
-    gpu_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    gpu_ms: float | None = Field(default=None, ge=MIN_MS, le=MAX_MS, allow_inf_nan=False)
     """Median warm latency on the GPU in isolation, ms; None when the tool has no GPU implementation."""
-    load_ms: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    load_ms: float = Field(default=0.0, ge=0, le=MAX_MS, allow_inf_nan=False)
     """Cost of loading the model onto the GPU, paid by ``gpu_queue`` on admission, ms."""
-    vram_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    vram_mb: float = Field(default=0.0, ge=0, le=MAX_VRAM_MB, allow_inf_nan=False)
     """GPU memory the tool holds while resident, MB."""
-    gpu_util: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    gpu_util: float = Field(default=1.0, ge=MIN_GPU_UTIL, le=1, allow_inf_nan=False)
     """Share of the GPU the tool keeps busy when it runs alone (0-1]."""
-    cpu_threads: int = Field(default=1, ge=1)
+    cpu_threads: int = Field(default=1, ge=1, le=MAX_CORES)
     """CPU cores the tool keeps busy when it runs on the CPU."""
     has_gpu: bool = True
     """Whether a GPU implementation exists; False makes the tool device-neutral (CPU only)."""
-    amplification: int = Field(default=1, ge=1)
+    amplification: int = Field(default=1, ge=1, le=MAX_AMPLIFICATION)
     """k: the same computation repeated k times (PAPER.md's amplified tools, e.g. ``bert_base_x12``)."""
-    base: str | None = None
+    base: Name | None = None
     """Name of the base card an amplified card was derived from."""
     provenance: Provenance = Provenance()
     """Where the figures come from."""
@@ -131,21 +143,25 @@ class ToolCard(BaseModel):
 
         Latencies scale by k; the load cost and the VRAM do not (the same weights are loaded
         once and the repeats run back to back). Spreads of latencies scale by k too.
+
+        Raises ``ValueError`` (a pydantic ``ValidationError`` when a scaled figure leaves its
+        accepted range) unless 1 <= k <= MAX_AMPLIFICATION.
         """
-        if k < 1:
-            raise ValueError(f"amplification k must be >= 1, got {k}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_AMPLIFICATION:
+            shown = repr(k) if len(repr(k)) <= 30 else repr(k)[:27] + "..."
+            raise ValueError(f"amplification = {shown}: give an integer from 1 to {MAX_AMPLIFICATION:,}")
         spread = {
-            key: (Spread(p10=s.p10 * k, p90=s.p90 * k) if key in ("cpu_ms", "gpu_ms") else s)
+            key: ({"p10": s.p10 * k, "p90": s.p90 * k} if key in ("cpu_ms", "gpu_ms") else s.model_dump())
             for key, s in self.spread.items()
         }
-        return self.model_copy(
-            update={
-                "name": name or f"{self.name}_x{k}",
-                "description": f"{self.description} (amplified: repeated {k}x)".strip(),
-                "cpu_ms": self.cpu_ms * k,
-                "gpu_ms": None if self.gpu_ms is None else self.gpu_ms * k,
-                "amplification": self.amplification * k,
-                "base": self.base or self.name,
-                "spread": spread,
-            }
+        fields = self.model_dump()
+        fields.update(
+            name=name or f"{self.name}_x{k}",
+            description=f"{self.description} (amplified: repeated {k}x)".strip(),
+            cpu_ms=self.cpu_ms * k,
+            gpu_ms=None if self.gpu_ms is None else self.gpu_ms * k,
+            amplification=self.amplification * k,
+            base=self.base or self.name,
+            spread=spread,
         )
+        return ToolCard.model_validate(fields)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ import yaml
 from pydantic import ValidationError
 
 from hetsched.model.card import Provenance, ToolCard
-from hetsched.model.errors import InputError, MappingError, UnknownNameError
+from hetsched.model.errors import InputError, MappingError, UnknownNameError, some
+from hetsched.model.limits import MAX_NAME_CHARS
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
@@ -44,48 +47,324 @@ def bundled_scenarios() -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------- low level
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (plain YAML keeps the last one silently)."""
+MAX_FILE_BYTES = 8 * 1024 * 1024
+"""Largest input file read (8 MiB: a 100,000-node scenario fits); larger ones are refused unread."""
+MAX_DEPTH = 32
+"""Deepest nesting of lists and mappings in an input file (the formats need 5)."""
+MAX_ALIAS_EXPANSION = 100_000
+"""Most YAML nodes that aliases (``*name``, ``<<: *name``) may add to a document, counted before it is
+walked: a 1 KB "billion laughs" file would otherwise expand to millions of nodes."""
+MAX_INT_DIGITS = 100
+"""Longest integer literal accepted (every figure has a far smaller upper bound)."""
+
+_SCALAR_TYPES = (str, int, float, bool, type(None))
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    """``os.stat``, or None when nothing is there (or the name cannot be a file name at all)."""
+    try:
+        return path.stat()
+    except (OSError, ValueError):  # missing, too long, embedded NUL, not a directory...
+        return None
+
+
+def _exists(path: Path) -> bool:
+    return _stat(path) is not None
+
+
+class _Resolver(yaml.resolver.Resolver):
+    """YAML 1.2 core-schema scalars (as JSON reads them), not PyYAML's YAML 1.1 defaults.
+
+    ``1e3`` is a number (YAML 1.1: a string), ``yes``/``no``/``on``/``off`` are text (1.1:
+    booleans, so a node named ``no`` became ``False``), ``2026-11-01`` is text (1.1: a date),
+    ``010`` is ten (1.1: eight) and ``1:30`` is text (1.1: ninety).
+    """
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}  # noqa: RUF012 (PyYAML's class-level registry)
+
+
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+_Resolver.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+_Resolver.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+
+
+class _Composer(yaml.composer.Composer):
+    """Refuses, while composing and before anything is walked: nesting deeper than MAX_DEPTH
+    (PyYAML composes recursively), aliases that would expand to more than MAX_ALIAS_EXPANSION
+    nodes, and recursive aliases (an anchor used inside itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+        self._expanded = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes under it, aliases expanded
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        events: Any = self  # the Parser mixed into the loader provides the events
+        if events.check_event(yaml.AliasEvent):
+            event = events.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                size = self._sizes.get(id(node))
+                if size is None:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"alias *{event.anchor} is used inside its own anchor (a recursive alias)",
+                        event.start_mark,
+                    )
+                self._expanded += size
+                if self._expanded > MAX_ALIAS_EXPANSION:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"aliases expand to more than {MAX_ALIAS_EXPANSION:,} nodes (an alias bomb?); "
+                        "write the repeated parts out or use fewer aliases", event.start_mark,
+                    )
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels of lists and mappings",
+                events.peek_event().start_mark,
+            )
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes.get(id(v), 1) for v in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1) for k, v in node.value)
+        else:
+            size = 1
+        self._sizes[id(node)] = size
+        return node
+
+
+class _Constructor(yaml.constructor.SafeConstructor):
+    """SafeConstructor (no arbitrary objects) that refuses duplicate keys (plain YAML keeps the last
+    one silently) and over-long integers, with YAML 1.2 numbers."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *defaults': keys given beside it override the merged ones
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} cannot be a key; keys are names or numbers",
+                    key_node.start_mark,
+                ) from None
+            if duplicate:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (each key may appear once)", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node)).replace("_", "")
+        if len(text) > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(text)} digits; at most {MAX_INT_DIGITS} are accepted", node.start_mark
+            )
+        if text.startswith(("0x", "0o")):
+            return int(text[2:], 16 if text[1] == "x" else 8)
+        return int(text, 10)
 
-def read_structured(path: Path) -> Any:
-    """Parse a YAML (or JSON, which is YAML) file; errors name the file, line and column."""
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        text = str(self.construct_scalar(node)).replace("_", "").lower()
+        if text.endswith((".inf", ".nan")):
+            return float(text.replace(".", ""))  # caught as not finite when the document is walked
+        return float(text)
+
+
+_Constructor.add_constructor("tag:yaml.org,2002:int", _Constructor.construct_yaml_int)  # type: ignore[type-var]
+_Constructor.add_constructor("tag:yaml.org,2002:float", _Constructor.construct_yaml_float)  # type: ignore[type-var]
+
+
+class _PyLoader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser, _Composer, _Constructor, _Resolver):
+    """The bounded, strict, safe YAML loader every input file goes through (pure Python)."""
+
+    def __init__(self, stream: str) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+        _Composer.__init__(self)
+        _Constructor.__init__(self)
+        _Resolver.__init__(self)
+
+
+_Loader: Any = _PyLoader
+if getattr(yaml, "__with_libyaml__", False):
+    from yaml.cyaml import CParser  # type: ignore[attr-defined]
+
+    class _CLoader(_Composer, _Constructor, _Resolver, CParser):
+        """The same loader on libyaml's scanner and parser (about 5x faster): libyaml only produces the
+        events; composing (with the bounds above), resolving and constructing stay in Python."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            _Composer.__init__(self)
+            _Constructor.__init__(self)
+            _Resolver.__init__(self)
+
+    _Loader = _CLoader
+
+
+class _Refused(Exception):
+    """A JSON document refused by one of the parser hooks (message says why)."""
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"duplicate key {key!r} (each key may appear once)")
+        out[key] = value
+    return out
+
+
+def _json_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a finite number; give a finite number")
+
+
+def _json_nonfinite(name: str) -> float:
+    """``Infinity``/``NaN`` read as floats, so the document walk refuses them naming their field."""
+    return float(name)
+
+
+def _json_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of {len(text)} digits; at most {MAX_INT_DIGITS} are accepted")
+    return int(text)
+
+
+def _load_json(text: str, path: Path) -> Any:
+    """Strict JSON (RFC 8259: no trailing commas, no comments, no NaN), duplicate keys refused."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"file {path}: not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"file {path}: cannot be read ({exc})") from None
+        return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_nonfinite, parse_int=_json_int)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"file {path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except _Refused as exc:
+        raise InputError(f"file {path}: {exc}") from None
+    except RecursionError:
+        raise InputError(f"file {path}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
+
+
+def _load_yaml(text: str, path: Path) -> Any:
+    loader = _Loader(text)
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+        return loader.get_single_data()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise InputError(f"file {path}: malformed YAML{where}: {problem}") from None
+    except RecursionError:  # not expected with the depth bound; kept so it can never be a traceback
+        raise InputError(f"file {path}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
+    finally:
+        loader.dispose()
 
 
-def _reject_nonfinite(value: Any, where: str, path: Path) -> None:
-    """YAML accepts .nan and .inf; no figure of ours may be either."""
+def _check_tree(doc: Any, path: Path) -> None:
+    """Walk a parsed document once, without recursion: its depth, its types (the JSON ones only:
+    no dates, sets or binary from YAML tags), finite numbers and valid Unicode text."""
+    stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+    while stack:
+        value, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"file {path}: {where} is nested deeper than {MAX_DEPTH} levels of lists and mappings")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str | int | float | bool | None):
+                    raise InputError(f"file {path}: {where or '(top level)'} has a {type(k).__name__} as a key")
+                inner = f"{where}.{_key(k)}" if where else _key(k)
+                _check_scalar(k, inner, path)
+                stack.append((v, inner, depth + 1))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                stack.append((v, f"{where}[{i}]", depth + 1))
+        else:
+            _check_scalar(value, where, path)
+
+
+def _check_scalar(value: Any, where: str, path: Path) -> None:
+    where = _short(where)
+    if not isinstance(value, _SCALAR_TYPES):
+        raise InputError(
+            f"file {path}: {where or '(top level)'} is a {type(value).__name__}; these files hold text, numbers, "
+            "true/false, lists and mappings only (drop the YAML tag, or quote the value)"
+        )
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"file {path}: {where} = {value!r} is not a finite number; give a finite number")
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _reject_nonfinite(v, f"{where}.{k}" if where else str(k), path)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _reject_nonfinite(v, f"{where}[{i}]", path)
+    if isinstance(value, str):
+        bad = _SURROGATE.search(value)
+        if bad:
+            raise InputError(
+                f"file {path}: {where or 'a text'} holds the lone surrogate U+{ord(bad.group()):04X}, which is not "
+                "a character; write the character itself, or a complete surrogate pair"
+            )
+
+
+def _key(key: Any) -> str:
+    """A key as a step of a field path in a message: as written when plain, else quoted with escapes."""
+    text = str(key)
+    return text if text.isprintable() and len(text) <= 60 and "." not in text else _value(text, 60)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _value(value: Any, limit: int = 80) -> str:
+    """A value as shown in a message: repr, cut to ``limit`` characters."""
+    return _short(repr(value), limit)
+
+
+def read_structured(path: Path) -> Any:
+    """Parse a YAML file (or a ``.json`` file as strict JSON); errors name the file, line and column.
+
+    Refuses before parsing: a missing file, anything but a regular file (a directory, a FIFO,
+    ``/dev/zero``), a file over :data:`MAX_FILE_BYTES`, text that is not UTF-8. While parsing:
+    nesting over :data:`MAX_DEPTH`, alias expansion over :data:`MAX_ALIAS_EXPANSION`, duplicate
+    keys, over-long integers. After: types other than JSON's, non-finite numbers, lone surrogates.
+    """
+    st = _stat(path)
+    if st is None:
+        raise InputError(f"file {path}: not found")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
+        raise InputError(f"file {path}: is {kind}; give a YAML or JSON file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise InputError(f"file {path}: {st.st_size:,} bytes; input files may hold at most {MAX_FILE_BYTES:,} bytes")
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"file {path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(f"file {path}: more than {MAX_FILE_BYTES:,} bytes; input files may hold at most that")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"file {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
+    doc = _load_json(text, path) if path.suffix.lower() == ".json" else _load_yaml(text, path)
+    _check_tree(doc, path)
+    return doc
 
 
 def format_validation_error(exc: ValidationError, path: Path | str, prefix: str = "") -> str:
@@ -94,9 +373,14 @@ def format_validation_error(exc: ValidationError, path: Path | str, prefix: str 
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
         value = err.get("input")
-        shown = "" if isinstance(value, dict | list) or value is None else f" = {value!r}"
+        if isinstance(value, dict | list):
+            shown = f" (a {'mapping' if isinstance(value, dict) else 'list'})" if err["type"].endswith("_type") else ""
+        elif value is None or err["type"] == "missing":
+            shown = ""
+        else:
+            shown = f" = {_value(value)}"
         msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc or '(top level)'}{shown}: {msg}")
+        lines.append(f"{_short(loc) or '(top level)'}{shown}: {msg}")
     head = f"file {path}: " if str(path) else ""
     if len(lines) == 1:
         return head + lines[0]
@@ -105,11 +389,31 @@ def format_validation_error(exc: ValidationError, path: Path | str, prefix: str 
 
 def _expect_dict(value: Any, where: str, path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InputError(f"file {path}: {where} must be a mapping of keys to values, got {type(value).__name__}")
+        got = "nothing" if value is None else f"a {type(value).__name__}"
+        raise InputError(f"file {path}: {where} must be a mapping of keys to values, got {got}")
     return value
 
 
+def _check_keys(doc: dict[str, Any], known: set[str], where: str, path: Path) -> None:
+    for key in doc:
+        if key not in known:
+            raise InputError(f"file {path}: {where}unknown key {_value(key)}; accepted keys: {sorted(known)}")
+
+
+def _node_name(value: Any) -> str | None:
+    """A node id or tool name as written: text, or a whole number (``1: tool``); None otherwise."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
 # ---------------------------------------------------------------------------- tool library
+LIBRARY_KEYS = {"hardware", "runs", "date", "source", "tools"}
+"""Top-level keys of a tool library file."""
+
+
 def load_tool_library(path: Path | str) -> dict[str, ToolCard]:
     """Read a tool library file (``tools:`` name -> card fields) into cards by name.
 
@@ -117,42 +421,55 @@ def load_tool_library(path: Path | str) -> dict[str, ToolCard]:
     named ``NAME_xK`` that has no entry is derived from ``NAME`` on demand by :func:`resolve_card`.
     """
     path = Path(path)
-    raw = read_structured(path)
-    doc = _expect_dict(raw, "the top level", path)
-    _reject_nonfinite(doc, "", path)
+    doc = _expect_dict(read_structured(path), "the top level", path)
+    _check_keys(doc, LIBRARY_KEYS, "", path)
     tools = _expect_dict(doc.get("tools"), "tools", path)
-    defaults = Provenance(
-        hardware=str(doc.get("hardware", "unknown")),
-        runs=int(doc.get("runs", 0) or 0),
-        date=str(doc.get("date", "")),
-        source=str(doc.get("source", "")),
-    )
+    given = {k: doc[k] for k in ("hardware", "runs", "date", "source") if k in doc}
+    try:
+        defaults = Provenance.model_validate(given, strict=True)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(exc, path)) from None
     return parse_cards(tools, path, defaults, where="tools")
 
 
 def parse_cards(
     entries: dict[str, Any], path: Path, defaults: Provenance | None = None, where: str = "cards"
 ) -> dict[str, ToolCard]:
-    """Cards from ``name -> fields`` entries, resolving ``base``/``amplification`` derivations."""
+    """Cards from ``name -> fields`` entries, resolving ``base``/``amplification`` derivations.
+
+    Linear in the number of cards: each ``base`` chain is followed once, without recursion.
+    """
+    for name, fields in entries.items():
+        if not isinstance(name, str):
+            raise InputError(f"file {path}: {where}: the key {_value(name)} is not a tool name; quote it")
+        fields = _expect_dict(fields, f"{where}.{_key(name)}", path)
+        base = fields.get("base")
+        if base is not None and not isinstance(base, str):
+            raise InputError(
+                f"file {path}: {where}.{_key(name)}.base = {_value(base)}; give the name of a tool in this file"
+            )
+        if base is not None and base not in entries:
+            raise InputError(
+                f"file {path}: {where}.{_key(name)}.base = {base!r} is not a tool in this file; "
+                f"known tools: [{some(sorted(entries))}]"
+            )
     cards: dict[str, ToolCard] = {}
-    pending = dict(entries)
-    while pending:
-        progressed = False
-        for name, fields in list(pending.items()):
-            fields = _expect_dict(fields, f"{where}.{name}", path)
-            base = fields.get("base")
-            if base is not None and base not in cards:
-                if base not in entries:
-                    raise InputError(
-                        f"file {path}: {where}.{name}.base = {base!r} is not a tool in this file; "
-                        f"known tools: {sorted(entries)}"
-                    )
-                continue  # derive once the base exists
-            cards[name] = _build_card(name, fields, cards.get(base) if base else None, path, defaults, where)
-            del pending[name]
-            progressed = True
-        if not progressed:
-            raise InputError(f"file {path}: {where}: circular 'base' references among {sorted(pending)}")
+    for name in entries:
+        chain = [name]  # name, its base, the base's base... until a built card or a full card
+        on_chain = {name}
+        while True:
+            base = entries[chain[-1]].get("base")
+            if base is None or base in cards:
+                break
+            if base in on_chain:
+                loop = chain[chain.index(base):]
+                raise InputError(f"file {path}: {where}: circular 'base' references among [{some(sorted(loop))}]")
+            chain.append(base)
+            on_chain.add(base)
+        for n in reversed(chain):
+            if n not in cards:
+                base = entries[n].get("base")
+                cards[n] = _build_card(n, entries[n], cards[base] if base else None, path, defaults, where)
     return cards
 
 
@@ -167,31 +484,43 @@ def _build_card(
     data = dict(fields)
     data.setdefault("name", name)
     if data["name"] != name:
-        raise InputError(f"file {path}: {where}.{name}.name = {data['name']!r} differs from its key {name!r}")
+        raise InputError(
+            f"file {path}: {where}.{_key(name)}.name = {_value(data['name'])} differs from its key {name!r}"
+        )
     try:
         if base is not None:
             k = data.pop("amplification", 1)
             data.pop("base")
-            if not isinstance(k, int) or k < 1:
-                raise InputError(f"file {path}: {where}.{name}.amplification = {k!r}: give an integer k >= 1")
-            derived = base.amplified(k, name=name)
+            try:
+                derived = base.amplified(k, name=name)
+            except ValidationError as exc:
+                raise InputError(
+                    format_validation_error(exc, path, prefix=f"{where}.{_key(name)} (amplified {k}x from {base.name})")
+                ) from None
+            except ValueError as exc:
+                raise InputError(f"file {path}: {where}.{_key(name)}.{exc}") from None
             merged = derived.model_dump()
             merged.update(data)
-            return ToolCard.model_validate(merged)
+            return ToolCard.model_validate(merged, strict=True)
         if "provenance" not in data:
             prov = (defaults or Provenance()).model_dump()
             if "source" in data:  # shorthand: a card-level ``source:`` line
                 prov["source"] = data.pop("source")
             data["provenance"] = prov
-        return ToolCard.model_validate(data)
+        return ToolCard.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(format_validation_error(exc, path, prefix=f"{where}.{name}")) from None
+        raise InputError(format_validation_error(exc, path, prefix=f"{where}.{_key(name)}")) from None
 
 
 def resolve_card(name: str, library: dict[str, ToolCard]) -> ToolCard | None:
-    """The card for ``name``; ``BASE_xK`` is derived from ``BASE`` when not listed."""
+    """The card for ``name``; ``BASE_xK`` is derived from ``BASE`` when not listed.
+
+    Raises ``ValueError`` when K is out of range or the derived figures leave theirs.
+    """
     if name in library:
         return library[name]
+    if len(name) > MAX_NAME_CHARS:  # a name's length bounds the regex work and the digits of K
+        return None
     m = _AMPLIFIED.match(name)
     if m and m["base"] in library:
         return library[m["base"]].amplified(int(m["k"]), name=name)
@@ -199,18 +528,22 @@ def resolve_card(name: str, library: dict[str, ToolCard]) -> ToolCard | None:
 
 
 # ---------------------------------------------------------------------------- scenario
+SCENARIO_KEYS = {"name", "description", "shows", "mode", "tools", "cards", "machine", "nodes", "edges"}
+"""Top-level keys of a scenario file."""
+
+
 def resolve_scenario_path(ref: str | Path) -> Path:
     """A scenario reference (a file path, or the name of a bundled scenario) as a path."""
     path = Path(ref)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.exists():
-        if not path.exists():
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or _exists(path):
+        if not _exists(path):
             raise InputError(f"file {path}: not found")
         return path
     bundled = bundled_scenarios()
     if str(ref) in bundled:
         return bundled[str(ref)]
     raise UnknownNameError(
-        f"scenario {str(ref)!r} is neither a file nor a bundled scenario; bundled: {', '.join(bundled)}"
+        f"scenario {_value(str(ref))} is neither a file nor a bundled scenario; bundled: {', '.join(bundled)}"
     )
 
 
@@ -219,44 +552,55 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
 
     Cards come from, in order of precedence: the file's inline ``cards:``, then the library
     named by its ``tools:`` key (a path relative to the scenario file), else ``library`` if
-    given, else the bundled reference library.
+    given, else the bundled reference library. A file that names its own ``tools:`` while
+    ``library`` is given is an error (``bench --tools``): one of the two would be ignored.
     """
     path = resolve_scenario_path(ref)
     doc = _expect_dict(read_structured(path), "the top level", path)
-    _reject_nonfinite(doc, "", path)
-    known = {"name", "description", "shows", "mode", "tools", "cards", "machine", "nodes", "edges"}
-    for key in doc:
-        if key not in known:
-            raise InputError(f"file {path}: unknown key {key!r}; accepted keys: {sorted(known)}")
+    _check_keys(doc, SCENARIO_KEYS, "", path)
 
     if "tools" in doc:
         if not isinstance(doc["tools"], str) or not doc["tools"].strip():
             raise InputError(
-                f"file {path}: tools = {doc['tools']!r}; give the path of a tool library file "
+                f"file {path}: tools = {_value(doc['tools'])}; give the path of a tool library file "
                 "(relative to this scenario), or put cards inline under 'cards:'"
+            )
+        if library is not None:
+            raise InputError(
+                f"file {path}: tools = {doc['tools']!r} names this scenario's own tool library, and another "
+                "library was given too (bench --tools); a scenario takes its cards from one library: drop one "
+                "of the two, or put cards that must override inline under 'cards:'"
             )
         lib_path = Path(doc["tools"])
         if not lib_path.is_absolute():
             lib_path = path.parent / lib_path
-        if not lib_path.exists():
+        if not _exists(lib_path):
             raise InputError(f"file {path}: tools = {doc['tools']!r}: tool library {lib_path} not found")
         base_library = load_tool_library(lib_path)
     elif library is not None:
         base_library = library
     else:
         base_library = load_tool_library(bundled_library_path())
-    inline = parse_cards(_expect_dict(doc.get("cards", {}) or {}, "cards", path), path)
+    inline = parse_cards(_expect_dict(doc.get("cards") or {}, "cards", path), path)
     combined = {**base_library, **inline}
 
     nodes = _parse_nodes(doc.get("nodes"), path)
     edges = _parse_edges(doc.get("edges") or [], path)
     cards: dict[str, ToolCard] = {}
     for node in nodes:
-        card = resolve_card(node.tool, combined)
+        if node.tool in cards:
+            continue
+        try:
+            card = resolve_card(node.tool, combined)
+        except ValidationError as exc:
+            where = f"node {node.id!r} tool {node.tool!r}"
+            raise InputError(format_validation_error(exc, path, prefix=where)) from None
+        except ValueError as exc:
+            raise InputError(f"file {path}: node {node.id!r} uses tool {node.tool!r}: {exc}") from None
         if card is None:
             raise InputError(
                 f"file {path}: node {node.id!r} uses tool {node.tool!r}, which has no card; "
-                f"known tools: {', '.join(sorted(combined))}"
+                f"known tools: {some(sorted(combined), quote=False)}"
             )
         cards[node.tool] = card
 
@@ -265,26 +609,28 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="workflow")) from None
     try:
-        machine = Machine.model_validate(doc.get("machine") or {})
+        machine = Machine.model_validate(doc.get("machine") or {}, strict=True)
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="machine")) from None
     mode_raw = doc.get("mode", "binary")
-    try:
-        mode = Mode(mode_raw)
-    except ValueError:
+    if not isinstance(mode_raw, str) or mode_raw not in {m.value for m in Mode}:
         raise InputError(
-            f"file {path}: mode = {mode_raw!r} is not a mode; accepted: {', '.join(m.value for m in Mode)}"
-        ) from None
+            f"file {path}: mode = {_value(mode_raw)} is not a mode; accepted: {', '.join(m.value for m in Mode)}"
+        )
     try:
-        return Scenario(
-            name=str(doc.get("name") or path.stem),
-            description=str(doc.get("description", "")),
-            shows=str(doc.get("shows", "")),
-            mode=mode,
-            workflow=workflow,
-            cards=cards,
-            machine=machine,
-            source=str(path),
+        return Scenario.model_validate(
+            {
+                # an empty 'key:' (null) is the same as leaving the key out
+                "name": doc["name"] if doc.get("name") is not None else path.stem,
+                "description": doc["description"] if doc.get("description") is not None else "",
+                "shows": doc["shows"] if doc.get("shows") is not None else "",
+                "mode": Mode(mode_raw),
+                "workflow": workflow,
+                "cards": cards,
+                "machine": machine,
+                "source": str(path),
+            },
+            strict=True,
         )
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path)) from None
@@ -293,87 +639,142 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
 def _parse_nodes(raw: Any, path: Path) -> list[Node]:
     if raw is None:
         raise InputError(f"file {path}: 'nodes' is missing; give a list of {{id, tool}} or a mapping id: tool")
-    items: list[tuple[Any, Any]]
+    items: list[tuple[Any, Any, str]] = []  # (id, tool, where)
     if isinstance(raw, dict):
-        items = list(raw.items())
+        items = [(k, v, f"nodes.{_key(k)}") for k, v in raw.items()]
     elif isinstance(raw, list):
-        items = []
         for i, entry in enumerate(raw):
             if not isinstance(entry, dict) or "id" not in entry or "tool" not in entry:
-                raise InputError(f"file {path}: nodes[{i}] = {entry!r}: give {{id: NAME, tool: TOOL}}")
+                raise InputError(f"file {path}: nodes[{i}] = {_value(entry)}: give {{id: NAME, tool: TOOL}}")
             extra = set(entry) - {"id", "tool"}
             if extra:
-                raise InputError(f"file {path}: nodes[{i}] has unknown keys {sorted(extra)}; accepted: id, tool")
-            items.append((entry["id"], entry["tool"]))
+                raise InputError(
+                    f"file {path}: nodes[{i}] has unknown keys [{some(sorted(map(str, extra)))}]; accepted: id, tool"
+                )
+            items.append((entry["id"], entry["tool"], f"nodes[{i}]"))
     else:
-        raise InputError(f"file {path}: 'nodes' must be a list or a mapping, got {type(raw).__name__}")
+        raise InputError(f"file {path}: 'nodes' must be a list or a mapping, got a {type(raw).__name__}")
     if not items:
         raise InputError(f"file {path}: 'nodes' is empty; a workflow needs at least one node")
     nodes = []
-    for node_id, tool in items:
+    for node_id, tool, where in items:
         if not isinstance(tool, str) or not tool:
-            raise InputError(f"file {path}: node {node_id!r}: tool = {tool!r}; give a tool name")
-        if node_id is None or str(node_id).strip() == "":
-            raise InputError(f"file {path}: node id {node_id!r} (tool {tool!r}) is empty; give every node a name")
-        nodes.append(Node(id=str(node_id), tool=tool))
+            raise InputError(f"file {path}: node {_value(node_id)}: tool = {_value(tool)}; give a tool name")
+        name = _node_name(node_id)
+        if name is None or name.strip() == "":
+            if node_id is None or name is not None:
+                raise InputError(
+                    f"file {path}: node id {_value(node_id)} (tool {tool!r}) is empty; give every node a name"
+                )
+            raise InputError(
+                f"file {path}: {where}: node id {_value(node_id)} is a {type(node_id).__name__}; give a name "
+                "(quote it: YAML reads true, 1.5 or null as values, not text)"
+            )
+        try:
+            nodes.append(Node.model_validate({"id": name, "tool": tool}, strict=True))
+        except ValidationError as exc:
+            raise InputError(format_validation_error(exc, path, prefix=where)) from None
     return nodes
+
+
+_MAX_EDGE_TEXT = 2 * MAX_NAME_CHARS + 16
 
 
 def _parse_edges(raw: Any, path: Path) -> list[Edge]:
     if not isinstance(raw, list):
-        raise InputError(f"file {path}: 'edges' must be a list, got {type(raw).__name__}")
+        raise InputError(f"file {path}: 'edges' must be a list, got a {type(raw).__name__}")
     edges = []
     for i, entry in enumerate(raw):
-        if isinstance(entry, str):
-            m = _EDGE_TEXT.match(entry)
-            if not m:
-                raise InputError(f"file {path}: edges[{i}] = {entry!r}; write 'A -> B' or {{src, dst, data_mb}}")
-            edges.append(Edge(src=m["src"], dst=m["dst"]))
-        elif isinstance(entry, list) and len(entry) == 2:
-            edges.append(Edge(src=str(entry[0]), dst=str(entry[1])))
-        elif isinstance(entry, dict):
-            try:
-                edges.append(Edge.model_validate(entry))
-            except ValidationError as exc:
-                raise InputError(format_validation_error(exc, path, prefix=f"edges[{i}]")) from None
-        else:
-            raise InputError(f"file {path}: edges[{i}] = {entry!r}; write 'A -> B', [A, B] or {{src, dst, data_mb}}")
+        try:
+            if isinstance(entry, str):
+                m = _EDGE_TEXT.match(entry) if len(entry) <= _MAX_EDGE_TEXT else None
+                if not m:
+                    raise InputError(
+                        f"file {path}: edges[{i}] = {_value(entry)}; write 'A -> B' or {{src, dst, data_mb}}"
+                    )
+                edges.append(Edge.model_validate({"src": m["src"], "dst": m["dst"]}, strict=True))
+            elif isinstance(entry, list) and len(entry) == 2 and all(_node_name(x) is not None for x in entry):
+                edges.append(
+                    Edge.model_validate({"src": _node_name(entry[0]), "dst": _node_name(entry[1])}, strict=True)
+                )
+            elif isinstance(entry, dict):
+                fixed = dict(entry)
+                for end in ("src", "dst"):
+                    if end in fixed and isinstance(fixed[end], int) and not isinstance(fixed[end], bool):
+                        fixed[end] = str(fixed[end])  # '1: tool' nodes are named '1'
+                edges.append(Edge.model_validate(fixed, strict=True))
+            else:
+                raise InputError(
+                    f"file {path}: edges[{i}] = {_value(entry)}; write 'A -> B', [A, B] or {{src, dst, data_mb}}"
+                )
+        except ValidationError as exc:
+            raise InputError(format_validation_error(exc, path, prefix=f"edges[{i}]")) from None
     return edges
 
 
 # ---------------------------------------------------------------------------- mappings
+def _mapping_from_pairs(pairs: list[tuple[Any, Any]], where: str) -> Mapping:
+    """A mapping from (node, placement) pairs: every node a name, every placement text, each node once."""
+    seen: dict[str, Any] = {}
+    for node, placement in pairs:
+        name = _node_name(node)
+        if name is None or not name.strip():
+            raise MappingError(f"{where}: node {_value(node)} is not a node name")
+        if not isinstance(placement, str):
+            raise MappingError(
+                f"{where}: node {name!r}: placement = {_value(placement)}; accepted: cpu, gpu_now, gpu_queue"
+            )
+        if name in seen:
+            raise MappingError(
+                f"{where}: node {name!r} is placed twice ({seen[name]} and {placement}); place each node once"
+            )
+        seen[name] = placement
+    return Mapping(seen)
+
+
 def parse_mapping_text(text: str, where: str = "mapping") -> Mapping:
-    """``A=cpu,B=gpu_now`` (commas or spaces) or a JSON object, as a mapping."""
+    """``A=cpu,B=gpu_now`` (commas or spaces) or a JSON object, as a mapping; each node once."""
     text = text.strip()
     if text.startswith("{"):
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=list, parse_constant=_json_constant, parse_int=_json_int)
         except json.JSONDecodeError as exc:
             raise InputError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(data, dict):
+        except _Refused as exc:
+            raise InputError(f"{where}: {exc}") from None
+        except RecursionError:
+            raise InputError(f"{where}: nested too deep; give a flat JSON object node -> placement") from None
+        if not isinstance(data, list):  # object_pairs_hook=list: an object is its list of pairs
             raise InputError(f"{where}: give a JSON object node -> placement")
-        return Mapping({str(k): str(v) for k, v in data.items()})
+        return _mapping_from_pairs(data, where)
     pairs = []
     for part in re.split(r"[,\s]+", text):
         if not part:
             continue
         if "=" not in part:
-            raise InputError(f"{where}: {part!r} is not NODE=PLACEMENT; e.g. A=cpu,B=gpu_now")
+            raise InputError(f"{where}: {_value(part)} is not NODE=PLACEMENT; e.g. A=cpu,B=gpu_now")
         k, v = part.split("=", 1)
         pairs.append((k.strip(), v.strip()))
-    return Mapping(pairs)
+    return _mapping_from_pairs(pairs, where)
 
 
 def load_mapping(path: Path | str) -> Mapping:
-    """A mapping from a YAML/JSON file holding ``node: placement`` (or ``mapping: {...}``)."""
+    """A mapping from a YAML/JSON file holding ``node: placement`` (or only ``mapping: {...}``)."""
     path = Path(path)
     doc = _expect_dict(read_structured(path), "the top level", path)
-    if "mapping" in doc and isinstance(doc["mapping"], dict):
-        doc = doc["mapping"]
+    if isinstance(doc.get("mapping"), dict):  # else 'mapping' is a node's name
+        others = [k for k in doc if k != "mapping"]
+        if others:
+            raise MappingError(
+                f"file {path}: unknown key(s) [{some(others)}] beside 'mapping:'; a mapping file holds "
+                "node: placement pairs, or only a 'mapping:' key holding them"
+            )
+        doc = _expect_dict(doc["mapping"], "mapping", path)
     try:
-        return Mapping({str(k): str(v) for k, v in doc.items()})
+        return _mapping_from_pairs(list(doc.items()), f"file {path}")
     except MappingError as exc:
-        raise MappingError(f"file {path}: {exc}") from None
+        message = str(exc)
+        raise MappingError(message if message.startswith(f"file {path}") else f"file {path}: {message}") from None
 
 
 def detect_kind(path: Path) -> str:

@@ -36,6 +36,10 @@ class Attempt:
     error: str = ""
     """The parse/validation/transport error that made this attempt unusable ('' if accepted)."""
 
+    def __repr__(self) -> str:  # a prompt is kilobytes; a reply may be megabytes
+        error = f", rejected: {self.error[:60]!r}" if self.error else ""
+        return f"Attempt({self.attempt}, prompt {len(self.prompt):,} chars, reply {len(self.reply):,} chars{error})"
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict in the shared transcript format."""
         return {
@@ -76,6 +80,12 @@ class DecisionRecord:
     """What-if probes executed for this round."""
     cold_start: bool = False
     """True when the cards were hidden from the decider."""
+
+    def __repr__(self) -> str:
+        model = f" {self.model}" if self.model else ""
+        fallback = f", fallback: {self.fallback_reason[:60]!r}" if self.fallback else ""
+        return (f"DecisionRecord({self.decider}{model}, {len(self.attempts)} attempts, "
+                f"{len(self.observations)} observations{fallback})")
 
     @property
     def reasks(self) -> int:
@@ -158,3 +168,8 @@ class RoundRecord:
     def mapping(self) -> Mapping:
         """The executed mapping."""
         return self.proposal.mapping
+
+    def __repr__(self) -> str:  # the generated one prints traces, prompts and replies in full
+        d = self.proposal.decision
+        decider = "" if d is None else f", decider {d.decider}" + (" (fallback)" if d.fallback else "")
+        return f"RoundRecord({self.round}, {self.trace!r}, {len(self.probes)} probes{decider})"

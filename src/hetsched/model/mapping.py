@@ -106,8 +106,11 @@ class Mapping(AbcMapping[str, Placement]):
             return self._items == other._items
         return NotImplemented
 
-    def __repr__(self) -> str:
-        return f"Mapping({self.compact()})"
+    def __repr__(self) -> str:  # short whatever the size: 12 nodes, then a count
+        if len(self._items) <= 12:
+            return f"Mapping({self.compact()})"
+        head = " ".join(f"{k}={v.value}" for k, v in list(self._items.items())[:12])
+        return f"Mapping({head} ... {len(self._items)} nodes)"
 
     def compact(self) -> str:
         """``A=gpu_now B=cpu ...`` in insertion order."""

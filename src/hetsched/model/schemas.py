@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.model.card import ToolCard
+from hetsched.model.limits import MAX_AMPLIFICATION, MAX_DATA_MB, MAX_NAME_CHARS, MAX_RUNS, MAX_TEXT_CHARS
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import Placement
 
@@ -23,14 +24,19 @@ def _card_fields() -> dict[str, Any]:
     schema = ToolCard.model_json_schema()
     defs = schema.pop("$defs", {})
     props = schema["properties"]
-    props["source"] = {"type": "string", "description": "Shorthand for provenance.source."}
+    props["source"] = {"type": "string", "maxLength": MAX_TEXT_CHARS, "description": "Shorthand for provenance.source."}
     derived = {
         "type": "object",
         "description": "A card derived from another one in the same file: latencies scale by k.",
         "required": ["base"],
         "properties": {
-            "base": {"type": "string", "description": "Name of the base card."},
-            "amplification": {"type": "integer", "minimum": 1, "description": "k: repeats of the base computation."},
+            "base": {"type": "string", "maxLength": MAX_NAME_CHARS, "description": "Name of the base card."},
+            "amplification": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_AMPLIFICATION,
+                "description": "k: repeats of the base computation.",
+            },
             **{k: v for k, v in props.items() if k not in ("base", "amplification")},
         },
         "additionalProperties": False,
@@ -48,6 +54,7 @@ def _card_fields() -> dict[str, Any]:
 def tool_library_schema() -> dict[str, Any]:
     """Schema of a tool library file (``tools: {name: card}``)."""
     defs = _card_fields()
+    text = {"type": "string", "maxLength": MAX_TEXT_CHARS}
     return {
         "$schema": _DRAFT,
         "$id": _BASE_ID + "tools.schema.json",
@@ -55,10 +62,10 @@ def tool_library_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["tools"],
         "properties": {
-            "hardware": {"type": "string", "description": "Default provenance.hardware of every card."},
-            "runs": {"type": "integer", "minimum": 0, "description": "Default provenance.runs."},
-            "date": {"type": "string", "description": "Default provenance.date."},
-            "source": {"type": "string", "description": "Default provenance.source."},
+            "hardware": {**text, "description": "Default provenance.hardware of every card."},
+            "runs": {"type": "integer", "minimum": 0, "maximum": MAX_RUNS, "description": "Default provenance.runs."},
+            "date": {**text, "description": "Default provenance.date."},
+            "source": {**text, "description": "Default provenance.source."},
             "tools": {"type": "object", "additionalProperties": {"$ref": "#/$defs/card"}},
         },
         "additionalProperties": False,
@@ -70,12 +77,17 @@ def scenario_schema() -> dict[str, Any]:
     """Schema of a scenario file."""
     defs = _card_fields()
     machine = Machine.model_json_schema()
-    node_id = {"type": "string", "minLength": 1}
+    node_id = {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARS}
+    text = {"type": "string", "maxLength": MAX_TEXT_CHARS}
     edge_text = {"type": "string", "pattern": r"^\s*\S.*->\s*\S.*$", "description": "'A -> B'"}
     edge_obj = {
         "type": "object",
         "required": ["src", "dst"],
-        "properties": {"src": node_id, "dst": node_id, "data_mb": {"type": "number", "minimum": 0}},
+        "properties": {
+            "src": node_id,
+            "dst": node_id,
+            "data_mb": {"type": "number", "minimum": 0, "maximum": MAX_DATA_MB},
+        },
         "additionalProperties": False,
     }
     return {
@@ -85,9 +97,9 @@ def scenario_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["nodes"],
         "properties": {
-            "name": {"type": "string"},
-            "description": {"type": "string"},
-            "shows": {"type": "string", "description": "The property the scenario exists to show."},
+            "name": node_id,
+            "description": text,
+            "shows": {**text, "description": "The property the scenario exists to show."},
             "mode": {"enum": ["binary", "three_way"], "default": "binary"},
             "tools": {"type": "string", "description": "Tool library file, relative to the scenario file."},
             "cards": {"type": "object", "additionalProperties": {"$ref": "#/$defs/card"}},
@@ -128,7 +140,7 @@ def mapping_schema() -> dict[str, Any]:
         "$id": _BASE_ID + "mapping.schema.json",
         "title": "hetsched mapping",
         "oneOf": [
-            {"type": "object", "required": ["mapping"], "properties": {"mapping": flat}},
+            {"type": "object", "required": ["mapping"], "properties": {"mapping": flat}, "additionalProperties": False},
             {**flat, "not": {"required": ["mapping"]}},
         ],
     }

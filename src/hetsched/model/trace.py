@@ -153,6 +153,11 @@ class Trace:
         if self.feasible == (self.infeasibility is not None):
             raise ValueError("a Trace is feasible exactly when it has no infeasibility; use Trace.refused(...)")
 
+    def __repr__(self) -> str:  # the generated one prints every node and VRAM step
+        what = f"E2E {self.e2e_ms:.1f} ms" if self.e2e_ms is not None else f"infeasible: {self.infeasibility}"
+        seed = "noise-free" if self.seed is None else f"seed {self.seed}"
+        return f"Trace({self.mapping!r}, {what}, {len(self.nodes)} nodes, {seed}, {self.executor})"
+
     @classmethod
     def refused(
         cls,

@@ -1,6 +1,6 @@
 """The workflow DAG: nodes that each invoke one tool, and edges that may carry data.
 
-Part of the model package; imports pydantic, networkx and ``model.errors`` only.
+Part of the model package; imports pydantic, networkx, ``model.errors`` and ``model.limits`` only.
 """
 
 from __future__ import annotations
@@ -10,15 +10,18 @@ from functools import cached_property
 import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hetsched.model.errors import some
+from hetsched.model.limits import MAX_DATA_MB, Name
+
 
 class Node(BaseModel):
     """One tool invocation in the workflow."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(min_length=1)
+    id: Name
     """Node name, unique in the workflow (the paper uses A, B, C, D)."""
-    tool: str = Field(min_length=1)
+    tool: Name
     """Name of the tool card this node invokes."""
 
 
@@ -27,11 +30,11 @@ class Edge(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    src: str
+    src: Name
     """Producer node id."""
-    dst: str
+    dst: Name
     """Consumer node id."""
-    data_mb: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    data_mb: float = Field(default=0.0, ge=0, le=MAX_DATA_MB, allow_inf_nan=False)
     """Data passed along the edge, MB; costs a PCIe transfer when src and dst sit on different devices."""
 
 
@@ -57,7 +60,9 @@ class Workflow(BaseModel):
         for e in self.edges:
             for end, value in (("src", e.src), ("dst", e.dst)):
                 if value not in seen:
-                    raise ValueError(f"edge {e.src}->{e.dst}: {end} {value!r} is not a node; known nodes: {ids}")
+                    raise ValueError(
+                        f"edge {e.src}->{e.dst}: {end} {value!r} is not a node; known nodes: [{some(ids)}]"
+                    )
             if e.src == e.dst:
                 raise ValueError(f"edge {e.src}->{e.dst} is a self-loop; a workflow must be a DAG")
             if (e.src, e.dst) in pairs:
@@ -68,7 +73,10 @@ class Workflow(BaseModel):
         graph.add_edges_from(pairs)
         if not nx.is_directed_acyclic_graph(graph):
             cycle = nx.find_cycle(graph)
-            path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
+            around = [u for u, _ in cycle]
+            if len(around) > 10:  # name enough of a long cycle to find it, not all of it
+                around = [*around[:5], f"... ({len(around) - 6} more)", around[-1]]
+            path = " -> ".join([*around, cycle[0][0]])
             raise ValueError(f"the workflow has a cycle ({path}); a workflow must be a DAG")
         return self
 
@@ -103,13 +111,23 @@ class Workflow(BaseModel):
         """Distinct tool names, in first-use order."""
         return tuple(dict.fromkeys(n.tool for n in self.nodes))
 
+    @cached_property
+    def adjacency(self) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+        """(predecessors, successors) of every node, in edge file order: one pass over the edges."""
+        preds: dict[str, list[str]] = {n: [] for n in self.node_ids}
+        succs: dict[str, list[str]] = {n: [] for n in self.node_ids}
+        for e in self.edges:
+            preds[e.dst].append(e.src)
+            succs[e.src].append(e.dst)
+        return ({n: tuple(v) for n, v in preds.items()}, {n: tuple(v) for n, v in succs.items()})
+
     def preds(self, node_id: str) -> tuple[str, ...]:
         """Predecessors of a node, in file order."""
-        return tuple(e.src for e in self.edges if e.dst == node_id)
+        return self.adjacency[0].get(node_id, ())
 
     def succs(self, node_id: str) -> tuple[str, ...]:
         """Successors of a node, in file order."""
-        return tuple(e.dst for e in self.edges if e.src == node_id)
+        return self.adjacency[1].get(node_id, ())
 
     @cached_property
     def sinks(self) -> tuple[str, ...]:

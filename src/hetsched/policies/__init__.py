@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hetsched.model import UnknownNameError
+from hetsched.model import InputError, UnknownNameError
 from hetsched.policies.base import Policy, PolicyContext
 
 # name -> "module:Class"; imported lazily so a policy's optional dependencies load only when used
@@ -37,7 +37,10 @@ def make_policy(name: str, **options: Any) -> Policy:
         raise UnknownNameError(f"Unknown policy: {name!r}; valid policies: {', '.join(_REGISTRY)}")
     module_name, cls_name = _REGISTRY[key].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
-    policy: Policy = cls(**options)
+    try:
+        policy: Policy = cls(**options)
+    except TypeError as exc:  # an option the policy does not take
+        raise InputError(f"policy {key!r}: bad options {sorted(options)} ({exc})") from None
     return policy
 
 

@@ -5,8 +5,10 @@ which executes and records them -> the loop has the monitor observe the history 
 probes (``monitor.observe``) and hands the observations to ``propose`` ->
 the decider reads the scenario (cards unless cold start) and the observations -> its mapping
 is validated (chat deciders re-ask with the error, up to their attempt limit) -> if no valid
-mapping came back, the policy falls back to the best measured feasible mapping (all-CPU before
-anything ran) and records that it did. Nothing that fails the scenario's checks is ever proposed.
+mapping came back, or the planner's noise-free run of it deadlocks at the head of the FIFO queue
+(which the validator's static checks cannot see), the policy falls back to the best measured
+feasible mapping (all-CPU before anything ran) and records that it did. Nothing that fails the
+scenario's checks or the planner's is ever proposed.
 
 The proposal carries a :class:`~hetsched.model.DecisionRecord`: decider, model, every attempt,
 fallback and why, the observations as records and exactly as the decider read them, probes
@@ -117,6 +119,12 @@ class Agentic(Policy):
             bad = check_mapping(sc, mapping)
             if bad:  # a decider bug, never executed
                 mapping, problem = None, f"decider {self.decider.name!r} returned an invalid mapping: {bad}"
+            elif self.ctx.planner is not None:
+                # the validator's checks are static; a FIFO head-of-line deadlock shows only when the
+                # model runs the mapping (noise-free), and a mapping that cannot run is never proposed
+                refused = self.ctx.planner.infeasibility(mapping)
+                if refused is not None:
+                    mapping, problem = None, f"the model shows the decider's mapping cannot run: {refused}"
         fallback = mapping is None
         reason = ""
         rationale = decision.rationale

@@ -15,8 +15,15 @@ Choices (docs/baselines.md):
 - In a binary scenario (no queue) a tool that does not fit runs on the CPU.
 
 It cannot see that demoting a strong tool to the queue frees VRAM for a more valuable one
-(the paper's S11/S13 failure), and it does not check for queue deadlocks: both are the
-baseline's behaviour, not bugs. It never proposes a ``gpu_now`` set over the budget.
+(the paper's S11/S13 failure): that is the baseline's behaviour, not a bug. It never proposes a
+``gpu_now`` set over the budget.
+
+Departure (the feasibility guard, :mod:`hetsched.policies.guard`): the plain rule can queue a
+tool whose nodes then wait forever for memory held by a resident tool downstream of them (a
+deadlock; on random three-way fan-outs this is common). When the model's check says the rule's
+mapping cannot run, the rule is applied again tool by tool, and a step the check refuses takes
+the rule's next option instead (``gpu_now`` -> ``gpu_queue`` -> ``cpu``), so what it proposes
+can always run. Where the plain rule's mapping can run, nothing changes.
 Non-adaptive. Imports the model and the Policy base only.
 """
 
@@ -27,6 +34,7 @@ from collections.abc import Sequence
 from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
+from hetsched.policies.guard import Check, model_check
 
 
 def benefit_order(scenario: Scenario) -> list[str]:
@@ -44,25 +52,55 @@ def benefit_order(scenario: Scenario) -> list[str]:
     return sorted(tools, key=key)
 
 
-def greedy_placements(scenario: Scenario) -> tuple[dict[str, Placement], list[str]]:
-    """Tool -> placement by the greedy rule, and one note per decision."""
+def _node_mapping(scenario: Scenario, place: dict[str, Placement]) -> Mapping:
+    return Mapping((n, place[scenario.workflow.tool_of[n]]) for n in scenario.workflow.node_ids)
+
+
+def greedy_placements(scenario: Scenario, check: Check | None = None) -> tuple[dict[str, Placement], list[str]]:
+    """Tool -> placement by the greedy rule, and one note per decision.
+
+    With ``check`` (the feasibility guard), a rule's mapping that the check refuses is rebuilt
+    tool by tool, each step kept only when the mapping so far passes the check.
+    """
+    place, notes = _greedy(scenario, None)
+    if check is None or check(_node_mapping(scenario, place)) is None:
+        return place, notes
+    return _greedy(scenario, check)
+
+
+def _greedy(scenario: Scenario, check: Check | None) -> tuple[dict[str, Placement], list[str]]:
     budget = scenario.machine.vram_budget_mb
     three_way = scenario.mode is Mode.THREE_WAY
     used = 0.0
     place: dict[str, Placement] = {t: Placement.CPU for t in scenario.workflow.tools}
     notes: list[str] = []
+
+    def refused(t: str, p: Placement) -> str | None:
+        """Why the guard refuses tool ``t`` at ``p`` given the tools placed so far (None: accepted)."""
+        if check is None:
+            return None
+        reason = check(_node_mapping(scenario, {**place, t: p}))
+        return None if reason is None else reason.kind.label
+
     for t in benefit_order(scenario):
         c = scenario.cards[t]
-        if used + c.vram_mb <= budget:
+        why_now = refused(t, Placement.GPU_NOW) if used + c.vram_mb <= budget else "does not fit"
+        if why_now is None:
             used += c.vram_mb
             place[t] = Placement.GPU_NOW
             notes.append(f"{t}: gpu_now ({used:g}/{budget:g} MB)")
-        elif three_way and (c.queue_speedup or 0.0) > 1.0 and c.vram_mb <= budget:
-            place[t] = Placement.GPU_QUEUE
-            notes.append(f"{t}: does not fit ({c.vram_mb:g} MB), queue speedup {c.queue_speedup:.2f} > 1: gpu_queue")
-        else:
-            qs = f"queue speedup {c.queue_speedup:.2f}" if three_way else "binary scenario"
-            notes.append(f"{t}: does not fit ({c.vram_mb:g} MB), {qs}: cpu")
+            continue
+        lead = f"{t}: does not fit ({c.vram_mb:g} MB)" if why_now == "does not fit" else f"{t}: gpu_now {why_now}"
+        if three_way and (c.queue_speedup or 0.0) > 1.0 and c.vram_mb <= budget:
+            why_queue = refused(t, Placement.GPU_QUEUE)
+            if why_queue is None:
+                place[t] = Placement.GPU_QUEUE
+                notes.append(f"{lead}, queue speedup {c.queue_speedup:.2f} > 1: gpu_queue")
+                continue
+            notes.append(f"{lead}, gpu_queue {why_queue} (guard): cpu")
+            continue
+        qs = f"queue speedup {c.queue_speedup:.2f}" if three_way else "binary scenario"
+        notes.append(f"{lead}, {qs}: cpu")
     return place, notes
 
 
@@ -75,8 +113,8 @@ class GreedyMem(Policy):
         self, history: Sequence[RoundRecord], probes: Sequence[Probe] = (), observations: Observations | None = None
     ) -> Proposal:
         sc = self.ctx.scenario
-        place, notes = greedy_placements(sc)
-        mapping = Mapping((n, place[sc.workflow.tool_of[n]]) for n in sc.workflow.node_ids)
+        place, notes = greedy_placements(sc, model_check(sc, self.ctx.planner))
+        mapping = _node_mapping(sc, place)
         return Proposal(
             mapping,
             rationale=f"memory-aware greedy: gpu_now {sc.gpu_now_vram_mb(mapping):g} of "

@@ -16,7 +16,8 @@ doi:10.1109/71.993206) over a task x processor cost table with communication cos
 ``HeftCf`` (name ``heft-cf``) is HEFT on contention-free isolated costs from the tool cards,
 turned into a mapping: it ignores GPU sharing (Factor A), as the paper's HEFT-CF does, and the
 VRAM budget, which is then enforced with the same allocation fallback the StarPU baseline
-uses (see :func:`hetsched.policies.starpu_dmda.allocate_gpu_nodes` and docs/baselines.md).
+uses, feasibility guard included (see :func:`hetsched.policies.starpu_dmda.allocate_gpu_nodes`
+and docs/baselines.md).
 
 Imports the model and the StarPU module's allocation fallback only; never runs anything.
 """
@@ -35,6 +36,7 @@ import networkx as nx
 from hetsched.model import Placement, Probe, Proposal, RoundRecord, Scenario
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy, PolicyContext
+from hetsched.policies.guard import model_check
 from hetsched.policies.starpu_dmda import allocate_gpu_nodes
 
 T = TypeVar("T", bound=Hashable)
@@ -262,7 +264,7 @@ class HeftCf(Policy):
             sc = self.ctx.scenario
             sched = heft_cf_schedule(sc)
             gpu_order = [s.task for s in sched.on(GPU_PROC)]
-            mapping, notes = allocate_gpu_nodes(sc, gpu_order)
+            mapping, notes = allocate_gpu_nodes(sc, gpu_order, model_check(sc, self.ctx.planner))
             demoted = [n for n in gpu_order if mapping[n] is not Placement.GPU_NOW]
             rationale = f"HEFT on isolated costs, predicted makespan {sched.makespan:.1f} ms"
             if demoted:

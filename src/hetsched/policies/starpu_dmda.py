@@ -30,6 +30,8 @@ rounds saw. The data penalty is the edge data crossing PCIe (data_mb / pcie_mb_p
 Memory capacity is not in dmda's cost (true of StarPU): GPU nodes get ``gpu_now`` while their
 tools fit the budget and otherwise fall back as StarPU's allocator does on an allocation
 failure, waiting until memory is freed: ``gpu_queue`` (see :func:`allocate_gpu_nodes`).
+Departure: the feasibility guard (:mod:`hetsched.policies.guard`) rebuilds that fallback when the
+model says its result would deadlock, so dmda never proposes a mapping that cannot run.
 
 Policies learn only from ``history``; the model is recomputed from it, so a resumed run replays
 identically. Imports the model and the Policy base only.
@@ -42,11 +44,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
+from hetsched.policies.guard import Check, model_check, place_in_order
 
 CPU_RELATIVE_SPEEDUP = 1.0
 """StarPU's ``_STARPU_CPU_ALPHA``: assumed relative speed of a CPU worker (uncalibrated case)."""
@@ -60,7 +61,9 @@ _CLOCK_EPS_MS = 1e-6
 
 
 # ---------------------------------------------------------------------------- VRAM fallback
-def allocate_gpu_nodes(scenario: Scenario, gpu_order: Sequence[str]) -> tuple[Mapping, list[str]]:
+def allocate_gpu_nodes(
+    scenario: Scenario, gpu_order: Sequence[str], check: Check | None = None
+) -> tuple[Mapping, list[str]]:
     """Turn "these nodes run on the GPU, in this order" into placements within the VRAM budget.
 
     StarPU allocates device memory on demand and, when an allocation fails, the task waits
@@ -74,13 +77,44 @@ def allocate_gpu_nodes(scenario: Scenario, gpu_order: Sequence[str]) -> tuple[Ma
     fit beside the ``gpu_now`` tools that stay resident because one of their nodes runs after
     it. The ``gpu_now`` set never exceeds the budget.
 
+    With ``check`` (the feasibility guard of :mod:`hetsched.policies.guard`), a result the check
+    refuses (a FIFO deadlock the static guard does not see) is rebuilt node by node in
+    ``gpu_order``: each node takes ``gpu_now`` if its tool fits beside the resident ones, else
+    ``gpu_queue`` (three-way), else the CPU, keeping a step only when the mapping so far passes
+    the check; so the result can always run. A result the check accepts is returned unchanged.
+
     Returns:
         The mapping (in workflow node order) and one note per node that did not get ``gpu_now``.
     """
+    mapping, notes = _allocate(scenario, gpu_order)
+    if check is None or check(mapping) is None:
+        return mapping, notes
     wf = scenario.workflow
     budget = scenario.machine.vram_budget_mb
     three_way = scenario.mode is Mode.THREE_WAY
-    desc = {n: nx.descendants(wf.graph, n) for n in wf.node_ids}
+
+    def choices(node: str, placed: dict[str, Placement]) -> list[Placement]:
+        if Placement.GPU_NOW not in scenario.allowed(node):
+            return [Placement.CPU]
+        tool = wf.tool_of[node]
+        resident = {wf.tool_of[n] for n, p in placed.items() if p is Placement.GPU_NOW}
+        used = sum(scenario.cards[t].vram_mb for t in resident | {tool})
+        wanted = [Placement.GPU_NOW] if used <= budget else []
+        if three_way and scenario.card_of(node).vram_mb <= budget:
+            wanted.append(Placement.GPU_QUEUE)
+        return wanted
+
+    place, guard_notes = place_in_order(scenario, [n for n in gpu_order if n in wf.tool_of], choices, check)
+    return Mapping((n, place[n]) for n in wf.node_ids), guard_notes
+
+
+def _allocate(scenario: Scenario, gpu_order: Sequence[str]) -> tuple[Mapping, list[str]]:
+    """The allocation fallback with its static guard only (see :func:`allocate_gpu_nodes`)."""
+    wf = scenario.workflow
+    budget = scenario.machine.vram_budget_mb
+    three_way = scenario.mode is Mode.THREE_WAY
+    masks = scenario.descendant_masks
+    index = {n: i for i, n in enumerate(wf.node_ids)}
     place: dict[str, Placement] = {n: Placement.CPU for n in wf.node_ids}
     now_nodes: dict[str, list[str]] = {}  # resident tool -> its gpu_now nodes
     queued: list[str] = []
@@ -90,7 +124,8 @@ def allocate_gpu_nodes(scenario: Scenario, gpu_order: Sequence[str]) -> tuple[Ma
         return scenario.cards[tool].vram_mb
 
     def guard_ok(q: str, residents: dict[str, list[str]]) -> bool:
-        held = sum(vram(t) for t, ns in residents.items() if any(x in desc[q] for x in ns))
+        below = masks[index[q]]
+        held = sum(vram(t) for t, ns in residents.items() if any(below >> index[x] & 1 for x in ns))
         return scenario.card_of(q).vram_mb + held <= budget
 
     for n in gpu_order:
@@ -203,7 +238,7 @@ class StarpuDmda(Policy):
         node_pos = {n: i for i, n in enumerate(sc.workflow.node_ids)}
         by_start = sorted(devices, key=lambda n: (predicted_end[n][0], node_pos[n]))
         gpu_order = [n for n in by_start if devices[n] == GPU_DEV]
-        mapping, notes = allocate_gpu_nodes(sc, gpu_order)
+        mapping, notes = allocate_gpu_nodes(sc, gpu_order, model_check(sc, self.ctx.planner))
         if forced:
             rationale = f"dmda: {len(forced)} node(s) forced to calibrate ({', '.join(forced)})"
         else:

@@ -7,12 +7,16 @@ x_mean_j + sqrt(2 ln n / n_j), with n the plays so far and n_j the plays of arm 
 
 Mapping onto our problem (docs/baselines.md):
 
-- Arms. With n <= ``max_joint_nodes`` (8) nodes, each arm is a whole mapping: all 2^n in a
-  binary scenario (the bandit reads no budget, so an over-budget one is an arm that pays the
-  worst reward), and every mapping that passes the static VRAM check in a three-way scenario
-  (feasible 3^n). Above that the arms are factored: each node runs its own UCB1 over its
-  allowed placements and every node's chosen arm is credited with the round's reward; the
-  joint mapping may then be infeasible, and pays for it.
+- Arms. With n <= ``max_joint_nodes`` (8) nodes, each arm is a whole mapping: every mapping
+  of the 2^n (binary) or 3^n (three-way) that the model says can run. Above that the arms are
+  factored: each node runs its own UCB1 over its allowed placements and every node's chosen arm
+  is credited with the round's reward.
+- Departure, the feasibility guard (:mod:`hetsched.policies.guard`): Auer et al.'s arms are
+  all playable; ours are not, so infeasible whole mappings are not arms, and a factored joint
+  choice the model says cannot run is repaired before it is proposed: the nodes on a GPU
+  placement go to the CPU one at a time, the node whose chosen arm has the lowest index first
+  (untried arms count as the highest), until the mapping can run (all-CPU always can). The
+  repaired mapping is what runs and what is credited.
 - Reward in [0, 1]: lower_bound / measured E2E, clipped to [0, 1], where lower_bound is the
   contention-free critical path of the cards with each node on its faster device (no
   mapping can beat it without noise). Infeasible rounds get 0, the worst reward.
@@ -23,7 +27,7 @@ Mapping onto our problem (docs/baselines.md):
 
 The statistics are recomputed from ``history`` (the executed proposals and their traces; probes
 are ignored) at each call, so a resumed run replays identically. Imports the model and the
-Policy base only.
+Policy base (and its guard) only.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ import math
 import random
 from collections.abc import Sequence
 
-from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario, Trace
+from hetsched.model import Mapping, Placement, Probe, Proposal, RoundRecord, Scenario, Trace
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy, PolicyContext
+from hetsched.policies.guard import model_check
 
 
 def lower_bound_ms(scenario: Scenario) -> float:
@@ -87,9 +92,10 @@ class Ucb1(Policy):
                 rng.shuffle(node_arms)
                 self._node_arms[n] = node_arms
         else:
-            arms = list(sc.all_mappings())
-            if sc.mode is Mode.THREE_WAY:
-                arms = [m for m in arms if not sc.infeasibility(m)]
+            check = model_check(sc, ctx.planner)
+            # the static check first (cheap); only a mapping with a queued node can deadlock at run time
+            arms = [m for m in sc.all_mappings() if sc.infeasibility(m) is None]
+            arms = [m for m in arms if Placement.GPU_QUEUE not in m.values() or check(m) is None]
             rng.shuffle(arms)
             self._arms = arms
             self._arm_index = {m: i for i, m in enumerate(arms)}
@@ -144,6 +150,7 @@ class Ucb1(Policy):
         t = len(history)
         rewards = [reward(rec.trace, self._lower_ms) for rec in history]
         chosen: dict[str, Placement] = {}
+        index_of: dict[str, float] = {}
         for n in sc.workflow.node_ids:
             arms = self._node_arms[n]
             plays = {a: 0 for a in arms}
@@ -155,14 +162,37 @@ class Ucb1(Policy):
                     total[a] += r
             untried = [a for a in arms if plays[a] == 0]
             if untried:
-                chosen[n] = untried[0]
+                chosen[n], index_of[n] = untried[0], math.inf
                 continue
             n_plays = sum(plays.values())
-            chosen[n] = max(
-                arms,
-                key=lambda a: (total[a] / plays[a] + math.sqrt(2.0 * math.log(n_plays) / plays[a]), -arms.index(a)),
-            )
-        mapping = Mapping((n, chosen[n]) for n in sc.workflow.node_ids)
-        return Proposal(
-            mapping, rationale=f"UCB1 (factored per node), round {t}", info={"phase": "factored", "rounds_seen": t}
-        )
+            index = {a: total[a] / plays[a] + math.sqrt(2.0 * math.log(n_plays) / plays[a]) for a in arms}
+            chosen[n] = max(arms, key=lambda a: (index[a], -arms.index(a)))
+            index_of[n] = index[chosen[n]]
+        mapping, repaired = self._guard(chosen, index_of)
+        info: dict[str, object] = {"phase": "factored", "rounds_seen": t}
+        rationale = f"UCB1 (factored per node), round {t}"
+        if repaired:
+            info["guard"] = repaired
+            rationale += f"; guard moved {len(repaired)} node(s) to the CPU so the mapping can run"
+        return Proposal(mapping, rationale=rationale, info=info)
+
+    def _guard(self, chosen: dict[str, Placement], index_of: dict[str, float]) -> tuple[Mapping, list[str]]:
+        """The factored choice, repaired until the model says it can run (module docstring)."""
+        sc = self.ctx.scenario
+        check = model_check(sc, self.ctx.planner)
+        ids = sc.workflow.node_ids
+        place = dict(chosen)
+        mapping = Mapping((n, place[n]) for n in ids)
+        if check(mapping) is None:
+            return mapping, []
+        position = {n: i for i, n in enumerate(ids)}
+        on_gpu = sorted((n for n in ids if place[n].on_gpu), key=lambda n: (index_of[n], position[n]))
+        repaired: list[str] = []
+        for n in on_gpu:
+            place[n] = Placement.CPU
+            repaired.append(f"{n}: {chosen[n].value} -> cpu")
+            mapping = Mapping((m, place[m]) for m in ids)
+            # the static check first: it is exact for OOM and cheap; the planner adds FIFO deadlocks
+            if sc.infeasibility(mapping) is None and check(mapping) is None:
+                break
+        return mapping, repaired

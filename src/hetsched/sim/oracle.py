@@ -128,6 +128,10 @@ class OracleResult:
     estimate_s: float | None = None
     """The time estimated before the search (None when the space was too small to need one)."""
 
+    def __repr__(self) -> str:  # the generated one prints the whole ranking (62,736 characters at n = 10)
+        return (f"OracleResult(best={self.best!r}, e2e_ms={self.e2e_ms:.1f}, {len(self.optimal)} optimal, "
+                f"ranking of {len(self.ranking):,}, space {self.space:,}, {self.simulated:,} simulated)")
+
 
 @dataclass
 class _Stats:
@@ -313,7 +317,10 @@ def _worker_task(codes: list[list[int]]) -> tuple[list[tuple[float, tuple[int, .
 
 
 def default_workers() -> int:
-    """Processes the search may use by default: the CPUs this process may run on."""
+    """Processes the search may use by default: the CPUs this process may run on, or 1 inside a
+    worker process (a bench's pool already uses the CPUs, and a daemonic worker may not start more)."""
+    if mp.parent_process() is not None:
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -462,7 +469,10 @@ def solve(
     if hit is not None:
         return hit if ranking else _trim(hit, top)
     limit = math.inf if max_seconds is None else float(max_seconds)
-    result = _full(scenario, limit) if ranking else _bounded(scenario, top, limit, workers or default_workers(), seed)
+    procs = workers or default_workers()
+    if mp.current_process().daemon:
+        procs = 1  # a daemonic process may not have children
+    result = _full(scenario, limit) if ranking else _bounded(scenario, top, limit, procs, seed)
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = result

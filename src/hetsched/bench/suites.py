@@ -1,0 +1,615 @@
+"""The scale and generalization suites: ``hetsched bench --suite scale`` and ``--suite random``.
+
+Both run the policies on workflows drawn by :mod:`hetsched.bench.generate` (never the bundled
+S1-S13, which the paper suite covers), on the noise-free-referenced simulator:
+
+- ``scale``: n = 10, 20, 50, 100 nodes (binary and three-way; layered and random DAGs). Per
+  policy and n: the noise-free E2E of the best mapping played over the reference's (the exact
+  oracle where the space allows, else a labelled best-known mapping with its gap to the lower
+  bound), the first round within 3% of the reference, the probes spent, and the decision time
+  per round (the round's wall time minus the executor's: proposing, monitoring, checking).
+- ``random``: many small workflows (4-8 nodes, every family, both modes), each against its exact
+  oracle: the share within 1% of the oracle by round 5 and by the last round (the
+  generalization table of docs/agentic.md), the median and worst ratio at round 5.
+
+Runs execute in worker processes and each finished run is appended to ``runs.jsonl`` in the
+output folder as one line (its key, scenario fingerprint and rounds), so an interrupted suite
+resumes where it stopped and a second call only runs what is new; references are kept the same
+way in ``references.json``. The runs do not go through the SQLite run store: a 100-node round's
+observations are large, and these suites need only the per-round summary.
+
+Imports the model, the generator, the policies, the loop, the executors and the simulator's
+reference search; matplotlib (the ``bench`` extra) only to draw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetsched.exec import make_executor
+from hetsched.loop import LoopConfig, run_rounds
+from hetsched.model import SIM, InputError, Mapping, Mode, RoundRecord, Scenario, Trace
+from hetsched.policies import make_policy
+from hetsched.sim import Simulator
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
+
+from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
+from .spec import PolicySpec, default_specs
+from .tables import Table
+
+SUITES: tuple[str, ...] = ("paper", "scale", "random")
+"""``--suite`` values: the paper's S1-S13 bench, the scale study, the generalization study."""
+SCALE_SIZES: tuple[int, ...] = (10, 20, 50, 100)
+"""Workflow sizes of the scale suite."""
+SCALE_FAMILIES: tuple[str, ...] = ("layered", "random")
+"""DAG families of the scale suite (cycled over its instances)."""
+SCALE_INSTANCES = 2
+"""Workflows per (size, mode) in the scale suite."""
+SCALE_ROUNDS = 10
+"""Rounds per run in the scale suite."""
+RANDOM_COUNT = 100
+"""Workflows per mode in the random suite."""
+RANDOM_ROUNDS = 10
+"""Rounds per run in the random suite."""
+QUICK_SCALE_SIZES: tuple[int, ...] = (10, 20)
+"""``--suite scale --quick``: sizes (one workflow per size and mode)."""
+QUICK_RANDOM_COUNT = 14
+"""``--suite random --quick``: workflows per mode."""
+QUICK_SUITE_ROUNDS = 6
+"""``--quick`` rounds for both suites."""
+WITHIN_SCALE = 0.03
+"""The scale suite's "rounds to within" threshold (3% of the reference)."""
+WITHIN_RANDOM = 0.01
+"""The random suite's threshold (1% of the oracle)."""
+BY_ROUND = 5
+"""The random suite's deadline: within the threshold by this round (rounds 0..5)."""
+SUITE_VERSION = 1
+"""Bumped when a run's recorded summary changes meaning (old lines are then run again)."""
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """What one suite runs and where it writes."""
+
+    suite: str
+    """``scale`` or ``random``."""
+    specs: tuple[PolicySpec, ...]
+    """Policy variants."""
+    workflows: tuple[WorkflowSpec, ...]
+    """The generated workflows."""
+    seeds: tuple[int, ...] = (0,)
+    """Run seeds."""
+    rounds: int = SCALE_ROUNDS
+    """Rounds per run."""
+    out: Path = Path("bench-out")
+    """Output folder."""
+    jobs: int = 1
+    """Worker processes."""
+    reference: ReferenceChoice = ReferenceChoice.AUTO
+    """What ratios are taken to."""
+    reference_seconds: float = DEFAULT_SEARCH_SECONDS
+    """Time budget of each workflow's reference search (``--max-seconds``)."""
+
+    def __post_init__(self) -> None:
+        if self.suite not in ("scale", "random"):
+            raise InputError(f"--suite {self.suite!r}: accepted: {', '.join(SUITES)}")
+        if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
+            raise InputError("--reference none: a suite compares every run with a reference; "
+                             "accepted: auto, oracle, best-known")
+        if self.rounds < 1 or not self.seeds or self.jobs < 1 or not self.specs or not self.workflows:
+            raise InputError("a suite needs rounds >= 1, at least one seed, one job, one policy and one workflow")
+
+
+def suite_specs(texts: Sequence[PolicySpec] | None = None) -> tuple[PolicySpec, ...]:
+    """The suites' default policies: every registered one but ``oracle`` (its mapping *is* the
+    reference, and at scale each of its runs would repeat the reference search)."""
+    if texts:
+        return tuple(texts)
+    return tuple(s for s in default_specs() if s.policy != "oracle")
+
+
+def scale_workflows(sizes: Sequence[int] = SCALE_SIZES, instances: int = SCALE_INSTANCES,
+                    families: Sequence[str] = SCALE_FAMILIES) -> tuple[WorkflowSpec, ...]:
+    """``instances`` workflows per (size, mode), cycling through ``families`` (seed = instance)."""
+    return tuple(
+        WorkflowSpec(families[i % len(families)], n, mode, i)
+        for n in sizes for mode in (Mode.BINARY, Mode.THREE_WAY) for i in range(instances)
+    )
+
+
+def random_workflows(count: int = RANDOM_COUNT, sizes: Sequence[int] = SMALL_SIZES,
+                     families: Sequence[str] = FAMILIES) -> tuple[WorkflowSpec, ...]:
+    """``count`` workflows per mode: family i mod 7, size cycling through ``sizes``, seed i."""
+    return tuple(
+        WorkflowSpec(families[i % len(families)], sizes[(i // len(families)) % len(sizes)], mode, i)
+        for mode in (Mode.BINARY, Mode.THREE_WAY) for i in range(count)
+    )
+
+
+def fingerprint(scenario: Scenario) -> str:
+    """A short hash of the scenario's content (cards, DAG, machine)."""
+    return hashlib.sha256(scenario.model_dump_json().encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------- one run
+class _TimedExecutor:
+    """The simulator, timing its own work, so a round's decision time excludes execution."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._inner = make_executor(SIM, scenario)
+        self.name = self._inner.name
+        self.seconds = 0.0
+
+    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
+        t0 = time.perf_counter()
+        try:
+            return self._inner.run(mapping, seed=seed)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> _TimedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a suite: a policy on a generated workflow with a seed."""
+
+    workflow: WorkflowSpec
+    spec: PolicySpec
+    seed: int
+    rounds: int
+
+    @property
+    def key(self) -> str:
+        opts = json.dumps(self.spec.options, sort_keys=True)
+        return f"{self.workflow.name}|{self.spec.policy}|{opts}|{self.seed}|{self.rounds}|v{SUITE_VERSION}"
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Run one job and summarize it (safe to call in a worker process)."""
+    sc = random_scenario(job.workflow)
+    policy = make_policy(job.spec.policy, **job.spec.options)
+    executor = _TimedExecutor(sc)
+    marks: list[tuple[float, float]] = []
+
+    def record(_: RoundRecord) -> None:
+        marks.append((time.perf_counter(), executor.seconds))
+
+    t0 = time.perf_counter()
+    result = run_rounds(sc, policy, LoopConfig(rounds=job.rounds, seed=job.seed), executor=executor, recorder=record)
+    exact = Simulator(sc, noise=False)
+    rounds: list[dict[str, Any]] = []
+    prev_t, prev_x = t0, 0.0
+    for rec, (t, x) in zip(result.rounds, marks, strict=True):
+        true_e2e = exact.e2e(rec.mapping) if rec.trace.feasible else None
+        rounds.append({
+            "round": rec.round,
+            "code": rec.mapping.code(),
+            "feasible": rec.trace.feasible,
+            "kind": None if rec.trace.kind is None else rec.trace.kind.value,
+            "e2e_ms": rec.trace.e2e_ms,
+            "true_e2e_ms": true_e2e,
+            "probes": len(rec.probes),
+            "decision_ms": max(0.0, ((t - prev_t) - (x - prev_x)) * 1000.0),
+        })
+        prev_t, prev_x = t, x
+    executor.close()
+    return {
+        "key": job.key,
+        "scenario": job.workflow.name,
+        "fingerprint": fingerprint(sc),
+        "family": job.workflow.family,
+        "n": job.workflow.n,
+        "mode": job.workflow.mode.value,
+        "label": job.spec.label,
+        "policy": job.spec.policy,
+        "options": job.spec.options,
+        "seed": job.seed,
+        "rounds": rounds,
+    }
+
+
+def reference_job(args: tuple[WorkflowSpec, str, float]) -> dict[str, Any]:
+    """The reference of one generated workflow (safe to call in a worker process)."""
+    spec, choice, max_seconds = args
+    sc = random_scenario(spec)
+    ref = reference(sc, ReferenceChoice(choice), max_seconds=max_seconds)
+    assert ref is not None
+    return {
+        "scenario": spec.name,
+        "fingerprint": fingerprint(sc),
+        "choice": choice,
+        "kind": ref.kind.value,
+        "e2e_ms": ref.e2e_ms,
+        "lower_bound_ms": ref.lower_bound_ms,
+        "gap": ref.gap,
+        "label": ref.label,
+        "seconds": ref.seconds,
+    }
+
+
+# ---------------------------------------------------------------------------- the suite
+Progress = Callable[[str, int, int], None]
+"""``progress(what, done, total)``."""
+
+
+@dataclass
+class SuiteResult:
+    """A finished suite: its runs and references, read back from the output folder."""
+
+    config: SuiteConfig
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _pool_map(fn: Callable[[Any], dict[str, Any]], items: Sequence[Any], jobs: int,
+              done: Callable[[dict[str, Any]], None]) -> None:
+    if jobs == 1 or len(items) <= 1:
+        for item in items:
+            done(fn(item))
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+        pending: set[Future[dict[str, Any]]] = {pool.submit(fn, item) for item in items}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                done(fut.result())
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by an interrupted write: that run runs again
+            continue
+    return out
+
+
+def run_suite(config: SuiteConfig, progress: Progress | None = None) -> SuiteResult:
+    """Compute missing references, run missing jobs (appending each to ``runs.jsonl``), and read back."""
+    t0 = time.perf_counter()
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    prints = {w.name: fingerprint(random_scenario(w)) for w in config.workflows}
+    choice = ReferenceChoice(config.reference).value
+    # references, one per workflow
+    ref_path = out / "references.json"
+    stored = json.loads(ref_path.read_text()) if ref_path.exists() else {}
+    refs: dict[str, dict[str, Any]] = {
+        k: v for k, v in stored.items() if v.get("fingerprint") == prints.get(k) and v.get("choice") == choice
+    }
+    todo_refs = [(w, choice, config.reference_seconds) for w in config.workflows if w.name not in refs]
+    done_refs = 0
+
+    def got_ref(r: dict[str, Any]) -> None:
+        nonlocal done_refs
+        refs[r["scenario"]] = r
+        ref_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
+        done_refs += 1
+        if progress is not None:
+            progress(f"reference {r['scenario']}", done_refs, len(todo_refs))
+
+    _pool_map(reference_job, todo_refs, config.jobs, got_ref)
+    # runs
+    runs_path = out / "runs.jsonl"
+    have = {r["key"]: r for r in _read_lines(runs_path) if r.get("fingerprint") == prints.get(r.get("scenario", ""))}
+    jobs = [Job(w, s, seed, config.rounds) for w in config.workflows for seed in config.seeds for s in config.specs]
+    todo = [j for j in jobs if j.key not in have]
+    counts = {"reused": len(jobs) - len(todo), "ran": 0}
+    with runs_path.open("a") as fh:
+
+        def got_run(r: dict[str, Any]) -> None:
+            have[r["key"]] = r
+            fh.write(json.dumps(r) + "\n")
+            fh.flush()
+            counts["ran"] += 1
+            if progress is not None:
+                progress(f"{r['scenario']} {r['label']}", counts["ran"], len(todo))
+
+        _pool_map(run_job, todo, config.jobs, got_run)
+    result = SuiteResult(config, [have[j.key] for j in jobs], {w.name: refs[w.name] for w in config.workflows},
+                         counts, time.perf_counter() - t0)
+    (out / "suite.json").write_text(json.dumps({
+        "suite": config.suite,
+        "policies": [s.label for s in config.specs],
+        "workflows": [w.name for w in config.workflows],
+        "seeds": list(config.seeds),
+        "rounds": config.rounds,
+        "reference": choice,
+        "jobs": config.jobs,
+        "seconds": round(result.seconds, 2),
+        "counts": counts,
+    }, indent=1))
+    return result
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------- metrics
+def ratios(run: dict[str, Any], ref_e2e: float) -> list[float]:
+    """Per round: the noise-free E2E of the round's mapping over the reference's (inf: could not run)."""
+    return [math.inf if r["true_e2e_ms"] is None else r["true_e2e_ms"] / ref_e2e for r in run["rounds"]]
+
+
+def best_by(values: Sequence[float], last_round: int) -> float:
+    """The lowest value among rounds 0..last_round."""
+    head = values[: last_round + 1]
+    return min(head) if head else math.inf
+
+
+def first_within(values: Sequence[float], threshold: float) -> int | None:
+    """The first round whose ratio is within ``threshold`` of 1 (None: never)."""
+    return next((i for i, v in enumerate(values) if v <= 1 + threshold + 1e-12), None)
+
+
+def _fmt_ratio(value: float) -> str:
+    return "no feasible round" if math.isinf(value) else f"{value:.3f}"
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else math.nan
+
+
+def _labels(result: SuiteResult) -> list[str]:
+    return [s.label for s in result.config.specs]
+
+
+def _scale_cells(result: SuiteResult, label: str, n: int) -> dict[str, str]:
+    runs = [r for r in result.runs if r["label"] == label and r["n"] == n]
+    if not runs:
+        return dict.fromkeys(("ratio", "rounds", "probes", "time"), "-")
+    best: list[float] = []
+    firsts: list[int] = []
+    probes: list[int] = []
+    times: list[float] = []
+    never = 0
+    for r in runs:
+        vals = ratios(r, result.references[r["scenario"]]["e2e_ms"])
+        best.append(min(vals))
+        f = first_within(vals, WITHIN_SCALE)
+        if f is None:
+            never += 1
+        else:
+            firsts.append(f)
+        probes.append(sum(x["probes"] for x in r["rounds"]))
+        times.extend(x["decision_ms"] for x in r["rounds"])
+    finite = [v for v in best if math.isfinite(v)]
+    ratio = _fmt_ratio(_median(best)) if len(finite) * 2 > len(best) else "no feasible round"
+    if finite and len(finite) < len(best):
+        ratio += f" ({len(best) - len(finite)}/{len(best)} no feasible round)"
+    reach = f"R{_median(firsts):g}" if firsts else "never"
+    if never and firsts:
+        reach += f" ({never}/{len(runs)} never)"
+    return {"ratio": ratio, "rounds": reach, "probes": f"{statistics.fmean(probes):.0f}",
+            "time": f"{_median(times):.1f}"}
+
+
+def scale_tables(result: SuiteResult) -> list[Table]:
+    """Per policy and workflow size: best ratio to the reference, rounds to within 3%, probes, decision time."""
+    sizes = sorted({w.n for w in result.config.workflows})
+    cells = {(label, n): _scale_cells(result, label, n) for label in _labels(result) for n in sizes}
+    ref = "Reference: " + _reference_summary(result)
+    specs = [
+        ("scale_ratio", "Scale: best mapping played / reference (median over workflows and seeds)",
+         [ref, "Noise-free E2E of the best mapping a run played over the reference's; below 1: the policy found a "
+               "better mapping than the reference search."]),
+        ("scale_rounds", "Scale: first round within 3% of the reference (median; runs that never got there)",
+         [ref, "R0 is the first round."]),
+        ("scale_probes", "Scale: what-if probes per run (mean)",
+         ["Only the agentic policy's monitor probes; its budget per round grows with n (docs/agentic.md)."]),
+        ("scale_time", "Scale: decision time per round, ms (median)",
+         ["The round's wall time minus the simulator's: the policy's decision, its monitor, the loop's checks. "
+          "One process per run, on a shared machine: compare within a column."]),
+    ]
+    key_of = {"scale_ratio": "ratio", "scale_rounds": "rounds", "scale_probes": "probes", "scale_time": "time"}
+    tables = []
+    for key, title, notes in specs:
+        table = Table(key, title, ["policy", *[f"n={n}" for n in sizes]], notes=notes)
+        for label in _labels(result):
+            table.rows.append([label, *[cells[(label, n)][key_of[key]] for n in sizes]])
+        tables.append(table)
+    return tables
+
+
+def scale_csv(result: SuiteResult) -> str:
+    """One row per run: workflow, n, mode, policy, seed, best ratio, first round within 3%, probes, decision ms."""
+    lines = ["scenario,family,n,mode,policy,seed,reference_kind,reference_e2e_ms,best_ratio,first_within_3pct,"
+             "probes,median_decision_ms,infeasible_rounds"]
+    for r in result.runs:
+        ref = result.references[r["scenario"]]
+        vals = ratios(r, ref["e2e_ms"])
+        f = first_within(vals, WITHIN_SCALE)
+        dec = _median([x["decision_ms"] for x in r["rounds"]])
+        bad = sum(1 for x in r["rounds"] if not x["feasible"])
+        lines.append(f"{r['scenario']},{r['family']},{r['n']},{r['mode']},{r['label']},{r['seed']},{ref['kind']},"
+                     f"{ref['e2e_ms']:.3f},{min(vals):.5f},{'' if f is None else f},"
+                     f"{sum(x['probes'] for x in r['rounds'])},{dec:.3f},{bad}")
+    return "\n".join(lines) + "\n"
+
+
+def random_table(result: SuiteResult) -> Table:
+    """Per policy and mode: share within 1% of the oracle by round 5 and by the last round, median and worst."""
+    modes = [m.value for m in (Mode.BINARY, Mode.THREE_WAY) if any(w.mode is m for w in result.config.workflows)]
+    last = result.config.rounds - 1
+    cols = ["policy"]
+    for m in modes:
+        cols += [f"{m}: within 1% by R{BY_ROUND}", f"{m}: by R{last}", f"{m}: median / worst at R{BY_ROUND}"]
+    cols.append("infeasible rounds")
+    table = Table(
+        "random",
+        f"Generalization: random 4-8-node workflows, best mapping played by round {BY_ROUND} vs the exact oracle",
+        cols,
+        notes=[
+            f"Within 1% by R{BY_ROUND}: share of workflows (x seeds) where some round 0..{BY_ROUND} ran a mapping "
+            f"whose noise-free E2E is within 1% of the oracle's; by R{last}: the same over the whole run "
+            f"(rounds 0..{last}). Median / worst: the best ratio reached by round {BY_ROUND}. "
+            "'no feasible round': every round of some run was infeasible (all-GPU's documented OOMs).",
+            "Workflows: hetsched.bench.generate (families " + ", ".join(FAMILIES) + "), never the bundled S1-S13. "
+            "Reference: " + _reference_summary(result),
+        ],
+    )
+    for label in _labels(result):
+        row = [label]
+        bad = 0
+        for m in modes:
+            runs = [r for r in result.runs if r["label"] == label and r["mode"] == m]
+            at5, atlast = [], []
+            for r in runs:
+                vals = ratios(r, result.references[r["scenario"]]["e2e_ms"])
+                at5.append(best_by(vals, BY_ROUND))
+                atlast.append(min(vals))
+                bad += sum(1 for x in r["rounds"] if not x["feasible"])
+            if not runs:
+                row += ["-", "-", "-"]
+                continue
+            ok5 = sum(1 for v in at5 if v <= 1 + WITHIN_RANDOM + 1e-12)
+            oklast = sum(1 for v in atlast if v <= 1 + WITHIN_RANDOM + 1e-12)
+            row += [f"{ok5}/{len(runs)} ({100 * ok5 / len(runs):.0f}%)", f"{oklast}/{len(runs)}",
+                    f"{_fmt_ratio(_median(at5))} / {_fmt_ratio(max(at5))}"]
+        row.append(str(bad))
+        table.rows.append(row)
+    return table
+
+
+def random_csv(result: SuiteResult) -> str:
+    """One row per run: workflow, family, n, mode, policy, seed, best ratio by round 5 and overall."""
+    lines = ["scenario,family,n,mode,policy,seed,oracle_e2e_ms,best_ratio_by_r5,best_ratio,infeasible_rounds"]
+    for r in result.runs:
+        ref = result.references[r["scenario"]]
+        vals = ratios(r, ref["e2e_ms"])
+        bad = sum(1 for x in r["rounds"] if not x["feasible"])
+        lines.append(f"{r['scenario']},{r['family']},{r['n']},{r['mode']},{r['label']},{r['seed']},"
+                     f"{ref['e2e_ms']:.3f},{best_by(vals, BY_ROUND):.5f},{min(vals):.5f},{bad}")
+    return "\n".join(lines) + "\n"
+
+
+def _reference_summary(result: SuiteResult) -> str:
+    kinds: dict[str, int] = {}
+    gaps = []
+    for ref in result.references.values():
+        kinds[ref["kind"]] = kinds.get(ref["kind"], 0) + 1
+        if ref["kind"] != "oracle" and ref.get("gap") is not None:
+            gaps.append(ref["gap"])
+    text = ", ".join(f"{k} for {v} workflow(s)" for k, v in sorted(kinds.items()))
+    if gaps:
+        text += f"; best-known within {100 * min(gaps):.1f}-{100 * max(gaps):.1f}% of the lower bound"
+    return text + "."
+
+
+# ---------------------------------------------------------------------------- figures
+def scale_figures(result: SuiteResult, folder: Path) -> list[Path]:
+    """``scale_ratio.png`` (best / reference vs n) and ``scale_time.png`` (decision ms per round vs n)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    sizes = sorted({w.n for w in result.config.workflows})
+    labels = _labels(result)
+    cmap = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    paths = []
+    for key, ylabel, metric in (
+        ("scale_ratio", "best mapping played / reference (median)", "ratio"),
+        ("scale_time", "decision time per round, ms (median)", "time"),
+    ):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for i, label in enumerate(labels):
+            ys = []
+            for n in sizes:
+                runs = [r for r in result.runs if r["label"] == label and r["n"] == n]
+                if metric == "ratio":
+                    vals = [min(ratios(r, result.references[r["scenario"]]["e2e_ms"])) for r in runs]
+                    ys.append(min(_median(vals), 3.0) if vals else math.nan)
+                else:
+                    vals = [x["decision_ms"] for r in runs for x in r["rounds"]]
+                    ys.append(max(_median(vals), 1e-3) if vals else math.nan)
+            ax.plot(sizes, ys, marker="o", label=label, color=cmap(i % cmap.N))
+        ax.set_xscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([str(n) for n in sizes])
+        ax.set_xlabel("workflow nodes n")
+        ax.set_ylabel(ylabel)
+        if metric == "time":
+            ax.set_yscale("log")
+        else:
+            ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            ax.set_title("clipped at 3x")
+        ax.legend(fontsize=7, ncol=2)
+        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.13, top=0.92)
+        path = folder / f"{key}.png"
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def write_suite_report(result: SuiteResult) -> dict[str, Path]:
+    """Tables (CSV + Markdown) and, for the scale suite, figures, under the output folder."""
+    out = result.config.out
+    tables_dir = out / "tables"
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    if result.config.suite == "scale":
+        tables = scale_tables(result)
+        (tables_dir / "scale_runs.csv").write_text(scale_csv(result))
+        figures = scale_figures(result, out / "figures")
+    else:
+        tables = [random_table(result)]
+        (tables_dir / "random_runs.csv").write_text(random_csv(result))
+        figures = []
+    for table in tables:
+        (tables_dir / f"{table.key}.csv").write_text(table.to_csv())
+    lines = [f"# hetsched bench --suite {result.config.suite}", ""] + [t.to_markdown() for t in tables]
+    lines += [f"![{p.stem}](figures/{p.name})" for p in figures]
+    report = out / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return {"report": report, "tables": tables_dir, **{p.stem: p for p in figures}}
+
+
+__all__ = [
+    "QUICK_RANDOM_COUNT",
+    "QUICK_SCALE_SIZES",
+    "QUICK_SUITE_ROUNDS",
+    "SCALE_SIZES",
+    "SUITES",
+    "SuiteConfig",
+    "SuiteResult",
+    "random_table",
+    "random_workflows",
+    "run_suite",
+    "scale_tables",
+    "scale_workflows",
+    "suite_specs",
+    "write_suite_report",
+]

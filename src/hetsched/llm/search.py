@@ -1,0 +1,208 @@
+"""The ``rules`` decider's search: the mappings its own estimates (:mod:`hetsched.llm.estimate`)
+rank lowest, within a budget of estimates.
+
+- When the whole space (2^n or 3^n, fewer for CPU-only tools) fits the budget, every mapping is
+  estimated.
+- Otherwise an iterated local search: a first-improvement descent from the best of the starting
+  mappings, then, while the budget lasts, a random kick (two to four nodes, or every node of one
+  tool, to other placements) of the best mapping so far and a descent from there, kept when it
+  is better (Lourenco, Martin, Stuetzle, "Iterated Local Search", Handbook of Metaheuristics, 2003).
+- The descent's neighbourhood: every one-node move; every tool's nodes moved together (a tool is
+  resident once, so a lone node rarely pays for it); and, when moving a node to ``gpu_now`` does
+  not fit the budget, *making room*: the resident tools of least GPU benefit per MB leave
+  (to ``gpu_queue`` or to the CPU) until it fits (the paper's S13 exchange, generalized).
+
+Deterministic for its arguments (the kicks come from ``seed``). Imports only ``hetsched.model``
+(through the estimator).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetsched.llm.estimate import Estimator
+from hetsched.model.mapping import CPU_CODE, NOW_CODE, QUEUE_CODE
+
+Codes = tuple[int, ...]
+"""Placement codes in workflow node order."""
+
+
+@dataclass
+class SearchResult:
+    """What one search found."""
+
+    best: Codes
+    """The mapping with the lowest estimate."""
+    e2e_ms: float
+    """Its estimate (inf when nothing can run, which all-CPU rules out)."""
+    seen: dict[Codes, float] = field(default_factory=dict)
+    """Every mapping estimated, with its estimate (inf: cannot run)."""
+    exhaustive: bool = False
+    """True when every mapping was estimated."""
+
+    def ranked(self, k: int) -> list[tuple[Codes, float]]:
+        """The ``k`` lowest estimates found (finite only), lowest first."""
+        finite = [(c, e) for c, e in self.seen.items() if math.isfinite(e)]
+        finite.sort(key=lambda ce: (ce[1], ce[0]))
+        return finite[:k]
+
+
+class _Search:
+    def __init__(self, est: Estimator, allowed: Sequence[tuple[int, ...]], budget: int, seed: int) -> None:
+        self.est = est
+        self.allowed = allowed
+        self.budget = budget
+        self.rng = random.Random(seed)
+        self.seen: dict[Codes, float] = {}
+        n = len(allowed)
+        self.n = n
+        self.tool = est.tool
+        self.tool_vram = est.tool_vram
+        groups: dict[int, list[int]] = {}
+        for i, t in enumerate(est.tool):
+            groups.setdefault(t, []).append(i)
+        self.groups = [g for g in groups.values() if len(g) > 1]
+        # GPU benefit per MB of each tool (cards): what making room gives up first
+        benefit: dict[int, float] = {}
+        for i in range(n):
+            t = est.tool[i]
+            saved = est.cpu_ms[i] - est.gpu_ms[i] if math.isfinite(est.gpu_ms[i]) else 0.0
+            benefit[t] = benefit.get(t, 0.0) + saved
+        self.per_mb = {t: b / max(est.tool_vram[t], 1e-9) for t, b in benefit.items()}
+
+    @property
+    def spent(self) -> bool:
+        return len(self.seen) >= self.budget
+
+    def value(self, codes: Codes) -> float:
+        got = self.seen.get(codes)
+        if got is None:
+            got = self.seen[codes] = self.est.e2e(codes)
+        return got
+
+    def neighbours(self, cur: Codes, i: int) -> list[Codes]:
+        """Moves of node ``i``: to each other placement, and making room when ``gpu_now`` does not fit."""
+        out: list[Codes] = []
+        for p in self.allowed[i]:
+            if p == cur[i]:
+                continue
+            cand = (*cur[:i], p, *cur[i + 1 :])
+            out.append(cand)
+            if p == NOW_CODE and not self.est.static_ok(cand):
+                out.extend(self.make_room(cand, i))
+        return out
+
+    def make_room(self, cand: Codes, i: int) -> list[Codes]:
+        """``cand`` (node ``i`` promoted, over budget) with resident tools of least benefit per MB
+        moved off ``gpu_now`` until the set fits: once to ``gpu_queue`` where allowed, once to the CPU."""
+        tool, vram = self.tool, self.tool_vram
+        resident = sorted({tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]},
+                          key=lambda t: (self.per_mb[t], t))
+        need = sum(vram[t] for t in {tool[j] for j in range(self.n) if cand[j] == NOW_CODE})
+        out: list[Codes] = []
+        for target in (QUEUE_CODE, CPU_CODE):
+            codes = list(cand)
+            left = need
+            for t in resident:
+                if left <= self.est.budget:
+                    break
+                for j in range(self.n):
+                    if tool[j] == t and codes[j] == NOW_CODE:
+                        codes[j] = target if target in self.allowed[j] else CPU_CODE
+                left -= vram[t]
+            if left <= self.est.budget:
+                out.append(tuple(codes))
+        return out
+
+    def group_moves(self, cur: Codes) -> list[Codes]:
+        """Every multi-node tool's nodes moved together to each placement they all allow."""
+        out: list[Codes] = []
+        for g in self.groups:
+            common = set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:]))
+            for p in sorted(common):
+                if all(cur[j] == p for j in g):
+                    continue
+                codes = list(cur)
+                for j in g:
+                    codes[j] = p
+                out.append(tuple(codes))
+        return out
+
+    def descend(self, cur: Codes) -> tuple[Codes, float]:
+        cur_e = self.value(cur)
+        improved = True
+        while improved and not self.spent:
+            improved = False
+            order = list(range(self.n))
+            self.rng.shuffle(order)
+            for i in order:
+                for cand in self.neighbours(cur, i):
+                    if self.spent:
+                        break
+                    e = self.value(cand)
+                    if e < cur_e * (1 - 1e-12):
+                        cur, cur_e, improved = cand, e, True
+                        break
+            for cand in self.group_moves(cur):
+                if self.spent:
+                    break
+                e = self.value(cand)
+                if e < cur_e * (1 - 1e-12):
+                    cur, cur_e, improved = cand, e, True
+        return cur, cur_e
+
+    def kick(self, cur: Codes) -> Codes:
+        codes = list(cur)
+        if self.groups and self.rng.random() < 0.3:
+            g = self.rng.choice(self.groups)
+            common = sorted(set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:])))
+            p = self.rng.choice(common)
+            for j in g:
+                codes[j] = p
+        else:
+            movable = [i for i in range(self.n) if len(self.allowed[i]) > 1]
+            if not movable:
+                return cur
+            for i in self.rng.sample(movable, min(len(movable), self.rng.randint(2, 4))):
+                codes[i] = self.rng.choice([p for p in self.allowed[i] if p != codes[i]])
+        return tuple(codes)
+
+
+def local_search(
+    estimator: Estimator,
+    starts: Sequence[Codes],
+    allowed: Sequence[tuple[int, ...]],
+    *,
+    max_evaluations: int,
+    seed: int = 0,
+) -> SearchResult:
+    """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring)."""
+    budget = max(1, max_evaluations)
+    search = _Search(estimator, allowed, budget, seed)
+    size = math.prod(len(a) for a in allowed)
+    if size <= budget:
+        for codes in itertools.product(*allowed):
+            search.value(codes)
+        for s in starts:
+            search.value(s)
+        best = min(search.seen, key=lambda c: (search.seen[c], c))
+        return SearchResult(best, search.seen[best], search.seen, exhaustive=True)
+    for s in starts:
+        search.value(s)
+    start = min(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
+    best, best_e = search.descend(start)
+    stale = 0
+    while not search.spent and stale < 50:
+        before = len(search.seen)
+        cand, e = search.descend(search.kick(best))
+        if e < best_e * (1 - 1e-12):
+            best, best_e = cand, e
+        stale = stale + 1 if len(search.seen) == before else 0  # every kick lands on known ground
+    return SearchResult(best, best_e, search.seen)
+
+
+__all__ = ["Codes", "SearchResult", "local_search"]

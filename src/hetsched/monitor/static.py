@@ -1,0 +1,169 @@
+"""The scenario's static check (``Scenario.infeasibility``), incremental around a base mapping.
+
+The monitor ranks hundreds of one- and two-node variants of its base mapping each round; building
+each variant as a :class:`~hetsched.model.Mapping` and checking it from scratch cost O(n^2) per
+variant (the ``gpu_now`` set, then every queued node against the ``gpu_now`` tools among its
+descendants). :class:`StaticCheck` compiles the scenario once (descendants as bit masks, tool and
+node memory), :meth:`StaticCheck.around` summarizes a base mapping once (resident tools, memory
+held below each queued node), and :meth:`Around.kind` then answers for a variant given as its
+changed nodes in O(queued nodes): the same verdict as ``Scenario.infeasibility`` (which kind:
+OOM, never admissible, deadlock; or None). A sum within a hair of the budget, where the order of
+float additions could decide, is settled by ``Scenario.infeasibility`` itself. The reason's text
+is always the scenario's (:meth:`StaticCheck.reason`).
+
+Imports only ``hetsched.model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Scenario
+from hetsched.model.mapping import NOW_CODE, PLACEMENTS, QUEUE_CODE
+
+Codes = tuple[int, ...]
+"""A mapping as placement codes in workflow node order (``Placement.code``)."""
+Change = tuple[int, int]
+"""(node index, new placement code)."""
+
+
+class StaticCheck:
+    """A scenario compiled for fast static checks of mappings given as placement codes."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        wf = scenario.workflow
+        self.order: tuple[str, ...] = wf.node_ids
+        index = {n: i for i, n in enumerate(self.order)}
+        self.index: dict[str, int] = index
+        """node id -> position in ``order``."""
+        tools = wf.tools
+        tindex = {t: i for i, t in enumerate(tools)}
+        self.tool: tuple[int, ...] = tuple(tindex[wf.tool_of[n]] for n in self.order)
+        self.tool_vram: tuple[float, ...] = tuple(scenario.cards[t].vram_mb for t in tools)
+        self.node_vram: tuple[float, ...] = tuple(self.tool_vram[t] for t in self.tool)
+        self.budget = scenario.machine.vram_budget_mb
+        self.tolerance = 1e-9 * (self.budget + sum(self.tool_vram))
+        self.desc: tuple[int, ...] = scenario.descendant_masks
+        tool_nodes = [0] * len(tools)
+        for i, t in enumerate(self.tool):
+            tool_nodes[t] |= 1 << i
+        self.tool_nodes: tuple[int, ...] = tuple(tool_nodes)
+
+    def codes(self, mapping: Mapping) -> Codes:
+        """Placement codes of a mapping in node order."""
+        return tuple(mapping[n].code for n in self.order)
+
+    def mapping(self, codes: Sequence[int]) -> Mapping:
+        """The mapping of placement codes (node order)."""
+        return Mapping(zip(self.order, (PLACEMENTS[c] for c in codes), strict=True))
+
+    def reason(self, codes: Sequence[int]) -> Infeasibility | None:
+        """The scenario's own verdict and text (``Scenario.infeasibility``)."""
+        return self.scenario.infeasibility(self.mapping(codes))
+
+    def around(self, codes: Codes) -> Around:
+        """A summary of ``codes`` for checking its variants."""
+        return Around(self, codes)
+
+
+class Around:
+    """A base mapping summarized for incremental checks of its one- and two-node variants."""
+
+    def __init__(self, check: StaticCheck, codes: Codes) -> None:
+        self.check = check
+        self.codes = codes
+        count = [0] * len(check.tool_vram)
+        now_mask = 0
+        for i, c in enumerate(codes):
+            if c == NOW_CODE:
+                count[check.tool[i]] += 1
+                now_mask |= 1 << i
+        self.count = count
+        self.now_mask = now_mask
+        self.need = sum(v for v, k in zip(check.tool_vram, count, strict=True) if k)
+        self.queued: tuple[int, ...] = tuple(i for i, c in enumerate(codes) if c == QUEUE_CODE)
+        self._held: dict[int, float] = {}
+        self._verdicts: dict[tuple[Change, ...], InfeasibleKind | None] = {}
+
+    def held(self, q: int) -> float:
+        """Memory of the ``gpu_now`` tools with a node below ``q`` in the base (cached)."""
+        got = self._held.get(q)
+        if got is None:
+            ck = self.check
+            below = self.now_mask & ck.desc[q]
+            got = 0.0
+            if below:
+                got = sum(ck.tool_vram[t] for t, nodes in enumerate(ck.tool_nodes) if nodes & below)
+            self._held[q] = got
+        return got
+
+    def kind(self, changes: tuple[Change, ...]) -> InfeasibleKind | None:
+        """The static verdict on the base with ``changes`` applied: an infeasibility kind, or None
+        (remembered: the monitor asks again for the same variants after each probe)."""
+        if changes in self._verdicts:
+            return self._verdicts[changes]
+        verdict = self._kind(changes)
+        self._verdicts[changes] = verdict
+        return verdict
+
+    def _kind(self, changes: Sequence[Change]) -> InfeasibleKind | None:
+        ck = self.check
+        codes = self.codes
+        budget, tol = ck.budget, ck.tolerance
+        delta: dict[int, int] = {}
+        now_mask = self.now_mask
+        changed: dict[int, int] = {}
+        for i, new in changes:
+            old = codes[i]
+            changed[i] = new
+            if old == new:
+                continue
+            t = ck.tool[i]
+            if old == NOW_CODE:
+                delta[t] = delta.get(t, 0) - 1
+                now_mask &= ~(1 << i)
+            if new == NOW_CODE:
+                delta[t] = delta.get(t, 0) + 1
+                now_mask |= 1 << i
+        need = self.need
+        for t, d in delta.items():
+            before, after = self.count[t] > 0, self.count[t] + d > 0
+            if before != after:
+                need += ck.tool_vram[t] if after else -ck.tool_vram[t]
+        if abs(need - budget) <= tol:
+            return self._exact(changes)
+        if need > budget:
+            return InfeasibleKind.OOM
+        queued = [q for q in self.queued if q not in changed]
+        queued += [i for i, new in changed.items() if new == QUEUE_CODE]
+        for q in queued:
+            if ck.node_vram[q] > budget:
+                return InfeasibleKind.NEVER_ADMISSIBLE
+        moved_tools = list(delta)  # a swap within one tool nets 0 but may still move it across q
+        for q in queued:
+            held = self.held(q)
+            below_old = self.now_mask & ck.desc[q]
+            below_new = now_mask & ck.desc[q]
+            if below_old != below_new:
+                for t in moved_tools:
+                    nodes = ck.tool_nodes[t]
+                    was, now = bool(nodes & below_old), bool(nodes & below_new)
+                    if was != now:
+                        held += ck.tool_vram[t] if now else -ck.tool_vram[t]
+            total = ck.node_vram[q] + held
+            if abs(total - budget) <= tol:
+                return self._exact(changes)
+            if total > budget:
+                return InfeasibleKind.DEADLOCK
+        return None
+
+    def _exact(self, changes: Sequence[Change]) -> InfeasibleKind | None:
+        codes = list(self.codes)
+        for i, new in changes:
+            codes[i] = new
+        reason = self.check.reason(codes)
+        return None if reason is None else reason.kind
+
+
+__all__ = ["Around", "Change", "Codes", "StaticCheck"]
