@@ -99,8 +99,8 @@ def oracle(
         help="Give up with an estimate when the search would take longer.",
     ),
     jobs: int | None = typer.Option(
-        None, "--jobs", "-j", min=1, metavar="N",
-        help="Processes (default: the CPUs available); the result does not depend on it.",
+        None, "--jobs", "-j", min=1, metavar="N", show_default="the CPUs available",
+        help="Processes; the result does not depend on it.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:

@@ -51,6 +51,11 @@ Floats = NDArray[np.float64]
 Codes = NDArray[np.int8]
 
 _INF = np.inf
+DEADLOCK_CHECK_MAX_NODES = 128
+"""Largest workflow for which :meth:`BoundModel.deadlocked` flags sure queue deadlocks (its set-up is
+quadratic); above it, it flags none and the simulation finds them."""
+ROW_CELLS = 1 << 22
+"""Largest rows x positions of one batch of prefixes (about 40 MB with the finish times)."""
 _REL_SLACK = 1e-9
 _ABS_SLACK_PER_NODE = 1e-5  # ms; the simulator treats work and events within 1e-7 ms as done
 
@@ -208,26 +213,27 @@ class BoundModel:
         self._queue_binds = any(
             QUEUE in a and all_tools + v > self.budget_mb for a, v in zip(self.allowed, self.vram_pos, strict=True)
         )
-        below: list[set[int]] = [set() for _ in range(n)]
-        for p in range(n - 1, -1, -1):
-            for w in self.succs[p]:
-                below[p].add(w)
-                below[p] |= below[w]
         self.cores = float(m.cpu_cores)
         self.kappa = float(m.gpu_kappa)
         self._deadlock_checks: list[tuple[int, float, Floats, Floats]] = []
-        for q in range(n):
-            if QUEUE not in self.allowed[q]:
-                continue
-            holders = sorted({self.tool[v] for v in below[q] if NOW in self.allowed[v]})
-            if not holders or self.vram_pos[q] + self.tool_vram[holders].sum() <= self.budget_mb:
-                continue
-            mat = np.zeros((len(holders), n))
-            for r, t_i in enumerate(holders):
-                for v in below[q]:
-                    if self.tool[v] == t_i and NOW in self.allowed[v]:
-                        mat[r, v] = 1.0
-            self._deadlock_checks.append((q, float(self.vram_pos[q]), self.tool_vram[holders], mat))
+        if n <= DEADLOCK_CHECK_MAX_NODES:  # quadratic set-up; the exact searches it serves stop far below
+            below: list[set[int]] = [set() for _ in range(n)]
+            for p in range(n - 1, -1, -1):
+                for w in self.succs[p]:
+                    below[p].add(w)
+                    below[p] |= below[w]
+            for q in range(n):
+                if QUEUE not in self.allowed[q]:
+                    continue
+                holders = sorted({self.tool[v] for v in below[q] if NOW in self.allowed[v]})
+                if not holders or self.vram_pos[q] + self.tool_vram[holders].sum() <= self.budget_mb:
+                    continue
+                mat = np.zeros((len(holders), n))
+                for r, t_i in enumerate(holders):
+                    for v in below[q]:
+                        if self.tool[v] == t_i and NOW in self.allowed[v]:
+                            mat[r, v] = 1.0
+                self._deadlock_checks.append((q, float(self.vram_pos[q]), self.tool_vram[holders], mat))
         self._may_now = np.array([NOW in a for a in self.allowed])
         # per position and code: GPU work, CPU work, queue memory-time, compute time, tails by device
         on_gpu = np.array([0.0, 1.0, 1.0])
@@ -269,6 +275,10 @@ class BoundModel:
     def slack(self, value: float) -> float:
         """How far a bound may exceed a simulated E2E through float and event tolerance."""
         return abs(value) * _REL_SLACK + _ABS_SLACK_PER_NODE * (self.n + 1)
+
+    def batch_rows(self, limit: int) -> int:
+        """Rows one batch may hold: ``limit``, fewer for long workflows (memory per batch is rows x nodes)."""
+        return max(256, min(limit, ROW_CELLS // max(1, self.n)))
 
     def branching(self, start: int, stop: int) -> int:
         """Number of children of a prefix of depth ``start`` at depth ``stop``."""

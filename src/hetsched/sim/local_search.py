@@ -7,7 +7,8 @@ then the result is the same for a seed on every machine).
 
 One iteration:
 
-1. **Descent.** Single-node moves (each node to each other placement) and tool moves (every node
+1. **Descent.** Single-node moves (each node to each other placement; a seeded sample of
+   ``MAX_NEIGHBOURS`` of them on long workflows) and tool moves (every node
    of one tool to one placement: ``gpu_now`` residency is per tool, so these cross VRAM cliffs
    that single moves cannot). Each neighbourhood is bounded at once with
    :class:`~hetsched.sim.bounds.BoundModel`; a neighbour whose lower bound cannot beat the current
@@ -49,6 +50,8 @@ WINDOW = 6
 """Largest number of nodes a window move re-optimizes exactly (3^6 = 729 combinations)."""
 PATIENCE = 12
 """Windows without improvement before a kick."""
+MAX_NEIGHBOURS = 1024
+"""Single-node moves bounded per descent step; longer workflows get a seeded random sample of them."""
 _IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
 _CACHE_MAX = 200_000
 
@@ -222,12 +225,14 @@ class _Search:
     def neighbours(self, cur: tuple[int, ...]) -> NDArray[np.int8]:
         """Single-node moves and tool moves from ``cur``, in a seeded random order."""
         base = np.array(cur, dtype=np.int8)
-        keep = self._mv_codes != base[self._mv_nodes]
+        keep = np.flatnonzero(self._mv_codes != base[self._mv_nodes])
+        if len(keep) > MAX_NEIGHBOURS:  # a seeded sample on long workflows
+            keep = np.sort(keep[self.nprng.permutation(len(keep))][:MAX_NEIGHBOURS])
         nodes, codes = self._mv_nodes[keep], self._mv_codes[keep]
         single = np.repeat(base[None, :], len(nodes), axis=0)
         single[np.arange(len(nodes)), nodes] = codes
         blocks = [single]
-        for group in self.tool_nodes:
+        for group in self.tool_nodes[:MAX_NEIGHBOURS]:
             for c in self.allowed[group[0]]:
                 if int((base[group] != c).sum()) > 1:
                     row = base.copy()
@@ -414,4 +419,4 @@ def local_search(
     )
 
 
-__all__ = ["PATIENCE", "WINDOW", "Evaluator", "SearchResult", "local_search"]
+__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "WINDOW", "Evaluator", "SearchResult", "local_search"]

@@ -11,7 +11,7 @@ so at every moment ``min(upper, smallest frontier bound)`` is a lower bound on i
 frontier empties, the best known mapping is optimal.
 
 The search stops when its budget (seconds, or expansions for a result that does not depend on
-the machine) ends or the frontier would exceed ``max_rows`` prefixes (memory stays bounded).
+the machine) ends or the frontier would exceed ``max_cells`` prefix positions (memory stays bounded).
 Imports the model, the bounds and the local search's evaluator.
 """
 
@@ -28,9 +28,11 @@ from hetsched.model import Scenario
 from hetsched.sim.bounds import BoundModel, Rows
 from hetsched.sim.local_search import Evaluator
 
-MAX_FRONTIER_ROWS = 1 << 18
-"""Largest frontier the bound search keeps (about 50 MB at 100 nodes)."""
+MAX_FRONTIER_CELLS = 1 << 23
+"""Largest frontier the bound search keeps, in prefixes x their length (about 75 MB)."""
 _CHUNK_ROWS = 1 << 15
+DUAL_CELLS = 1 << 23
+"""Largest grid points x nodes of the Lagrangian bound (a coarser grid for long workflows)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def lower_bound(
     *,
     max_seconds: float | None = 2.0,
     max_expansions: int | None = None,
-    max_rows: int = MAX_FRONTIER_ROWS,
+    max_cells: int = MAX_FRONTIER_CELLS,
     evaluator: Evaluator | None = None,
 ) -> LowerBound:
     """Raise the lower bound on the optimum by best-first search (see the module docstring).
@@ -69,7 +71,7 @@ def lower_bound(
         upper_ms: the E2E of the best mapping known (prunes the search; inf if none).
         max_seconds: time budget (ignored when ``max_expansions`` is given).
         max_expansions: budget in expanded batches: the same result on every machine.
-        max_rows: the largest frontier kept.
+        max_cells: the largest frontier kept, in prefixes x their length.
         evaluator: reuse an evaluator (its bound model and memo).
     """
     t0 = time.perf_counter()
@@ -121,7 +123,7 @@ def lower_bound(
             expansions += 1
         else:
             stop = nxt[depth]
-            chunk = max(1, _CHUNK_ROWS // bm.branching(depth, stop))
+            chunk = max(1, bm.batch_rows(_CHUNK_ROWS) // bm.branching(depth, stop))
             if len(rows) > chunk:
                 pick = np.argpartition(rows.lb, chunk - 1)[:chunk]
                 rest = np.ones(len(rows), dtype=bool)
@@ -137,7 +139,7 @@ def lower_bound(
                 frontier[stop] = kids
             expansions += 1
         frontier = {d: alive(r) for d, r in frontier.items()}
-        if sum(len(r) for r in frontier.values()) > max_rows:
+        if sum(len(r) * max(1, d) for d, r in frontier.items()) > max_cells:
             break
     bound = upper if optimal else min([upper, *(float(r.lb.min()) for r in frontier.values() if len(r))])
     bound = max(bound, min(root_ms, upper))
@@ -215,6 +217,8 @@ def _dual(bm: BoundModel, steps: int, barred: np.ndarray, paid: np.ndarray, budg
             elif code == 2:
                 mem[p, code] = bm.queue_mem[p] / budget
             pen[p, code] = share if code == 1 and not paid[t] else 0.0
+    while steps > 2 and math.comb(steps + 3, 3) * 13 * n > DUAL_CELLS:  # memory is grid x nodes x 3
+        steps -= 1
     grid = [(a, b_, c_, steps - a - b_ - c_) for a in range(steps + 1) for b_ in range(steps + 1 - a)
             for c_ in range(steps + 1 - a - b_)]
     w = np.array(grid, dtype=np.float64) / steps  # (G, 4)
@@ -241,4 +245,4 @@ def root_bound_ms(scenario: Scenario) -> float:
     return float(BoundModel(scenario).root().lb[0])
 
 
-__all__ = ["MAX_FRONTIER_ROWS", "LowerBound", "dual_bound_ms", "lower_bound", "root_bound_ms"]
+__all__ = ["MAX_FRONTIER_CELLS", "LowerBound", "dual_bound_ms", "lower_bound", "root_bound_ms"]

@@ -66,6 +66,9 @@ LEVEL_BRANCH = 243
 """Largest number of children per prefix in one level (five three-way nodes)."""
 FIRST_LEVEL_MIN = 64
 """Smallest number of first-level subtrees (the units handed to worker processes)."""
+EXACT_MAX_NODES = 1000
+"""Longest workflow the exact search takes on: beyond it, setting the search up (an incumbent, the
+estimate's probes through every level) alone outlasts any budget, so it is refused at once."""
 WARMUP_S = 0.25
 """A search runs this long in this process first (easy ones end there); then, if its time estimate
 fits the budget, it continues in worker processes."""
@@ -232,7 +235,7 @@ class _Task:
                 stack.pop()
                 continue
             stop = self.plan.next_cut[cur.depth]
-            chunk = max(1, MAX_ROWS // bm.branching(cur.depth, stop))
+            chunk = max(1, bm.batch_rows(MAX_ROWS) // bm.branching(cur.depth, stop))
             part = cur.take(np.arange(pos, min(pos + chunk, len(cur))))
             stack[-1] = (cur, pos + chunk)
             thr = self.threshold()
@@ -359,7 +362,7 @@ def _calibrate_row_cost(plan: _Plan, level1: Rows) -> float:
         return 2e-7
     stop = plan.next_cut[d1]
     per = bm.branching(d1, stop)
-    parents = level1.take(np.arange(min(len(level1), max(1, MAX_ROWS // per))))
+    parents = level1.take(np.arange(min(len(level1), max(1, bm.batch_rows(MAX_ROWS) // per))))
     t0 = time.perf_counter()
     kids = bm.expand(parents, stop)
     kids.take(np.argsort(kids.lb, kind="stable"))
@@ -438,7 +441,18 @@ _CACHE_MAX = 64
 
 def _describe(scenario: Scenario) -> str:
     return (f"scenario {scenario.name!r} ({len(scenario.workflow.nodes)} nodes, {scenario.mode.value}: "
-            f"{_fmt_n(scenario.mapping_space_size())} mappings)")
+            f"{space_text(scenario)} mappings)")
+
+
+def space_text(scenario: Scenario) -> str:
+    """The size of the mapping space: exact while readable, else as powers (3^10000 has 4,772 digits)."""
+    sizes = [len(c) for c in scenario.choices]
+    twos, threes = sizes.count(2), sizes.count(3)
+    digits = twos * math.log10(2) + threes * math.log10(3)
+    if digits < 15:
+        return f"{2**twos * 3**threes:,}"
+    powers = " x ".join(f"{b}^{e}" for b, e in ((2, twos), (3, threes)) if e)
+    return f"{powers} (about 10^{int(digits)})"
 
 
 def solve(
@@ -463,6 +477,13 @@ def solve(
     """
     if top < 1:
         raise InputError(f"top must be >= 1, got {top}")
+    if len(scenario.workflow.nodes) > EXACT_MAX_NODES and scenario.mapping_space_size() > 1:
+        raise SearchTooLong(
+            f"{_describe(scenario)}: the exact search takes on at most {EXACT_MAX_NODES:,} nodes (beyond, setting "
+            "it up alone outlasts any budget). Use --reference best-known for a best-known mapping with a lower "
+            "bound",
+            estimate_s=math.inf,
+        )
     text = scenario.model_dump_json(exclude={"source"})
     key = (text, ranking, 0 if ranking else top)
     hit = _CACHE.get(key) or _CACHE.get((text, True, 0))
@@ -647,14 +668,15 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
                 resolved += res
                 timed_out = timed_out or late
     if timed_out:
-        done = min(1.0, resolved / _as_float(space))
+        done = resolved / _as_float(space)
+        settled = f"; it had settled {100 * done:.1f}% of the mappings" if 0 <= done <= 1 else ""
         best = min(items) if items else (inc.e2e_ms, inc.codes)
         raise SearchTooLong(
-            f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (--max-seconds); "
-            f"it had settled {100 * done:.1f}% of the mappings"
+            f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (--max-seconds)"
+            + settled
             + ("" if estimate is None else f" (estimated {_fmt_s(estimate)} beforehand)")
             + ". Use --reference best-known, or raise --max-seconds",
-            estimate_s=limit / max(done, 1e-9),
+            estimate_s=limit / done if 0 < done <= 1 else math.inf,
             best=(best[0], _to_mapping(scenario, best[1])),
         )
     dedup: dict[tuple[int, ...], float] = {}
@@ -683,6 +705,7 @@ def estimate_seconds(scenario: Scenario, *, workers: int | None = None, seed: in
 
 __all__ = [
     "DEFAULT_MAX_SECONDS",
+    "EXACT_MAX_NODES",
     "Estimate",
     "OracleResult",
     "Ranked",
@@ -690,4 +713,5 @@ __all__ = [
     "default_workers",
     "estimate_seconds",
     "solve",
+    "space_text",
 ]
