@@ -1,85 +1,156 @@
-"""Oracle speed: mappings per second of the exhaustive search, n = 4, 8, 10, binary and three-way.
+"""Exact search speed: the bounded branch-and-bound against plain full enumeration, side by side.
 
-Workflows are random layered DAGs over the bundled library's GPU-capable tools (seeded), with a
-budget that holds about half the tools at once, so the VRAM prefix pruning has work to do.
-``full`` simulates every feasible mapping (the ranking); ``bounded`` (the oracle policy's mode)
-skips mappings whose isolated critical path cannot beat the best found. Mappings/s counts the
-whole space searched (2^n or 3^n) over the wall time, so pruning counts as speed.
+Instances: seeded random workflows of ``random_scenarios.py`` (chain, fan-out, layered and random
+DAGs over the bundled library's GPU-capable cards, VRAM budget between the largest tool and the
+sum), three-way unless ``--mode binary``. For each instance:
 
-Run: python benchmarks/oracle_speed.py [--repeat 3]
+- *bounded*: ``hetsched.sim.oracle.solve`` (the optimum, ``top=1``) with the default worker
+  processes: wall time, and the wall time it would take on idle cores (this process's CPU time
+  plus the workers' CPU time divided among them; other jobs on a shared machine inflate the
+  measured wall time); CPU time of a one-process run; simulations; peak memory of a third,
+  traced one-process run (tracemalloc, numpy included).
+- *plain*: every mapping enumerated with ``itertools.product``, the ``gpu_now`` budget checked and
+  the rest simulated, as the old ``ranking=True`` did. For spaces larger than ``--plain-max``
+  it is timed on a seeded random sample of mappings of that size and extrapolated to the whole
+  space (the printed rows say so).
+
+Ratios (plain / bounded) are taken per instance from timings made in the same run. Both results
+are checked to agree on the optimum where plain enumeration ran in full.
+
+Run: python benchmarks/oracle_speed.py [--sizes 10 12 14] [--seeds 5] [--families ...] [--out FILE.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import math
+import os
 import platform
 import random
+import resource
+import statistics
+import sys
 import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
 
-from hetsched.model import Edge, Machine, Mode, Node, Scenario, Workflow
-from hetsched.model.files import bundled_library_path, load_tool_library
-from hetsched.policies import oracle as oracle_mod
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from random_scenarios import FAMILIES, random_scenario
 
-def random_scenario(n: int, mode: Mode, seed: int) -> Scenario:
-    rng = random.Random(seed)
-    lib = load_tool_library(bundled_library_path())
-    gpu_tools = sorted(t for t, c in lib.items() if c.has_gpu and c.amplification == 1)
-    tools = rng.sample(gpu_tools, n) if n <= len(gpu_tools) else [rng.choice(gpu_tools) for _ in range(n)]
-    ids = [f"N{i}" for i in range(n)]
-    layers: list[list[str]] = []
-    for node in ids:
-        if not layers or rng.random() < 0.45:
-            layers.append([])
-        layers[-1].append(node)
-    edges = []
-    for prev, cur in itertools.pairwise(layers):
-        for node in cur:
-            for src in rng.sample(prev, k=min(len(prev), rng.randint(1, 2))):
-                edges.append(Edge(src=src, dst=node))
-    budget = 0.5 * sum(lib[t].vram_mb for t in set(tools))
-    return Scenario(
-        name=f"rand{n}-{mode.value}-{seed}",
-        mode=mode,
-        workflow=Workflow(nodes=tuple(Node(id=i, tool=t) for i, t in zip(ids, tools, strict=True)), edges=tuple(edges)),
-        cards={t: lib[t] for t in set(tools)},
-        machine=Machine(vram_budget_mb=budget, cpu_cores=16),
-    )
+from hetsched.model import Mode, Scenario
+from hetsched.sim import Simulator
+from hetsched.sim import oracle as oracle_mod
+from hetsched.sim.local_search import Evaluator
 
 
-def measure(sc: Scenario, ranking: bool, repeat: int) -> tuple[float, int, int]:
-    best = float("inf")
-    result = None
-    for _ in range(repeat):
-        oracle_mod._CACHE.clear()
-        t0 = time.perf_counter()
-        result = oracle_mod.solve(sc, ranking=ranking)
-        best = min(best, time.perf_counter() - t0)
-    assert result is not None
-    return best, result.space, result.simulated
+def plain(sc: Scenario, limit: int, seed: int) -> dict[str, Any]:
+    """Plain enumeration: seconds for the whole space (measured, or extrapolated from a sample)."""
+    sim = Simulator(sc, noise=False)
+    ev = Evaluator(sc)
+    choices = [[p.code for p in sc.allowed(v)] for v in sc.workflow.node_ids]
+    space = sc.mapping_space_size()
+    full = space <= limit
+    if full:
+        mappings: Any = itertools.product(*choices)
+        count = space
+    else:
+        rng = random.Random(seed)
+        mappings = [tuple(rng.choice(c) for c in choices) for _ in range(limit)]
+        count = limit
+    best = math.inf
+    t0 = time.process_time()
+    for codes in mappings:
+        if not ev.static_ok(codes):
+            continue
+        e = sim.e2e_codes(codes)
+        if e < best:
+            best = e
+    seconds = time.process_time() - t0
+    return {"seconds": seconds * space / count, "full": full, "best": best if full else None}
+
+
+def bounded(sc: Scenario) -> dict[str, Any]:
+    oracle_mod._CACHE.clear()
+    t0, p0, k0 = time.perf_counter(), time.process_time(), children_cpu()
+    res = oracle_mod.solve(sc, max_seconds=None)
+    wall = time.perf_counter() - t0
+    parent, children = time.process_time() - p0, children_cpu() - k0
+    oracle_mod._CACHE.clear()
+    c0 = time.process_time()
+    one = oracle_mod.solve(sc, max_seconds=None, workers=1)
+    cpu = time.process_time() - c0
+    assert one.best == res.best and one.e2e_ms == res.e2e_ms
+    oracle_mod._CACHE.clear()
+    tracemalloc.start()  # a third run: tracing slows numpy down several times
+    oracle_mod.solve(sc, max_seconds=None, workers=1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # what the parallel run needs from two idle cores: this process's CPU, then the workers' CPU shared
+    idle_wall = parent + children / max(1, res.workers)
+    return {"wall_s": wall, "idle_wall_s": idle_wall, "cpu_s": cpu, "workers": res.workers,
+            "simulated": one.simulated, "peak_mib": peak / 2**20, "e2e_ms": res.e2e_ms}
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 12, 14])
+    parser.add_argument("--seeds", type=int, default=5, help="instances per family and size")
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES))
+    parser.add_argument("--mode", default="three_way", choices=[m.value for m in Mode])
+    parser.add_argument("--plain-max", type=int, default=60_000,
+                        help="enumerate spaces up to this size in full, else time a sample of this size")
+    parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print(
-        "| n | mode | space | full: s | full: simulated | full: mappings/s | full: simulations/s "
-        "| bounded: s | bounded: simulated | bounded: mappings/s |"
-    )
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"machine: {platform.machine()} {platform.processor() or ''}, {cpus} CPUs, "
+          f"Python {platform.python_version()}; load average before: {os.getloadavg()[0]:.1f}")
+    rows: list[dict[str, Any]] = []
+    for n in args.sizes:
+        for family in args.families:
+            for seed in range(args.seeds):
+                sc = random_scenario(n, args.mode, family, seed)
+                b = bounded(sc)
+                p = plain(sc, args.plain_max, seed)
+                if p["full"]:
+                    assert p["best"] == b["e2e_ms"], (sc.name, p["best"], b["e2e_ms"])
+                row = {"n": n, "family": family, "seed": seed, "space": sc.mapping_space_size(), **b,
+                       "plain_cpu_s": p["seconds"], "plain_measured": "full" if p["full"] else "sample"}
+                rows.append(row)
+                print(f"  {sc.name}: bounded {b['wall_s']:.2f} s wall ({b['workers']} proc; "
+                      f"{b['idle_wall_s']:.2f} s on idle cores), {b['cpu_s']:.2f} s CPU "
+                      f"alone, {b['simulated']} sims, {b['peak_mib']:.1f} MiB; plain {p['seconds']:.1f} s CPU "
+                      f"({'full' if p['full'] else 'extrapolated'})", flush=True)
+    print()
+    print("| n | instances | space | bounded wall s: median / p90 / max | on idle cores: median / p90 / max "
+          "| bounded CPU s (1 process): median / max | simulations: median / max | peak MiB: max "
+          "| plain CPU s: median | plain / bounded (CPU): min / median |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for mode in (Mode.BINARY, Mode.THREE_WAY):
-        for n in (4, 8, 10):
-            sc = random_scenario(n, mode, seed=n)
-            full_s, space, full_sim = measure(sc, True, args.repeat)
-            bounded_s, _, simulated = measure(sc, False, args.repeat)
-            print(
-                f"| {n} | {mode.value} | {space} | {full_s:.3f} | {full_sim} | {space / full_s:,.0f} "
-                f"| {full_sim / full_s:,.0f} | "
-                f"{bounded_s:.3f} | {simulated} | {space / bounded_s:,.0f} |"
-            )
+    for n in args.sizes:
+        sub = [r for r in rows if r["n"] == n]
+        wall = sorted(r["wall_s"] for r in sub)
+        idle = sorted(r["idle_wall_s"] for r in sub)
+        cpu = sorted(r["cpu_s"] for r in sub)
+        sims = sorted(r["simulated"] for r in sub)
+        ratio = sorted(r["plain_cpu_s"] / r["cpu_s"] for r in sub)
+        how = "full" if all(r["plain_measured"] == "full" for r in sub) else "extrapolated"
+        k90 = min(len(wall) - 1, math.ceil(0.9 * len(wall)) - 1)
+        print(f"| {n} | {len(sub)} | {sub[0]['space']:,} | {statistics.median(wall):.2f} / {wall[k90]:.2f} / "
+              f"{wall[-1]:.2f} | {statistics.median(idle):.2f} / {idle[k90]:.2f} / {idle[-1]:.2f} "
+              f"| {statistics.median(cpu):.2f} / {cpu[-1]:.2f} | {statistics.median(sims):,.0f} / {sims[-1]:,} "
+              f"| {max(r['peak_mib'] for r in sub):.1f} | {statistics.median(r['plain_cpu_s'] for r in sub):,.0f} "
+              f"({how}) | {ratio[0]:,.0f}x / {statistics.median(ratio):,.0f}x |")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -53,8 +53,8 @@ code { background: #f5f5f5; padding: 0 3px; }
 
 GUIDE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Words and codes", (
-        "Oracle: the noise-free optimum of the simulator (exhaustive search). Where a scenario is too large "
-        "for it, the reference is a best-known mapping from a bounded search, and the tables say so.",
+        "Oracle: the noise-free optimum of the simulator (exact branch-and-bound). Where its search would not "
+        "fit the time budget, the reference is a best-known mapping from a bounded search, and the tables say so.",
         "Mapping codes: one letter a node, in the order of the scenario's 'nodes' column: C cpu, G gpu_now "
         "(resident in VRAM from the start until its last node ends), Q gpu_queue (loaded when VRAM frees).",
         "E2E: end-to-end latency of one round, ms. Measured E2E is noisy; 'true' E2E is the noise-free "

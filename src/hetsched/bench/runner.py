@@ -7,9 +7,10 @@ interrupted one is continued, so a bench killed half-way resumes where it stoppe
 bench over the same store only runs what is new. After the runs, every summary is read back
 from the store, so the report depends only on what the store holds.
 
-After the runs, the reference of each scenario (``--reference``: the exact oracle when the
-space allows, else a labelled best-known mapping) is computed once and stored with every run
-that lacks it, so ``hetsched report`` rebuilds the same tables from the store alone.
+After the runs, the reference of each scenario (``--reference``: the exact oracle when its search
+is estimated to fit ``--max-seconds``, else a labelled best-known mapping) is computed once and
+stored with every run that lacks it, so ``hetsched report`` rebuilds the same tables from the
+store alone.
 
 Imports the model, the policies, the loop, the simulator's reference search and the store; never
 the CLI.
@@ -28,7 +29,7 @@ from typing import Any
 from hetsched.loop import ensure_run
 from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
 from hetsched.policies import policy_names
-from hetsched.sim.reference import ReferenceChoice, reference
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
 from hetsched.store import RunStore, canonical
 
 from .data import BenchData, RunSummary, summarize_run
@@ -66,11 +67,14 @@ class BenchConfig:
     """Where every run executes (the simulator by default)."""
     reference: ReferenceChoice = ReferenceChoice.AUTO
     """What the tables compare against (``none`` is refused: the tables need a reference)."""
+    reference_seconds: float = DEFAULT_SEARCH_SECONDS
+    """Time budget of each scenario's reference search (``--max-seconds``)."""
 
     def __post_init__(self) -> None:
         if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
             raise InputError("--reference none: the bench's tables compare every run with a reference; "
                              "accepted: auto, oracle, best-known")
+        check_max_seconds(self.reference_seconds)
         if self.rounds < 1:
             raise InputError(f"--rounds must be >= 1, got {self.rounds}")
         if not self.seeds:
@@ -189,11 +193,12 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
         assert r is not None
         out.run_ids.append(r.run_id)
         out.counts[r.how] = out.counts.get(r.how, 0) + 1
-    store_references(config.store, out.run_ids, ReferenceChoice(config.reference))
+    store_references(config.store, out.run_ids, ReferenceChoice(config.reference), config.reference_seconds)
     return out
 
 
-def store_references(store_path: Path | str, run_ids: Sequence[str], choice: ReferenceChoice) -> None:
+def store_references(store_path: Path | str, run_ids: Sequence[str], choice: ReferenceChoice,
+                     max_seconds: float = DEFAULT_SEARCH_SECONDS) -> None:
     """Compute each scenario's reference once and store it with every run that lacks one of that kind."""
     with RunStore(store_path) as store:
         by_scenario: dict[str, tuple[Scenario, list[str]]] = {}
@@ -205,7 +210,7 @@ def store_references(store_path: Path | str, run_ids: Sequence[str], choice: Ref
             sc = store.scenario(run_id)
             by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
         for sc, ids in by_scenario.values():
-            ref = reference(sc, choice)
+            ref = reference(sc, choice, max_seconds=max_seconds)
             assert ref is not None
             for run_id in ids:
                 store.set_reference(run_id, ref)

@@ -41,7 +41,7 @@ from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import SIM, InputError, Mapping, Mode, RoundRecord, Scenario, Trace
 from hetsched.policies import make_policy
 from hetsched.sim import Simulator
-from hetsched.sim.reference import ReferenceChoice, reference
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
 
 from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
 from .spec import PolicySpec, default_specs
@@ -97,6 +97,8 @@ class SuiteConfig:
     """Worker processes."""
     reference: ReferenceChoice = ReferenceChoice.AUTO
     """What ratios are taken to."""
+    reference_seconds: float = DEFAULT_SEARCH_SECONDS
+    """Time budget of each workflow's reference search (``--max-seconds``)."""
 
     def __post_init__(self) -> None:
         if self.suite not in ("scale", "random"):
@@ -224,11 +226,11 @@ def run_job(job: Job) -> dict[str, Any]:
     }
 
 
-def reference_job(args: tuple[WorkflowSpec, str]) -> dict[str, Any]:
+def reference_job(args: tuple[WorkflowSpec, str, float]) -> dict[str, Any]:
     """The reference of one generated workflow (safe to call in a worker process)."""
-    spec, choice = args
+    spec, choice, max_seconds = args
     sc = random_scenario(spec)
-    ref = reference(sc, ReferenceChoice(choice))
+    ref = reference(sc, ReferenceChoice(choice), max_seconds=max_seconds)
     assert ref is not None
     return {
         "scenario": spec.name,
@@ -301,7 +303,7 @@ def run_suite(config: SuiteConfig, progress: Progress | None = None) -> SuiteRes
     refs: dict[str, dict[str, Any]] = {
         k: v for k, v in stored.items() if v.get("fingerprint") == prints.get(k) and v.get("choice") == choice
     }
-    todo_refs = [(w, choice) for w in config.workflows if w.name not in refs]
+    todo_refs = [(w, choice, config.reference_seconds) for w in config.workflows if w.name not in refs]
     done_refs = 0
 
     def got_ref(r: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.exec import executor_class, executor_names
 from hetsched.model import ExecutorSpec, InputError
-from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
+from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 
@@ -99,8 +99,13 @@ def bench(
         "sim", "--executor", "-e", metavar="NAME", help=f"Where every run executes: {', '.join(executor_names())}."
     ),
     reference_choice: str = typer.Option(
-        "auto", "--reference", metavar="KIND", help="What the tables compare against: auto (the oracle when the "
-        "mapping space is small enough, else a labelled best-known mapping), oracle, or best-known.",
+        "auto", "--reference", metavar="KIND", help="What the tables compare against: auto (the exact oracle when "
+        "its search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower bound), "
+        "oracle, or best-known.",
+    ),
+    max_seconds: float = typer.Option(
+        DEFAULT_SEARCH_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Time budget of each scenario's reference search (seconds).",
     ),
     suite: str = typer.Option(
         "paper", "--suite", help="paper: the paper's S1-S13 (or --scenario files); scale: generated workflows of "
@@ -117,7 +122,7 @@ def bench(
         if scenario or tools is not None or store is not None or executor != "sim":
             raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
                              "run store; --scenario, --tools, --store and --executor apply to --suite paper only")
-        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice)
+        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds)
         return
     spec = ExecutorSpec(executor)
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
@@ -131,7 +136,7 @@ def bench(
         raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
     config = BenchConfig(
         specs=specs, scenarios=scenarios, seeds=tuple(range(n_seeds)), rounds=n_rounds, store=store_path,
-        jobs=jobs or default_jobs(), executor=spec, reference=choice,
+        jobs=jobs or default_jobs(), executor=spec, reference=choice, reference_seconds=max_seconds,
     )
     llm = [s.label for s in specs if s.uses_llm]
     total = len(specs) * len(scenarios) * n_seeds
@@ -180,7 +185,7 @@ def bench(
 
 def _run_suite(
     name: str, policy: list[str], seeds: int | None, rounds: int | None, quick: bool, jobs: int | None,
-    out_dir: Path, progress: bool, choice: ReferenceChoice,
+    out_dir: Path, progress: bool, choice: ReferenceChoice, max_seconds: float = DEFAULT_SEARCH_SECONDS,
 ) -> None:
     """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
     specs = suite_specs(parse_specs(policy) if policy else None)
@@ -191,7 +196,8 @@ def _run_suite(
         workflows = random_workflows(QUICK_RANDOM_COUNT if quick else RANDOM_COUNT)
         n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
     config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
-                         rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice)
+                         rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice,
+                         reference_seconds=max_seconds)
     total = len(specs) * len(workflows) * len(config.seeds)
     err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from hetsched.cli.app import app, examples, out, plain_table, safe
 from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
-from hetsched.model import InputError, Scenario
+from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
-from hetsched.sim.reference import reference
+from hetsched.sim.oracle import DEFAULT_MAX_SECONDS, solve
+from hetsched.sim.reference import check_max_seconds, reference
 
 RICH_TABLE_ROWS = 100
 """Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
@@ -83,21 +83,32 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
     out.print(f"mapping space: {space_text(sc)} mappings")
 
 
-@app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json"))
+@app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json",
+                             "hetsched oracle my_flow.yaml --max-seconds 120", "hetsched oracle S13 --all"))
 def oracle(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
-    top: int = typer.Option(10, "--top", min=1, metavar="N", help="How many ranked mappings to show."),
+    top: int = typer.Option(
+        10, "--top", min=1, metavar="N", help="How many of the best mappings to rank (all proven)."
+    ),
+    full: bool = typer.Option(
+        False, "--all", help="Simulate and rank every feasible mapping instead (small spaces: its time estimate "
+        "must fit --max-seconds)."
+    ),
+    max_seconds: float = typer.Option(
+        DEFAULT_MAX_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Give up with an estimate when the search would take longer.",
+    ),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1, metavar="N", show_default="the CPUs available",
+        help="Processes; the result does not depend on it.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:
-    """Find the best feasible mapping by exhaustive search on the noise-free simulator."""
+    """Find the best feasible mappings on the noise-free simulator by exact branch-and-bound."""
     sc = load(scenario)
-    if sc.mapping_space_size() > 10**15:  # beyond any exhaustive search, and too long a number to print whole
-        raise InputError(
-            f"scenario {sc.name!r}: {space_text(sc)} mappings are too many for an exhaustive search; "
-            "compare against a best-known mapping instead: hetsched run SCENARIO --reference best-known"
-        )
+    check_max_seconds(max_seconds)
     t0 = time.perf_counter()
-    res = solve(sc, ranking=True)
+    res = solve(sc, ranking=full, top=top, max_seconds=max_seconds, workers=jobs)
     seconds = time.perf_counter() - t0
     if as_json:
         typer.echo(
@@ -108,7 +119,8 @@ def oracle(
                     "e2e_ms": res.e2e_ms,
                     "optimal": [m.to_dict() for m in res.optimal],
                     "space": res.space,
-                    "feasible": res.feasible,
+                    "feasible": res.feasible if res.full else None,
+                    "search": "full" if res.full else "bounded",
                     "ranking": [{"mapping": r.mapping.to_dict(), "e2e_ms": r.e2e_ms} for r in res.ranking[:top]],
                 }
             )
@@ -116,17 +128,24 @@ def oracle(
         return
     out.print(f"oracle for {safe(sc.name)}: {safe(mapping_text(res.best))}  E2E {res.e2e_ms:.1f} ms")
     if len(res.optimal) > 1:
-        out.print(f"{len(res.optimal)} mappings tie at the optimum")
-    out.print(
-        f"searched {res.space} mappings: {res.feasible} feasible, {res.space - res.feasible} infeasible "
-        f"({res.simulated} simulated in {seconds:.2f} s)"
-    )
-    table = Table(title=f"top {min(top, len(res.ranking))}", title_justify="left")
+        out.print(f"{len(res.optimal)} mappings tie at the optimum (the one shown holds the least VRAM)")
+    if res.full:
+        out.print(
+            f"searched {space_text(sc)} mappings: {res.feasible:,} feasible, {res.space - res.feasible:,} infeasible "
+            f"({res.simulated:,} simulated in {seconds:.2f} s)"
+        )
+    else:
+        out.print(
+            f"bounded search over {space_text(sc)} mappings: {res.simulated:,} simulated, the rest proven no better "
+            f"by lower bounds or over the VRAM budget ({seconds:.2f} s, {res.workers} process(es))"
+        )
+    shown = res.ranking[:top]
+    table = Table(title=f"top {len(shown)}" + ("" if res.full else " (exact)"), title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("mapping")
     table.add_column("E2E ms", justify="right")
     table.add_column("/ best", justify="right")
-    for i, r in enumerate(res.ranking[:top], 1):
+    for i, r in enumerate(shown, 1):
         table.add_row(str(i), safe(mapping_text(r.mapping)), f"{r.e2e_ms:.1f}", f"{r.e2e_ms / res.e2e_ms:.3f}")
     out.print(table)
 

@@ -21,7 +21,13 @@ from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, make_policy, policy_names
-from hetsched.sim.reference import ReferenceChoice, parse_reference_choice, reference
+from hetsched.sim.reference import (
+    DEFAULT_SEARCH_SECONDS,
+    ReferenceChoice,
+    check_max_seconds,
+    parse_reference_choice,
+    reference,
+)
 from hetsched.store import RunStore
 
 SCENARIO_HELP = "Scenario file, or the name of a bundled scenario (hetsched scenarios lists them)."
@@ -82,10 +88,11 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference",
-                            "llm_timeout", "llm_retries"}
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key",
+                            "reference_choice", "llm_timeout", "llm_retries", "max_seconds"}
 """Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's (the LLM
-timeout and retries say how to reach the server, not what the run is: they apply to this session only)."""
+timeout and retries say how to reach the server, not what the run is, and the reference and its time
+budget only shape the report: they apply to this session only)."""
 
 
 def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None) -> RunResult:
@@ -263,8 +270,13 @@ def run(
         help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator).",
     ),
     reference_choice: str = typer.Option(
-        "auto", "--reference", metavar="KIND", help="What to compare against in the report: auto (the oracle when "
-        "the mapping space is small enough, else a labelled best-known mapping), oracle, best-known, or none.",
+        "auto", "--reference", metavar="KIND", help="What to compare against in the report: auto (the exact oracle "
+        "when its search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower "
+        "bound), oracle, best-known, or none.",
+    ),
+    max_seconds: float = typer.Option(
+        DEFAULT_SEARCH_SECONDS, "--max-seconds", metavar="SECONDS",
+        help="Time budget of the reference's search (seconds).",
     ),
 ) -> None:
     """Run ROUNDS rounds of a policy and show each round's mapping and E2E against a reference.
@@ -274,6 +286,7 @@ def run(
     is computed after the run, for the report only: a run never needs it.
     """
     choice = parse_reference_choice(reference_choice)
+    check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
     if resume is not None:
@@ -321,7 +334,7 @@ def run(
                 run_id = st.create_run(key)
             result = _stored_run(store, run_id, pol, as_json)
     if choice is not ReferenceChoice.NONE:
-        result.reference = ref = reference(result.scenario, choice)
+        result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
         if result.run_id is not None and ref is not None:
             with RunStore(store) as st:
                 st.set_reference(result.run_id, ref)

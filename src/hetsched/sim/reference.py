@@ -1,21 +1,20 @@
 """References for reports, and the planner the loop hands policies: the model's noise-free view.
 
 - :func:`reference`: the mapping a report compares against: the exact oracle
-  (:mod:`hetsched.sim.oracle`) when the space is small enough, else a labelled best-known
-  mapping from :func:`best_known` with a lower bound, or none.
-- :func:`best_known`: a seeded, anytime local search over the noise-free simulator for
-  workflows too large for the exact search.
+  (:mod:`hetsched.sim.oracle`) when its search is estimated to fit the time budget, else a
+  labelled best-known mapping from :func:`best_known` with a proven lower bound, or none.
+- :func:`best_known`: the best mapping an iterated local search
+  (:mod:`hetsched.sim.local_search`) finds in the budget, and a lower bound on the optimum
+  (:mod:`hetsched.sim.lower_bound`), so the report can say how far from optimal it may be.
 - :class:`SimPlanner`: the :class:`~hetsched.model.Planner` built on the noise-free simulator
   (feasibility including FIFO deadlocks, predicted E2E, the reference).
 
 Runs never need any of this: the loop builds a planner, but nothing is solved unless a policy
-or a report asks. Imports the model and the simulator.
+or a report asks. Imports the model and the simulator's searches.
 """
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from enum import StrEnum
 
@@ -23,28 +22,32 @@ from hetsched.model import (
     Infeasibility,
     InputError,
     Mapping,
+    Placement,
     Reference,
     ReferenceKind,
     Scenario,
 )
 from hetsched.sim.engine import Simulator
-from hetsched.sim.oracle import solve
+from hetsched.sim.local_search import Evaluator, local_search
+from hetsched.sim.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
+from hetsched.sim.oracle import SearchTooLong, solve
 
-AUTO_EXACT_MAX_MAPPINGS = 200_000
-"""``--reference auto`` solves exactly up to this many mappings, else searches for a best-known one."""
 DEFAULT_SEARCH_SECONDS = 10.0
-"""Time budget of the best-known search by default."""
+"""Time budget of a reference by default (``--max-seconds``): the exact search must be estimated
+to fit it, and the best-known search uses it all."""
+BOUND_SHARE = 0.2
+"""Share of a best-known budget spent raising the lower bound (the rest searches mappings)."""
 
 
 class ReferenceChoice(StrEnum):
     """What ``--reference`` asks for."""
 
     AUTO = "auto"
-    """The oracle when the space is small enough, else best-known."""
+    """The oracle when its search is estimated to fit the time budget, else best-known."""
     ORACLE = "oracle"
-    """The exact oracle (an error when the space is too large)."""
+    """The exact oracle (an error when it would not fit the time budget)."""
     BEST_KNOWN = "best-known"
-    """The bounded search, even when the oracle would be affordable."""
+    """The best-known search with a lower bound, even when the oracle would be affordable."""
     NONE = "none"
     """No reference (nothing is solved)."""
 
@@ -58,75 +61,119 @@ def parse_reference_choice(text: str) -> ReferenceChoice:
         raise InputError(f"--reference: unknown value {text!r}; accepted: {accepted}") from None
 
 
+def check_max_seconds(value: float | None, option: str = "--max-seconds") -> float | None:
+    """A positive time budget or None (clear error otherwise)."""
+    if value is not None and not value > 0:
+        raise InputError(f"{option} must be > 0 seconds, got {value}")
+    return value
+
+
 def lower_bound_ms(scenario: Scenario) -> float:
-    """A lower bound on the E2E of every mapping under the model: the isolated critical path
-    (every node at its faster isolated latency, no contention, no transfers, no load)."""
-    return scenario.isolated_critical_path_ms()
+    """A lower bound on the E2E of every feasible mapping under the model, without search: the
+    larger of the bound of the empty mapping (critical path, device work, VRAM x time) and the
+    Lagrangian bound that sees the VRAM budget (:func:`~hetsched.sim.lower_bound.dual_bound_ms`)."""
+    return max(root_bound_ms(scenario), dual_bound_ms(scenario))
 
 
-def best_known(scenario: Scenario, *, seed: int = 0, max_seconds: float = DEFAULT_SEARCH_SECONDS) -> Reference:
-    """The best mapping a seeded local search finds within ``max_seconds`` (anytime).
+def _codes(scenario: Scenario, mapping: Mapping) -> tuple[int, ...]:
+    return tuple(mapping[n].code for n in scenario.workflow.node_ids)
 
-    Starts from all-CPU (always feasible) and the uniform GPU mappings that can run, then
-    applies improving one-node moves in a seeded random order until none improves or time runs
-    out. Deterministic for a seed when it finishes within the budget.
+
+def _mapping(scenario: Scenario, codes: tuple[int, ...]) -> Mapping:
+    return Mapping(zip(scenario.workflow.node_ids, (Placement.of_code(c) for c in codes), strict=True))
+
+
+def best_known(
+    scenario: Scenario,
+    *,
+    seed: int = 0,
+    max_seconds: float | None = DEFAULT_SEARCH_SECONDS,
+    max_evals: int | None = None,
+    start: Mapping | None = None,
+) -> Reference:
+    """The best mapping a seeded iterated local search finds, and a lower bound on the optimum.
+
+    Spends ``1 - BOUND_SHARE`` of ``max_seconds`` searching mappings and the rest raising the
+    lower bound (which may find a better mapping too). With ``max_evals`` the budget is
+    ``max_evals`` simulations for the search and ``max(4, max_evals // 100)`` expanded batches
+    for the bound, so the result is the same for a seed on every machine.
     """
     t0 = time.perf_counter()
-    sim = Simulator(scenario, noise=False)
-    rng = random.Random(seed)
-    ids = scenario.workflow.node_ids
-
-    def cost(m: Mapping) -> float:
-        e = sim.e2e(m)
-        return math.inf if e is None else e
-
-    starts = [scenario.uniform(p) for p in scenario.placements]
-    best = min(starts, key=cost)
-    best_e = cost(best)
-    moves = [(n, p) for n in ids for p in scenario.allowed(n)]
-    improved = True
-    while improved and time.perf_counter() - t0 < max_seconds:
-        improved = False
-        rng.shuffle(moves)
-        for node, place in moves:
-            if best[node] is place:
-                continue
-            cand = best.moved(node, place)
-            e = cost(cand)
-            if e < best_e * (1 - 1e-12):
-                best, best_e, improved = cand, e, True
-            if time.perf_counter() - t0 >= max_seconds:
-                break
-    return Reference(ReferenceKind.BEST_KNOWN, best, best_e, lower_bound_ms(scenario), time.perf_counter() - t0)
+    if max_seconds is None and max_evals is None:
+        raise InputError("best_known needs max_seconds or max_evals")
+    ev = Evaluator(scenario)
+    starts = [] if start is None else [_codes(scenario, scenario.validate_mapping(start))]
+    search_s = None if max_seconds is None else max_seconds * (1 - BOUND_SHARE)
+    found = local_search(scenario, seed=seed, max_seconds=search_s, max_evals=max_evals, starts=starts,
+                         evaluator=ev)
+    bound_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
+    expansions = None if max_evals is None else max(4, max_evals // 100)
+    proved = lower_bound(scenario, found.e2e_ms, max_seconds=bound_s, max_expansions=expansions, evaluator=ev)
+    codes, e2e = found.codes, found.e2e_ms
+    if proved.best is not None and proved.upper_ms < e2e:
+        codes, e2e = proved.best, proved.upper_ms
+    lower = min(e2e, max(proved.lower_ms, dual_bound_ms(scenario)))
+    return Reference(ReferenceKind.BEST_KNOWN, _mapping(scenario, codes), e2e, lower, time.perf_counter() - t0)
 
 
 def reference(
     scenario: Scenario,
     choice: ReferenceChoice | str = ReferenceChoice.AUTO,
     *,
-    max_seconds: float = DEFAULT_SEARCH_SECONDS,
+    max_seconds: float | None = DEFAULT_SEARCH_SECONDS,
     seed: int = 0,
+    max_evals: int | None = None,
+    workers: int | None = None,
 ) -> Reference | None:
-    """The reference a report compares against (see :class:`ReferenceChoice`)."""
+    """The reference a report compares against (see :class:`ReferenceChoice`).
+
+    Args:
+        scenario: the scenario.
+        choice: auto, oracle, best-known or none.
+        max_seconds: time budget. ``oracle`` raises :class:`~hetsched.sim.oracle.SearchTooLong`
+            when the exact search is estimated (or found) to need more (None: no limit);
+            ``auto`` then falls back to best-known, starting from the best mapping the exact
+            search had seen, with the time left (at least a quarter of the budget);
+            ``best-known`` uses it all. With ``max_evals`` and no ``max_seconds``, ``auto``
+            still gives the exact search ``DEFAULT_SEARCH_SECONDS``.
+        seed: seeds the searches.
+        max_evals: best-known budget in simulations instead of seconds (machine-independent).
+        workers: processes for the exact search (default: the CPUs available).
+    """
     choice = ReferenceChoice(choice)
+    check_max_seconds(max_seconds)
     if choice is ReferenceChoice.NONE:
         return None
-    exact = choice is ReferenceChoice.ORACLE or (
-        choice is ReferenceChoice.AUTO and scenario.mapping_space_size() <= AUTO_EXACT_MAX_MAPPINGS
-    )
-    if exact:
-        t0 = time.perf_counter()
-        res = solve(scenario, ranking=False)
-        return Reference(ReferenceKind.ORACLE, res.best, res.e2e_ms, res.e2e_ms, time.perf_counter() - t0)
-    return best_known(scenario, seed=seed, max_seconds=max_seconds)
+    if choice is ReferenceChoice.BEST_KNOWN:
+        return best_known(scenario, seed=seed, max_seconds=max_seconds, max_evals=max_evals)
+    t0 = time.perf_counter()
+    exact_s = max_seconds if max_seconds is not None or choice is ReferenceChoice.ORACLE else DEFAULT_SEARCH_SECONDS
+    try:
+        res = solve(scenario, max_seconds=exact_s, workers=workers, seed=seed)
+    except SearchTooLong as exc:
+        if choice is ReferenceChoice.ORACLE:
+            raise
+        left = None if max_seconds is None else max(0.25 * max_seconds, max_seconds - (time.perf_counter() - t0))
+        start = None if exc.best is None else exc.best[1]
+        return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start)
+    return Reference(ReferenceKind.ORACLE, res.best, res.e2e_ms, res.e2e_ms, time.perf_counter() - t0)
 
 
 class SimPlanner:
     """The model's noise-free predictions for one scenario (:class:`~hetsched.model.Planner`)."""
 
-    def __init__(self, scenario: Scenario, choice: ReferenceChoice | str = ReferenceChoice.AUTO) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        choice: ReferenceChoice | str = ReferenceChoice.AUTO,
+        *,
+        max_seconds: float | None = DEFAULT_SEARCH_SECONDS,
+        seed: int = 0,
+    ) -> None:
         self.scenario = scenario
         self.choice = ReferenceChoice(choice)
+        self.max_seconds = check_max_seconds(max_seconds)
+        self.seed = seed
         self._sim = Simulator(scenario, noise=False)
         self._reference: Reference | None = None
 
@@ -142,19 +189,20 @@ class SimPlanner:
         """The reference for the scenario (computed once; ``none`` falls back to ``auto``)."""
         if self._reference is None:
             choice = ReferenceChoice.AUTO if self.choice is ReferenceChoice.NONE else self.choice
-            ref = reference(self.scenario, choice)
+            ref = reference(self.scenario, choice, max_seconds=self.max_seconds, seed=self.seed)
             assert ref is not None
             self._reference = ref
         return self._reference
 
 
 __all__ = [
-    "AUTO_EXACT_MAX_MAPPINGS",
+    "BOUND_SHARE",
+    "DEFAULT_SEARCH_SECONDS",
     "ReferenceChoice",
     "SimPlanner",
     "best_known",
+    "check_max_seconds",
     "lower_bound_ms",
     "parse_reference_choice",
     "reference",
 ]
-

@@ -1,0 +1,422 @@
+"""The best-known search: iterated local search with large-neighbourhood moves over the noise-free simulator.
+
+Used for workflows too large for the exact search (:mod:`hetsched.sim.oracle`), and by the exact
+search itself for its first incumbent. Anytime: it returns the best mapping found when its budget
+ends, which is either a time budget (``max_seconds``) or a number of simulations (``max_evals``;
+then the result is the same for a seed on every machine).
+
+One iteration:
+
+1. **Descent.** Single-node moves (each node to each other placement; a seeded sample of
+   ``MAX_NEIGHBOURS`` of them on long workflows) and tool moves (every node
+   of one tool to one placement: ``gpu_now`` residency is per tool, so these cross VRAM cliffs
+   that single moves cannot). Each neighbourhood is bounded at once with
+   :class:`~hetsched.sim.bounds.BoundModel`; a neighbour whose lower bound cannot beat the current
+   mapping is never simulated, the others are simulated in order of their bound and the first
+   improvement is taken.
+2. **Window re-optimization (large neighbourhood).** A window of up to ``WINDOW`` nodes (a node and
+   its DAG neighbours, the nodes of one tool, or a run of consecutive nodes in topological order)
+   is solved exactly with the rest fixed: every combination is bounded, and the survivors are
+   simulated in bound order until the bound reaches the best value.
+3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
+   few random nodes (or one random tool) moved.
+
+Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
+a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
+queue by the least load per MB freed until the budget holds).
+
+Imports the model, the simulator and the bounds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hetsched.model import Scenario
+from hetsched.model.mapping import CPU_CODE as CPU
+from hetsched.model.mapping import NOW_CODE as NOW
+from hetsched.model.mapping import QUEUE_CODE as QUEUE
+from hetsched.sim.bounds import BoundModel
+from hetsched.sim.engine import Simulator
+
+WINDOW = 6
+"""Largest number of nodes a window move re-optimizes exactly (3^6 = 729 combinations)."""
+PATIENCE = 12
+"""Windows without improvement before a kick."""
+MAX_NEIGHBOURS = 1024
+"""Single-node moves bounded per descent step; longer workflows get a seeded random sample of them."""
+_IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
+_CACHE_MAX = 200_000
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What one local search found."""
+
+    codes: tuple[int, ...]
+    """Best mapping found, as placement codes in workflow node order."""
+    e2e_ms: float
+    """Its noise-free E2E."""
+    evaluations: int
+    """Simulations run."""
+    seconds: float
+    """Wall time spent."""
+    elite: tuple[tuple[float, tuple[int, ...]], ...]
+    """The best distinct feasible mappings seen, (E2E, codes) in increasing order (up to ``keep``)."""
+    proven_optimal: bool
+    """True when the search stopped because it proved its best optimal (a workflow small enough to
+    be one window, solved exactly from the best); False when it stopped on its budget."""
+
+
+class Evaluator:
+    """Noise-free E2E of code tuples (inf when the mapping cannot run), memoized, counting simulations."""
+
+    def __init__(self, scenario: Scenario, bounds: BoundModel | None = None) -> None:
+        self.scenario = scenario
+        self.sim = Simulator(scenario, noise=False)
+        self.bounds = bounds or BoundModel(scenario)
+        wf = scenario.workflow
+        ids = wf.node_ids
+        tools = wf.tools
+        tindex = {t: i for i, t in enumerate(tools)}
+        self._tool = [tindex[wf.tool_of[n]] for n in ids]
+        self._tool_vram = [scenario.cards[t].vram_mb for t in tools]
+        self._vram = [scenario.card_of(n).vram_mb for n in ids]
+        self._budget = scenario.machine.vram_budget_mb
+        self._cache: dict[tuple[int, ...], float] = {}
+        self.evaluations = 0
+        self.sim_seconds = 0.0
+
+    def static_ok(self, codes: Sequence[int]) -> bool:
+        """``Scenario.infeasibility``'s budget checks, summed in the same order (the gpu_now set at
+        t = 0, and no queue node larger than the budget); deadlocks are left to the simulation."""
+        seen: dict[int, None] = {}
+        for i, c in enumerate(codes):
+            if c == NOW:
+                seen.setdefault(self._tool[i], None)
+            elif c == QUEUE and self._vram[i] > self._budget:
+                return False
+        return sum(self._tool_vram[t] for t in seen) <= self._budget
+
+    def __call__(self, codes: tuple[int, ...], *, checked: bool = False) -> float:
+        """E2E of ``codes`` (inf when it cannot run); ``checked``: the caller has already made
+        sure the budget checks pass."""
+        hit = self._cache.get(codes)
+        if hit is not None:
+            return hit
+        if not checked and not self.static_ok(codes):
+            e = math.inf
+        else:
+            t0 = time.perf_counter()
+            e = self.sim.e2e_codes(codes)
+            self.sim_seconds += time.perf_counter() - t0
+            self.evaluations += 1
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[codes] = e
+        return e
+
+    def cached(self, codes: tuple[int, ...]) -> bool:
+        """Whether the E2E of ``codes`` is known without a simulation."""
+        return codes in self._cache
+
+
+class _Budget(Exception):
+    """The search budget is spent."""
+
+
+class _Search:
+    def __init__(
+        self,
+        scenario: Scenario,
+        ev: Evaluator,
+        rng: random.Random,
+        deadline: float,
+        max_evals: int | None,
+        keep: int,
+    ) -> None:
+        self.sc = scenario
+        self.ev = ev
+        self.bm = ev.bounds
+        self.rng = rng
+        self.deadline = deadline
+        self.max_evals = max_evals
+        self.keep = keep
+        wf = scenario.workflow
+        self.ids = wf.node_ids
+        self.n = len(self.ids)
+        self.allowed = [tuple(p.code for p in scenario.allowed(v)) for v in self.ids]
+        index = {v: i for i, v in enumerate(self.ids)}
+        self.nbrs = [sorted({index[u] for u in (*wf.preds(v), *wf.succs(v))}) for v in self.ids]
+        self.topo = [index[v] for v in wf.topo_order]
+        by_tool: dict[str, list[int]] = {}
+        for i, v in enumerate(self.ids):
+            by_tool.setdefault(wf.tool_of[v], []).append(i)
+        self.tool_nodes = [nodes for nodes in by_tool.values() if len(self.allowed[nodes[0]]) > 1 and len(nodes) > 1]
+        self.best: tuple[int, ...] = tuple(CPU for _ in self.ids)
+        self.best_e = math.inf
+        self.elite: dict[tuple[int, ...], float] = {}
+        self.nprng = np.random.default_rng(rng.getrandbits(64))
+        moves = [(i, c) for i in range(self.n) for c in self.allowed[i]]
+        self._mv_nodes = np.array([i for i, _ in moves], dtype=np.intp)
+        self._mv_codes = np.array([c for _, c in moves], dtype=np.int8)
+        self.steps = 0
+        self.max_steps = 0 if max_evals is None else 2 * (max_evals - ev.evaluations) + 20
+
+    # ------------------------------------------------------------------ evaluation
+    def check(self) -> None:
+        if self.max_evals is not None and (self.ev.evaluations >= self.max_evals or self.steps >= self.max_steps):
+            raise _Budget
+        if time.perf_counter() >= self.deadline:
+            raise _Budget
+
+    def cost(self, codes: tuple[int, ...]) -> float:
+        if not self.ev.cached(codes):
+            self.check()
+        e = self.ev(codes)
+        if e < math.inf:
+            self._note(codes, e)
+        return e
+
+    def _note(self, codes: tuple[int, ...], e: float) -> None:
+        if e < self.best_e or (e == self.best_e and codes < self.best):
+            self.best, self.best_e = codes, e
+        if self.keep > 1 or not self.elite:
+            self.elite[codes] = e
+            if len(self.elite) > 4 * self.keep + 64:
+                kept = sorted(self.elite.items(), key=lambda kv: (kv[1], kv[0]))[: self.keep]
+                self.elite = dict(kept)
+        elif e <= min(self.elite.values()):
+            self.elite = {codes: e}
+
+    def first_improvement(
+        self, cur: tuple[int, ...], cur_e: float, cands: NDArray[np.int8]
+    ) -> tuple[tuple[int, ...], float] | None:
+        """Simulate candidates (rows of codes in node order) in order of their bound while the
+        bound can beat ``cur_e``; return the first that improves."""
+        if not len(cands):
+            return None
+        self.steps += 1  # bounding work counts too, so a search whose moves are all cached still ends
+        self.check()
+        rows = self.bm.bound_full(cands)
+        lb = rows.lb
+        fits = self.bm.fits(rows.vram_now)
+        limit = cur_e * (1 - _IMPROVE)
+        order = np.argsort(lb, kind="stable")
+        for k in order.tolist():
+            if lb[k] - self.bm.slack(lb[k]) >= limit:
+                break
+            if not fits[k]:
+                continue
+            codes = tuple(cands[k].tolist())
+            e = self.cost(codes)
+            if e < limit:
+                return codes, e
+        return None
+
+    # ------------------------------------------------------------------ moves
+    def neighbours(self, cur: tuple[int, ...]) -> NDArray[np.int8]:
+        """Single-node moves and tool moves from ``cur``, in a seeded random order."""
+        base = np.array(cur, dtype=np.int8)
+        keep = np.flatnonzero(self._mv_codes != base[self._mv_nodes])
+        if len(keep) > MAX_NEIGHBOURS:  # a seeded sample on long workflows
+            keep = np.sort(keep[self.nprng.permutation(len(keep))][:MAX_NEIGHBOURS])
+        nodes, codes = self._mv_nodes[keep], self._mv_codes[keep]
+        single = np.repeat(base[None, :], len(nodes), axis=0)
+        single[np.arange(len(nodes)), nodes] = codes
+        blocks = [single]
+        for group in self.tool_nodes[:MAX_NEIGHBOURS]:
+            for c in self.allowed[group[0]]:
+                if int((base[group] != c).sum()) > 1:
+                    row = base.copy()
+                    row[group] = c
+                    blocks.append(row[None, :])
+        out = np.concatenate(blocks, axis=0)
+        return out[self.nprng.permutation(len(out))]
+
+    def descend(self, cur: tuple[int, ...], cur_e: float) -> tuple[tuple[int, ...], float]:
+        while True:
+            step = self.first_improvement(cur, cur_e, self.neighbours(cur))
+            if step is None:
+                return cur, cur_e
+            cur, cur_e = step
+
+    def window(self, cur: tuple[int, ...]) -> list[int]:
+        kind = self.rng.random()
+        free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
+        if not free:
+            return []
+        if kind < 0.4:
+            seed_node = self.rng.choice(free)
+            pool = [seed_node]
+            frontier = list(self.nbrs[seed_node])
+            while frontier and len(pool) < WINDOW:
+                j = frontier.pop(self.rng.randrange(len(frontier)))
+                if j not in pool and len(self.allowed[j]) > 1:
+                    pool.append(j)
+                    frontier.extend(k for k in self.nbrs[j] if k not in pool)
+            return pool
+        if kind < 0.6 and self.tool_nodes:
+            nodes = list(self.rng.choice(self.tool_nodes))
+            self.rng.shuffle(nodes)
+            return nodes[:WINDOW]
+        topo_free = [i for i in self.topo if len(self.allowed[i]) > 1]
+        start = self.rng.randrange(max(1, len(topo_free) - WINDOW + 1))
+        return topo_free[start : start + WINDOW]
+
+    def solve_window(
+        self, cur: tuple[int, ...], cur_e: float, nodes: list[int]
+    ) -> tuple[tuple[int, ...], float] | None:
+        """The first improvement among every placement of ``nodes`` with the rest as in ``cur``."""
+        if not nodes:
+            return None
+        grids = np.meshgrid(*[np.array(self.allowed[i], dtype=np.int8) for i in nodes], indexing="ij")
+        combos = np.stack([g.reshape(-1) for g in grids], axis=1)
+        base = np.array(cur, dtype=np.int8)
+        full = np.repeat(base[None, :], combos.shape[0], axis=0)
+        full[:, nodes] = combos
+        full = full[(full != base).any(axis=1)]
+        return self.first_improvement(cur, cur_e, full[self.nprng.permutation(len(full))])
+
+    def kick(self, cur: tuple[int, ...]) -> tuple[int, ...]:
+        lst = list(cur)
+        if self.tool_nodes and self.rng.random() < 0.3:
+            nodes = self.rng.choice(self.tool_nodes)
+            c = self.rng.choice(self.allowed[nodes[0]])
+            for i in nodes:
+                lst[i] = c
+        else:
+            free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
+            for i in self.rng.sample(free, k=min(len(free), self.rng.randint(2, max(2, min(8, self.n // 6 + 2))))):
+                lst[i] = self.rng.choice([c for c in self.allowed[i] if c != lst[i]])
+        return tuple(lst)
+
+    # ------------------------------------------------------------------ starts
+    def starts(self) -> list[tuple[int, ...]]:
+        uni = [tuple(c if c in a else CPU for a in self.allowed) for c in (CPU, NOW, QUEUE)]
+        return list(dict.fromkeys([*uni, self.greedy()]))
+
+    def greedy(self) -> tuple[int, ...]:
+        """Each node on its faster isolated device; then tools leave gpu_now for the queue (or the CPU)
+        by the least added time per MB freed until the gpu_now set fits."""
+        sc = self.sc
+        codes = []
+        for v in self.ids:
+            card = sc.card_of(v)
+            codes.append(NOW if card.gpu_ms is not None and card.gpu_ms < card.cpu_ms else CPU)
+        budget = sc.machine.vram_budget_mb
+        wf = sc.workflow
+        while True:
+            tools = {wf.tool_of[v] for i, v in enumerate(self.ids) if codes[i] == NOW}
+            need = sum(sc.cards[t].vram_mb for t in tools)
+            if need <= budget or not tools:
+                break
+
+            def penalty(t: str) -> float:
+                card = sc.cards[t]
+                k = sum(1 for i, v in enumerate(self.ids) if codes[i] == NOW and wf.tool_of[v] == t)
+                if QUEUE in sc.placements and card.vram_mb <= budget:
+                    extra = card.load_ms
+                else:
+                    extra = card.cpu_ms - (card.gpu_ms or 0.0)
+                return k * extra / max(card.vram_mb, 1e-9)
+
+            worst = min(sorted(tools), key=penalty)
+            card = sc.cards[worst]
+            to = QUEUE if QUEUE in sc.placements and card.vram_mb <= budget else CPU
+            for i, v in enumerate(self.ids):
+                if codes[i] == NOW and wf.tool_of[v] == worst:
+                    codes[i] = to
+        return tuple(codes)
+
+    # ------------------------------------------------------------------ driver
+    def run(self, starts: Iterable[tuple[int, ...]]) -> bool:
+        """Search until the budget ends (True) or nothing is left to try (False)."""
+        try:
+            first = self.starts()
+            self.ev(first[0])  # all-CPU always runs: there is a result whatever the budget
+            self._note(first[0], self.ev(first[0]))
+            for s in [*starts, *first[1:]]:
+                self.cost(tuple(s))
+            if self.n == 0 or not any(len(a) > 1 for a in self.allowed):
+                return False
+            cur, cur_e = self.descend(self.best, self.best_e)
+            stale = 0
+            seen_windows: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+            while True:
+                nodes = self.window(cur)
+                key = (cur, tuple(sorted(nodes)))
+                if key in seen_windows:
+                    stale += 1
+                else:
+                    seen_windows.add(key)
+                    step = self.solve_window(cur, cur_e, nodes)
+                    if step is not None:
+                        cur, cur_e = self.descend(*step)
+                        stale = 0
+                        continue
+                    stale += 1
+                if stale >= PATIENCE:
+                    free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
+                    if len(free) <= WINDOW:  # the whole workflow is one window: solve it from the best
+                        step = self.solve_window(self.best, self.best_e, free)
+                        if step is None:
+                            return False  # nothing beats the best: it is optimal
+                        cur, cur_e = self.descend(*step)
+                        stale = 0
+                        continue
+                    kicked = self.kick(self.best)
+                    e = self.cost(kicked)
+                    if e < math.inf:
+                        cur, cur_e = self.descend(kicked, e)
+                    else:
+                        cur, cur_e = self.best, self.best_e
+                    stale = 0
+        except _Budget:
+            return True
+
+
+def local_search(
+    scenario: Scenario,
+    *,
+    seed: int = 0,
+    max_seconds: float | None = None,
+    max_evals: int | None = None,
+    starts: Iterable[Sequence[int]] = (),
+    keep: int = 1,
+    evaluator: Evaluator | None = None,
+) -> SearchResult:
+    """Iterated local search for the lowest noise-free E2E (see the module docstring).
+
+    Args:
+        scenario: the scenario.
+        seed: seeds the move order, the windows and the kicks.
+        max_seconds: time budget; with ``max_evals`` too, the search stops at whichever ends first.
+        max_evals: budget in simulations; alone (``max_seconds=None``) it makes the result
+            independent of the machine's speed.
+        starts: extra start mappings (codes in node order), e.g. a previous best.
+        keep: how many distinct best mappings to return in ``elite``.
+        evaluator: reuse an evaluator (and its memo) across calls.
+    """
+    t0 = time.perf_counter()
+    if max_evals is None and max_seconds is None:
+        raise ValueError("local_search needs max_seconds or max_evals")
+    ev = evaluator or Evaluator(scenario)
+    deadline = t0 + (max_seconds if max_seconds is not None else math.inf)
+    budget = None if max_evals is None else ev.evaluations + max_evals
+    search = _Search(scenario, ev, random.Random(seed), deadline, budget, keep)
+    on_budget = search.run(tuple(int(c) for c in s) for s in starts)
+    elite = sorted(((e, c) for c, e in search.elite.items()), key=lambda x: (x[0], x[1]))[:keep]
+    return SearchResult(
+        search.best, search.best_e, ev.evaluations, time.perf_counter() - t0, tuple(elite), not on_budget
+    )
+
+
+__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "WINDOW", "Evaluator", "SearchResult", "local_search"]

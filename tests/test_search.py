@@ -1,0 +1,219 @@
+"""The searches' building blocks: the vectorized bounds never exceed what the simulator measures, the
+best-known search is feasible, seeded and never better than the optimum, the lower bounds never
+exceed the optimum, and ``reference`` picks, labels and limits what it computes as documented."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.search_scenarios import FAMILIES, random_search_scenario
+from tests.test_oracle import big_fanout, naive
+from tests.test_sim import instances
+
+from hetsched.cli import main
+from hetsched.model import InfeasibleKind, InputError, Mapping, Mode, Placement, ReferenceKind, Scenario
+from hetsched.sim import Simulator
+from hetsched.sim.bounds import BoundModel
+from hetsched.sim.local_search import local_search
+from hetsched.sim.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
+from hetsched.sim.oracle import SearchTooLong, solve
+from hetsched.sim.reference import SimPlanner, best_known, lower_bound_ms, reference
+
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+scenarios = st.one_of(
+    instances().map(lambda inst: inst[0]),
+    st.builds(random_search_scenario, st.integers(2, 6), st.integers(0, 10_000), family=st.sampled_from(FAMILIES),
+              mode=st.sampled_from(list(Mode))),
+)
+
+
+def every_mapping(sc: Scenario) -> np.ndarray:
+    return np.array(list(itertools.product(*[[p.code for p in sc.allowed(v)] for v in sc.workflow.node_ids])),
+                    dtype=np.int8)
+
+
+def exact_e2e(sc: Scenario, rows: np.ndarray) -> np.ndarray:
+    """inf where the mapping cannot run (static checks or a deadlock in the simulation)."""
+    sim = Simulator(sc, noise=False)
+    ids = sc.workflow.node_ids
+    out = []
+    for row in rows.tolist():
+        e = sim.e2e(Mapping(zip(ids, (Placement.of_code(c) for c in row), strict=True)))
+        out.append(math.inf if e is None else e)
+    return np.array(out)
+
+
+@SETTINGS
+@given(scenarios)
+def test_bounds_never_exceed_the_simulated_e2e_of_any_completion(sc: Scenario) -> None:
+    bm = BoundModel(sc)
+    rows = every_mapping(sc)
+    e2e = exact_e2e(sc, rows)
+    full = bm.bound_full(rows)
+    ok = np.isfinite(e2e)
+    slack = np.array([bm.slack(e) for e in e2e[ok]])
+    assert (full.lb[ok] <= e2e[ok] + slack).all()
+    # a gpu_now set over the budget is never let through
+    over = full.vram_now > sc.machine.vram_budget_mb * (1 + 1e-9) + 1e-9
+    assert not (over & ok).any()
+    # every prefix's bound holds for the best of its completions
+    pos = bm.to_positions(rows)
+    for depth in range(1, bm.n):
+        prefix = bm.extend(bm.root().take(np.zeros(len(rows), dtype=np.intp)), pos[:depth].copy())
+        best: dict[tuple[int, ...], float] = {}
+        keys = [tuple(k) for k in pos[:depth].T.tolist()]
+        for key, e in zip(keys, e2e, strict=True):
+            best[key] = min(best.get(key, math.inf), e)
+        for key, lb in zip(keys, prefix.lb, strict=True):
+            assert lb <= best[key] + bm.slack(best[key])
+
+
+@SETTINGS
+@given(scenarios)
+def test_deadlock_filter_flags_only_mappings_the_model_refuses(sc: Scenario) -> None:
+    bm = BoundModel(sc)
+    rows = every_mapping(sc)
+    dead = bm.deadlocked(bm.to_positions(rows))
+    ids = sc.workflow.node_ids
+    for row in rows[dead].tolist():
+        m = Mapping(zip(ids, (Placement.of_code(c) for c in row), strict=True))
+        reason = sc.infeasibility(m)
+        assert reason is not None and reason.kind in (
+            InfeasibleKind.DEADLOCK, InfeasibleKind.OOM, InfeasibleKind.NEVER_ADMISSIBLE)
+
+
+@SETTINGS
+@given(scenarios)
+def test_lower_bounds_never_exceed_the_optimum(sc: Scenario) -> None:
+    opt = min(naive(sc).values())
+    slack = 1e-9 * opt + 1e-4
+    assert root_bound_ms(sc) <= opt + slack
+    assert dual_bound_ms(sc) <= opt + slack
+    assert lower_bound_ms(sc) <= opt + slack
+    found = local_search(sc, seed=1, max_evals=20)
+    proved = lower_bound(sc, found.e2e_ms, max_expansions=6)
+    assert proved.lower_ms <= opt + slack <= proved.upper_ms + slack + opt * 1e-9
+    if proved.optimal:
+        assert proved.upper_ms == pytest.approx(opt, rel=1e-9)
+
+
+@SETTINGS
+@given(scenarios, st.integers(0, 3))
+def test_local_search_is_feasible_seeded_and_no_better_than_the_optimum(sc: Scenario, seed: int) -> None:
+    a = local_search(sc, seed=seed, max_evals=60)
+    b = local_search(sc, seed=seed, max_evals=60)
+    assert (a.codes, a.e2e_ms, a.evaluations) == (b.codes, b.e2e_ms, b.evaluations)
+    assert a.evaluations <= 60 or a.evaluations <= 4  # the starts are always evaluated
+    m = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in a.codes), strict=True))
+    assert Simulator(sc, noise=False).e2e(m) == a.e2e_ms
+    truth = naive(sc)
+    assert a.e2e_ms >= min(truth.values())
+    assert a.e2e_ms <= truth[sc.uniform(Placement.CPU)]  # all-CPU is a start
+    if a.proven_optimal:
+        assert a.e2e_ms == min(truth.values())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_known_reaches_the_optimum_on_ten_node_workflows(seed: int) -> None:
+    """What the benchmark measures at scale, as a floor: with a modest budget the best-known
+    search finds the exact optimum on small random workflows, or comes within 5% of it."""
+    sc = random_search_scenario(10, seed, family=FAMILIES[seed % 4])
+    opt = solve(sc, max_seconds=None).e2e_ms
+    found = local_search(sc, seed=seed, max_evals=400)
+    assert opt <= found.e2e_ms <= 1.05 * opt
+
+
+def test_best_known_reference_states_its_gap_and_is_seeded() -> None:
+    sc = random_search_scenario(8, 11, family="layered")
+    ref = best_known(sc, seed=3, max_evals=300)
+    again = best_known(sc, seed=3, max_evals=300)
+    assert (ref.mapping, ref.e2e_ms, ref.lower_bound_ms) == (again.mapping, again.e2e_ms, again.lower_bound_ms)
+    opt = solve(sc, max_seconds=None).e2e_ms
+    assert ref.kind is ReferenceKind.BEST_KNOWN and not ref.exact
+    assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
+    assert ref.label.startswith("best-known (within ") and ref.label.endswith("% of the lower bound)")
+    assert Simulator(sc, noise=False).e2e(ref.mapping) == pytest.approx(ref.e2e_ms)
+
+
+def test_auto_is_exact_when_it_fits_and_best_known_with_a_bound_when_not() -> None:
+    small = random_search_scenario(7, 2, family="dag")
+    ref = reference(small)
+    assert ref is not None and ref.kind is ReferenceKind.ORACLE and ref.gap == 0.0
+    assert ref.e2e_ms == solve(small).e2e_ms == ref.lower_bound_ms
+    big = big_fanout(40)
+    ref = reference(big, "auto", max_seconds=2.0)
+    assert ref is not None and ref.kind is ReferenceKind.BEST_KNOWN
+    assert ref.lower_bound_ms is not None and 0 < ref.lower_bound_ms <= ref.e2e_ms
+    assert ref.gap is not None and ref.gap >= 0
+    assert Simulator(big, noise=False).e2e(ref.mapping) == pytest.approx(ref.e2e_ms)
+    with pytest.raises(SearchTooLong):
+        reference(big, "oracle", max_seconds=1.0)
+    assert reference(big, "none") is None
+    with pytest.raises(InputError, match="--max-seconds must be > 0 seconds, got 0"):
+        reference(small, max_seconds=0)
+
+
+def test_planner_reference_is_computed_once_with_its_budget() -> None:
+    planner = SimPlanner(big_fanout(30), "best-known", max_seconds=1.0)
+    first = planner.reference()
+    assert first is planner.reference() and first.kind is ReferenceKind.BEST_KNOWN
+
+
+def write_scenario_file(sc: Scenario, path: Path) -> None:
+    """A scenario in the file format (docs/formats.md)."""
+    m = sc.machine
+    data = {
+        "name": sc.name,
+        "mode": sc.mode.value,
+        "machine": {"cpu_cores": m.cpu_cores, "vram_budget_mb": m.vram_budget_mb, "gpu_kappa": m.gpu_kappa,
+                    "noise_cv": m.noise_cv},
+        "cards": {t: c.model_dump(include={"cpu_ms", "gpu_ms", "load_ms", "vram_mb", "gpu_util", "cpu_threads",
+                                           "has_gpu"}) for t, c in sc.cards.items()},
+        "nodes": [{"id": n.id, "tool": n.tool} for n in sc.workflow.nodes],
+        "edges": [f"{e.src} -> {e.dst}" for e in sc.workflow.edges],
+    }
+    path.write_text(yaml.safe_dump(data))
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Exit status and output of ``hetsched ARGS`` through the console entry point (its error boundary)."""
+    with pytest.raises(SystemExit) as done:
+        main(list(args))
+    out = capsys.readouterr()
+    return int(done.value.code or 0), out.out + out.err
+
+
+def test_oracle_command_ranks_the_top_and_refuses_what_does_not_fit(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = cli(capsys, "oracle", "S13", "--top", "3", "--json")
+    data = json.loads(text)
+    assert code == 0 and data["search"] == "bounded" and len(data["ranking"]) == 3
+    assert data["ranking"][0]["e2e_ms"] == data["e2e_ms"] and data["feasible"] is None
+    code, text = cli(capsys, "oracle", "S13", "--all", "--top", "1000", "--json")
+    full = json.loads(text)
+    assert code == 0 and full["search"] == "full" and len(full["ranking"]) == full["feasible"] > 3
+    assert [r["e2e_ms"] for r in full["ranking"][:3]] == [r["e2e_ms"] for r in data["ranking"]]
+    path = tmp_path / "big.yaml"
+    write_scenario_file(big_fanout(40), path)
+    code, text = cli(capsys, "oracle", str(path), "--max-seconds", "0.5")
+    assert code == 2 and "Traceback" not in text
+    assert "--max-seconds" in text and ("estimated to take" in text or "did not finish in 0.5 s" in text)
+    code, text = cli(capsys, "oracle", "S13", "--max-seconds", "0")
+    assert code == 2 and "--max-seconds must be > 0 seconds" in text
+
+
+def test_run_reports_a_best_known_reference_with_its_gap(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = cli(capsys, "run", "S5", "--policy", "all-gpu", "--rounds", "1", "--no-store", "--reference", "best-known",
+                     "--max-seconds", "1")
+    assert code == 0, text
+    assert "best-known (within " in text and "% of the lower bound)" in text
+    code, text = cli(capsys, "run", "S5", "--policy", "all-gpu", "--rounds", "1", "--no-store", "--max-seconds", "0")
+    assert code == 2 and "--max-seconds must be > 0" in text
