@@ -22,6 +22,10 @@ DEVICE_CHOICES: tuple[str, ...] = ("auto", "cuda", "standin", "none")
 stand-in device), cuda (or ``cuda:N``), standin, none (GPU placements are refused)."""
 
 
+DEFAULT_DEVICE_THREADS = 1
+"""Threads of the stand-in device unless told otherwise (the executor's and the profiler's default)."""
+
+
 def available_cores() -> tuple[int, ...]:
     """The CPU cores this process may run on."""
     try:
@@ -115,14 +119,15 @@ class CorePlan:
 
 def plan_cores(cpu_threads: int, device_threads: int | None, pin: bool = True) -> CorePlan:
     """Split the available cores: the CPU pool gets the first ``cpu_threads``, the stand-in device
-    the next ``device_threads`` (default: the rest, at least 1). When there are not enough cores
-    for both, nothing is pinned and the two share the cores (traces say so)."""
+    the next ``device_threads`` (default 1: a fixed budget, so cards profiled on one machine hold on
+    another). When there are not enough cores for both, nothing is pinned and the two share the
+    cores (traces say so)."""
     cores = available_cores()
     if cpu_threads < 1:
         raise InputError(f"cpu threads must be >= 1, got {cpu_threads}")
     if device_threads is not None and device_threads < 1:
         raise InputError(f"stand-in device threads must be >= 1, got {device_threads}")
-    dev = device_threads if device_threads is not None else max(1, len(cores) - cpu_threads)
+    dev = device_threads if device_threads is not None else DEFAULT_DEVICE_THREADS
     if pin and len(cores) >= cpu_threads + dev:
         return CorePlan(cpu_threads, dev, cores[:cpu_threads], cores[cpu_threads:cpu_threads + dev], len(cores))
     return CorePlan(cpu_threads, dev, None, None, len(cores))

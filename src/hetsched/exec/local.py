@@ -87,8 +87,7 @@ class LocalExecutor(ClosingExecutor):
             else full on CUDA and tiny elsewhere.
         cpu_threads: threads of the CPU pool (default: ``machine.cpu_cores``, at most the cores
             available).
-        device_threads: threads of the stand-in device (default: the cores left after the CPU
-            pool, at least 1).
+        device_threads: threads of the stand-in device (default 1).
         timeout_s: time limit of every node; default: ``timeout_factor`` x its card latency
             (load included for ``gpu_queue``), at least ``min_timeout_s``.
         memory_slack: how far (share of the budget) the device's measured memory may exceed
@@ -161,6 +160,8 @@ class LocalExecutor(ClosingExecutor):
         self._cpu_loaded: set[str] = set()
         self.last_outputs: dict[str, Any] = {}
         """Outputs of the sink nodes of the last round that finished."""
+        self.last_measured_peak_mb: float | None = None
+        """Peak device memory measured during the last round that used the device (above its idle level), MB."""
         self._finalizer = weakref.finalize(self, _close_workers, [self.cpu, self.gpu])
 
     # ------------------------------------------------------------------ description
@@ -556,9 +557,7 @@ class _Round:
         timeline = self.timeline()
         used_device = self.touched_device
         notes = list(ex._notes(used_device))
-        if used_device and self.measured_peak is not None and ex.gpu is not None:
-            notes.append(f"{ex.gpu.label} memory measured by {ex.gpu.meter}: peak {self.measured_peak:.1f} MB "
-                         f"against the {self.budget:g} MB budget")
+        ex.last_measured_peak_mb = self.measured_peak if used_device else None
         if self.failure is not None:
             return Trace.refused(self.mapping, self.failure, vram_budget_mb=self.budget, executor=ex.name,
                                  nodes=nodes, vram_timeline=timeline, notes=tuple(notes))

@@ -23,6 +23,9 @@ from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
 from hetsched.model.workflow import Edge, Node, Workflow
 
+PROVENANCE_DEFAULTS: tuple[str, ...] = ("hardware", "runs", "date", "source", "device", "preset", "cpu", "gpu",
+                                         "software")
+"""Top-level keys of a tool library that set every card's provenance (a card's own ``provenance`` wins)."""
 _AMPLIFIED = re.compile(r"^(?P<base>.+)_x(?P<k>[1-9][0-9]*)$")
 _EDGE_TEXT = re.compile(r"^\s*(?P<src>[^\s>-][^>]*?)\s*->\s*(?P<dst>[^\s].*?)\s*$")
 
@@ -121,12 +124,18 @@ def load_tool_library(path: Path | str) -> dict[str, ToolCard]:
     doc = _expect_dict(raw, "the top level", path)
     _reject_nonfinite(doc, "", path)
     tools = _expect_dict(doc.get("tools"), "tools", path)
-    defaults = Provenance(
-        hardware=str(doc.get("hardware", "unknown")),
-        runs=int(doc.get("runs", 0) or 0),
-        date=str(doc.get("date", "")),
-        source=str(doc.get("source", "")),
-    )
+    known = {"tools", *PROVENANCE_DEFAULTS}
+    for key in doc:
+        if key not in known:
+            raise InputError(f"file {path}: unknown top-level key {key!r}; accepted: {', '.join(sorted(known))}")
+    try:
+        defaults = Provenance(
+            hardware=str(doc.get("hardware", "unknown")),
+            runs=int(doc.get("runs", 0) or 0),
+            **{k: str(doc[k]) for k in PROVENANCE_DEFAULTS if k not in ("hardware", "runs") and k in doc},
+        )
+    except (ValidationError, ValueError) as exc:
+        raise InputError(f"file {path}: bad provenance defaults at the top level ({exc})") from None
     return parse_cards(tools, path, defaults, where="tools")
 
 

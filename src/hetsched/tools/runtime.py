@@ -271,8 +271,8 @@ class Benchmark:
 
     @property
     def median_ms(self) -> float:
-        """Median run time."""
-        return statistics.median(self.times_ms)
+        """Median run time (0 without timed runs)."""
+        return statistics.median(self.times_ms) if self.times_ms else 0.0
 
 
 class ToolRuntime:
@@ -360,16 +360,19 @@ class ToolRuntime:
             self.unload(key)
 
     def bench(self, key: str, inputs: Sequence[Any], warmup: int, runs: int) -> Benchmark:
-        """Warm-up then ``runs`` timed calls of the loaded tool, alone on the device."""
-        first = self.run(key, inputs)
-        first_ms = (first.t_end - first.t_start) * 1000.0
-        for _ in range(max(0, warmup - 1)):
-            self.run(key, inputs)
+        """``warmup`` untimed calls, then ``runs`` timed calls of the loaded tool, alone on the device.
+        ``first_ms`` is the first of all these calls (first-call initialization included)."""
+        first_ms: float | None = None
+        for _ in range(warmup):
+            r = self.run(key, inputs)
+            first_ms = (r.t_end - r.t_start) * 1000.0 if first_ms is None else first_ms
         times: list[float] = []
         c0, w0 = cpu_seconds(), time.monotonic()
         for _ in range(runs):
             r = self.run(key, inputs)
             times.append((r.t_end - r.t_start) * 1000.0)
         wall = time.monotonic() - w0
+        if first_ms is None:
+            first_ms = times[0] if times else 0.0
         return Benchmark(first_ms=first_ms, times_ms=tuple(times), cpu_s=cpu_seconds() - c0, wall_s=wall,
                          peak_mb=self.meter.peak_mb())
