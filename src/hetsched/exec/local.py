@@ -55,6 +55,8 @@ from hetsched.tools.base import Device, DeviceKind, Tool, check_size
 from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
 
 _EPS_MB = 1e-6
+DEVICE_SAMPLE_MS = 5.0
+"""How often the device worker samples its memory for the watch, ms (each sample costs ~0.1 ms)."""
 MEMORY_SLACK_FLOOR_MB = 16.0
 """The least slack of the measured-memory watch, MB (see :meth:`LocalExecutor.memory_limit_mb`)."""
 
@@ -150,14 +152,15 @@ class LocalExecutor(ClosingExecutor):
                 raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "
                                  "no GPU implementation; set has_gpu: false on the card")
         cpu_cores = self.plan.cpu_cores
-        self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), cpu_cores, "CPU pool")
+        # the CPU pool's memory is nobody's budget: no sampler thread competes with its tools
+        self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), cpu_cores, "CPU pool", sample_ms=0.0)
         """The CPU pool's worker process (started on first use)."""
         self.gpu: Worker | None = None
         """The device's worker process (None without a device; started on first use)."""
         if self.device is not None:
             cores = self.plan.device_cores if self.device.kind is DeviceKind.STANDIN else None
             label = "stand-in device" if self.device.kind is DeviceKind.STANDIN else self.device.label
-            self.gpu = Worker(self.device, cores, label)
+            self.gpu = Worker(self.device, cores, label, sample_ms=DEVICE_SAMPLE_MS)
         self._unprepared: dict[tuple[str, str], str] = {}
         self._cpu_loaded: set[str] = set()
         self.last_outputs: dict[str, Any] = {}

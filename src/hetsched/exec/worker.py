@@ -201,6 +201,13 @@ class _Child:
         return {"in_use_mb": m.in_use_mb(), "peak_mb": m.peak_mb(), "meter": m.kind, "pid": os.getpid(),
                 "held": list(self.runtime.keys()), "threads": self.runtime.device.threads}
 
+    def cmd_sampling(self, sample_ms: float) -> dict[str, Any]:
+        """Sample memory every ``sample_ms`` from now on (0: stop sampling)."""
+        self.sampler.stop()
+        self.sampler.sample_s = sample_ms / 1000.0
+        self.sampler.start()
+        return {}
+
     def cmd_rebase(self) -> dict[str, Any]:
         return {"baseline_mb": self.runtime.meter.rebase()}
 
