@@ -201,3 +201,36 @@ def test_cli_runs_rag_tiny_with_the_agentic_policy(torch_: Any, tmp_path: Path) 
 def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("HETSCHED_CACHE", str(tmp_path / "cache"))
     yield tmp_path / "cache"
+
+
+def test_bundled_real_cards_are_measurements_that_say_where() -> None:
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the 'test' extra")
+    import yaml
+
+    from hetsched.bench.spec import REAL_SUITE
+    from hetsched.model.files import data_dir, load_tool_library
+    from hetsched.model.schemas import SCHEMAS
+
+    path = data_dir() / "tools_tiny.yaml"
+    jsonschema.validate(yaml.safe_load(path.read_text()), SCHEMAS["tools"]())
+    assert "NOT GPU measurements" in path.read_text()  # the header says it in words
+    for card in load_tool_library(path).values():
+        p = card.provenance
+        assert p.runs >= 30 and p.preset == "tiny" and p.device == "standin" and "NOT on a GPU" in p.source
+        assert card.spread["cpu_ms"].p10 <= card.cpu_ms <= card.spread["cpu_ms"].p90
+    for name in REAL_SUITE:
+        sc = load_scenario(name)
+        assert "tiny" in name and sc.cards and all(c.provenance.device == "standin" for c in sc.cards.values())
+
+
+def test_the_documented_example_runs(torch_: Any, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "custom_tool.py"), str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "one round: E2E" in proc.stdout and "feasible True" in proc.stdout
+    assert "agentic: best round" in proc.stdout and "stand-in device" in proc.stdout
+    from hetsched.model.files import load_tool_library
+
+    cards = load_tool_library(tmp_path / "out" / "cards.yaml")
+    assert set(cards) == {"cleaner", "hash_embedder", "llama_1b"} and not cards["cleaner"].has_gpu
