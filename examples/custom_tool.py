@@ -105,7 +105,8 @@ edges: [clean -> embed, clean -> answer, embed -> answer]
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # 1. profile the tools (CPU pool with 1 thread; GPU figures on CUDA or the stand-in device)
-    config = ProfileConfig(size="tiny", runs=10, warmup=2, loads=2, cpu_threads=1)
+    # runs=5 for a quick look; `hetsched profile` defaults to the paper's 30
+    config = ProfileConfig(size="tiny", runs=5, warmup=1, loads=2, cpu_threads=1)
     cards = []
     for result in profile_tools(["cleaner", "hash_embedder", "llama_1b"], config):
         c = result.card
