@@ -413,7 +413,7 @@ def test_random_suite_table(tmp_path: Path) -> None:
 def test_cli_suite_errors(capsys: pytest.CaptureFixture[str]) -> None:
     for args, message in (
         (["--suite", "huge"], "--suite 'huge': unknown suite; accepted: paper, scale, random"),
-        (["--suite", "scale", "--scenario", "S1"], "--tools, --store and --executor apply to --suite paper only"),
+        (["--suite", "scale", "--scenario", "S1"], "--tools, --store, --executor and -X apply to --suite paper only"),
     ):
         with pytest.raises(SystemExit) as exc:
             main(["bench", *args])

@@ -107,6 +107,16 @@ class RunResult:
         """Rounds whose mapping ran to completion."""
         return sum(1 for r in self.rounds if r.trace.feasible)
 
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the executor said every reader must know (e.g. a stand-in device), each once, in order."""
+        seen: dict[str, None] = {}
+        for r in self.rounds:
+            for trace in (r.trace, *(p.trace for p in r.probes)):
+                for note in trace.notes:
+                    seen.setdefault(note, None)
+        return tuple(seen)
+
     def __repr__(self) -> str:
         best = self.best_round
         what = "no feasible round" if best is None else f"best E2E {best.trace.e2e_ms:.1f} ms in round {best.round}"
@@ -131,6 +141,7 @@ class RunResult:
             "oracle": {"mapping": ref.mapping.to_dict(), "e2e_ms": ref.e2e_ms} if ref is not None and ref.exact
             else None,
             "reference": None if ref is None else ref.to_dict(),
+            "notes": list(self.notes),
             "rounds": [
                 {
                     "round": r.round,
@@ -346,14 +357,15 @@ def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
         exc.add_note(f"run {run_id} could not be marked interrupted in {store.path}: {store_exc}")
 
 
-def ensure_run(store: RunStore, key: RunKey) -> tuple[str, str]:
+def ensure_run(store: RunStore, key: RunKey, executor: Executor | None = None) -> tuple[str, str]:
     """The bench's unit of work: make sure the run ``key`` is finished in ``store``, and return
     ``(run_id, how)``.
 
     ``how`` is ``reused`` (finished before: nothing runs, nothing is loaded), ``resumed`` (an
     interrupted run continued) or ``ran`` (started: none existed, or the one found is being
     driven by a live process elsewhere). Safe to call again after a crash: nothing finished is
-    re-run.
+    re-run. ``executor`` (built for ``key.executor`` and ``key.scenario``) is used instead of a new
+    one, so a caller running many runs on a real executor starts its workers once.
     """
     built = make_policy(key.policy, **key.options)
     key = replace(key, policy=built.name)
@@ -362,11 +374,11 @@ def ensure_run(store: RunStore, key: RunKey) -> tuple[str, str]:
         return found.id, "reused"
     if found is not None and not found.live_elsewhere:
         try:
-            continue_run(store, found.id, policy=built)
+            continue_run(store, found.id, policy=built, executor=executor)
             return found.id, "resumed"
         except RunBusyError:  # another process claimed it first: leave it to that process
             built = make_policy(key.policy, **key.options)
-    result = run_recorded(key, built, store=store)
+    result = run_recorded(key, built, store=store, executor=executor)
     assert result.run_id is not None
     return result.run_id, "ran"
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
 from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
 from hetsched.policies import policy_names
@@ -81,6 +82,9 @@ class BenchConfig:
             raise InputError("--seeds must be >= 1")
         if self.jobs < 1:
             raise InputError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.jobs > 1 and self.executor.name != SIM.name:
+            raise InputError(f"--executor {self.executor.name} runs one run at a time (parallel runs would contend "
+                             f"for the same cores and device and spoil each other's clocks); got --jobs {self.jobs}")
         if not self.specs or not self.scenarios:
             raise InputError("a bench needs at least one policy and one scenario")
 
@@ -130,10 +134,29 @@ def _close_stores() -> None:
         _OPEN.pop(key).close()
 
 
+_EXECUTORS: dict[tuple[int, str, str], Executor] = {}
+"""One real executor per (process, scenario content, executor spec): its worker processes start once
+for all the runs of a bench, not once per run. The simulator is cheap and is built per run."""
+
+
+def _executor(key: RunKey) -> Executor | None:
+    if key.executor.name == SIM.name:
+        return None
+    ident = (os.getpid(), canonical(key.scenario.model_dump(mode="json")), canonical(key.executor.to_dict()))
+    if ident not in _EXECUTORS:
+        _EXECUTORS[ident] = make_executor(key.executor, key.scenario)
+    return _EXECUTORS[ident]
+
+
+def _close_executors() -> None:
+    for ident in [k for k in _EXECUTORS if k[0] == os.getpid()]:
+        _EXECUTORS.pop(ident).close()
+
+
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    run_id, how = ensure_run(_store(job.store), job.key)
+    run_id, how = ensure_run(_store(job.store), job.key, executor=_executor(job.key))
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.key.scenario.name)
 
 
@@ -178,8 +201,11 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
             progress(r, done, len(jobs))
 
     if config.jobs == 1 or len(jobs) == 1:
-        for i, job in enumerate(jobs):
-            finished(i, run_job(job))
+        try:
+            for i, job in enumerate(jobs):
+                finished(i, run_job(job))
+        finally:
+            _close_executors()
     else:
         with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
             pending: dict[Future[JobResult], int] = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}

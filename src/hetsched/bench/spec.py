@@ -22,6 +22,13 @@ SUITE: tuple[str, ...] = tuple(f"S{i}" for i in range(1, 14))
 QUICK_SCENARIOS: tuple[str, ...] = ("S2", "S5", "S11", "S13")
 """``--quick``: one high-gain chain/DAG, the Table 2 fan-out, and two three-way scenarios
 (S5 and S13 also feed the Gantt and VRAM figures)."""
+REAL_SUITE: tuple[str, ...] = ("rag_tiny", "fanout_tiny")
+"""The small real suite (``--executor local``): bundled scenarios of real tiny tools whose cards were
+profiled by ``hetsched profile`` (a VRAM-constrained RAG/OCR DAG and a fan-out)."""
+REAL_SEEDS = 1
+"""Seeds per cell on a real executor (each run costs real seconds)."""
+REAL_ROUNDS = 5
+"""Rounds per run on a real executor."""
 NON_LLM_DECIDERS: tuple[str, ...] = ("rules", "argmin")
 """Agentic deciders the default bench runs (no LLM server or model needed)."""
 LLM_DECIDER_NAMES: tuple[str, ...] = ("openai", "local")

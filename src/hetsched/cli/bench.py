@@ -26,6 +26,7 @@ from hetsched.bench import (
     write_report,
 )
 from hetsched.bench.runner import JobResult, default_jobs
+from hetsched.bench.spec import REAL_ROUNDS, REAL_SEEDS, REAL_SUITE
 from hetsched.bench.suites import (
     QUICK_RANDOM_COUNT,
     QUICK_SCALE_SIZES,
@@ -45,6 +46,7 @@ from hetsched.bench.suites import (
 )
 from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, examples, fail, out, safe
+from hetsched.cli.run import parse_executor_options
 from hetsched.exec import executor_class, executor_names
 from hetsched.model import ExecutorSpec, InputError
 from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
@@ -96,7 +98,13 @@ def bench(
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
     executor: str = typer.Option(
-        "sim", "--executor", "-e", metavar="NAME", help=f"Where every run executes: {', '.join(executor_names())}."
+        "sim", "--executor", "-e", metavar="NAME", help=f"Where every run executes: {', '.join(executor_names())}. "
+        f"A real executor runs one run at a time and defaults to the small real suite ({', '.join(REAL_SUITE)}), "
+        f"{REAL_SEEDS} seed, {REAL_ROUNDS} rounds."
+    ),
+    executor_option: list[str] = typer.Option(
+        [], "--executor-option", "-X", metavar="KEY=VALUE", help="An executor option (repeat for several), e.g. "
+        "-X device=standin."
     ),
     reference_choice: str = typer.Option(
         "auto", "--reference", metavar="KIND", help="What the tables compare against: auto (the exact oracle when "
@@ -119,24 +127,28 @@ def bench(
     if suite_name not in SUITES:
         raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
     if suite_name != "paper":
-        if scenario or tools is not None or store is not None or executor != "sim":
+        if scenario or tools is not None or store is not None or executor != "sim" or executor_option:
             raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
-                             "run store; --scenario, --tools, --store and --executor apply to --suite paper only")
+                             "run store; --scenario, --tools, --store, --executor and -X apply to --suite paper only")
         _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds)
         return
-    spec = ExecutorSpec(executor)
+    spec = ExecutorSpec(executor, parse_executor_options(executor_option))
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
+    real = spec.name != "sim"
+    if real and jobs is not None and jobs > 1:
+        raise fail(f"--executor {spec.name} runs one run at a time (parallel runs would contend for the same cores "
+                   f"and device); drop --jobs {jobs}")
     specs = parse_specs(policy)
-    refs = list(scenario) or (list(QUICK_SCENARIOS) if quick else [])
+    refs = list(scenario) or (list(REAL_SUITE) if real else list(QUICK_SCENARIOS) if quick else [])
     scenarios = load_scenarios(refs, tools)
-    n_seeds = seeds or (QUICK_SEEDS if quick else DEFAULT_SEEDS)
-    n_rounds = rounds or (QUICK_ROUNDS if quick else DEFAULT_ROUNDS)
+    n_seeds = seeds or (REAL_SEEDS if real else QUICK_SEEDS if quick else DEFAULT_SEEDS)
+    n_rounds = rounds or (REAL_ROUNDS if real else QUICK_ROUNDS if quick else DEFAULT_ROUNDS)
     store_path = resolve_store_path(store) if store is not None else out_dir / "runs.sqlite"
     if store_path.is_dir():
         raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
     config = BenchConfig(
         specs=specs, scenarios=scenarios, seeds=tuple(range(n_seeds)), rounds=n_rounds, store=store_path,
-        jobs=jobs or default_jobs(), executor=spec, reference=choice, reference_seconds=max_seconds,
+        jobs=1 if real else jobs or default_jobs(), executor=spec, reference=choice, reference_seconds=max_seconds,
     )
     llm = [s.label for s in specs if s.uses_llm]
     total = len(specs) * len(scenarios) * n_seeds

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, EXIT_NO_RESULT, app, err, examples, fail, out, safe
-from hetsched.exec import executor_names, make_executor
+from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
@@ -88,6 +88,32 @@ def load(ref: str) -> Scenario:
     return load_scenario(ref)
 
 
+def parse_executor_options(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items as executor options; a VALUE that reads as JSON (numbers, true/false, lists)
+    is taken as JSON, else as a string."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise fail(f"--executor-option {item!r}: write KEY=VALUE, e.g. device=standin or timeout_s=60")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value.strip()
+    return options
+
+
+def describe_executor(ex: Executor, as_json: bool) -> None:
+    """For a real executor: what it runs on (one line each), before the rounds start."""
+    describe = getattr(ex, "describe", None)
+    if describe is None:
+        return
+    console = err if as_json else out
+    for line in describe():
+        console.print(f"{ex.name}: {safe(line)}", soft_wrap=True)
+
+
 RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key",
                             "reference_choice", "llm_timeout", "llm_retries", "max_seconds"}
 """Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's (the LLM
@@ -95,7 +121,8 @@ timeout and retries say how to reach the server, not what the run is, and the re
 budget only shape the report: they apply to this session only)."""
 
 
-def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None) -> RunResult:
+def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None,
+                executor: Executor | None = None) -> RunResult:
     """Drive a stored run (just created, or resumed); Ctrl-C marks it interrupted and says how
     to continue it."""
     with RunStore(store) as st:
@@ -114,7 +141,7 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
         if info.status == "finished" and rounds in (None, info.rounds_planned):
             say(f"run {info.id} was already finished; nothing to run")
         try:
-            return continue_run(st, info.id, policy=policy, rounds=rounds)
+            return continue_run(st, info.id, policy=policy, rounds=rounds, executor=executor)
         except KeyboardInterrupt:
             done = st.run(info.id).rounds_done
             err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
@@ -267,7 +294,13 @@ def run(
     ),
     executor: str = typer.Option(
         "sim", "--executor", "-e", metavar="NAME",
-        help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator).",
+        help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator; local = real tools on this "
+        "machine, extra [tools]).",
+    ),
+    executor_option: list[str] = typer.Option(
+        [], "--executor-option", "-X", metavar="KEY=VALUE",
+        help="An executor option (repeat for several), e.g. -X device=standin -X timeout_s=60 "
+        "(local: device, size, cpu_threads, device_threads, timeout_s, memory_slack, tool_modules...).",
     ),
     reference_choice: str = typer.Option(
         "auto", "--reference", metavar="KIND", help="What to compare against in the report: auto (the exact oracle "
@@ -310,7 +343,10 @@ def run(
                     raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
                 resumed["llm"] = {**(resumed.get("llm") or {}), **reach}
             pol = make_policy(info.policy, **resumed)
-        result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None)
+            stored_key = st.key(info.id)
+        with make_executor(stored_key.executor, stored_key.scenario) as ex:
+            describe_executor(ex, as_json)
+            result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None, executor=ex)
     else:
         if scenario is None:
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
@@ -321,18 +357,19 @@ def run(
                "retries": llm_retries}
         options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
-        spec = ExecutorSpec(executor)
+        spec = ExecutorSpec(executor, parse_executor_options(executor_option))
         config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
-        if no_store:
-            with make_executor(spec, sc) as ex:
+        # a missing extra, tool or device fails here, before a run is stored
+        with make_executor(spec, sc) as ex:
+            describe_executor(ex, as_json)
+            if no_store:
                 result = run_rounds(sc, pol, config, executor=ex)
-        else:
-            key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
-                         stop_after=stop_after, executor=spec)
-            make_executor(spec, sc).close()  # a missing extra or device fails here, before a run is stored
-            with RunStore(store) as st:
-                run_id = st.create_run(key)
-            result = _stored_run(store, run_id, pol, as_json)
+            else:
+                key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
+                             stop_after=stop_after, executor=spec)
+                with RunStore(store) as st:
+                    run_id = st.create_run(key)
+                result = _stored_run(store, run_id, pol, as_json, executor=ex)
     if choice is not ReferenceChoice.NONE:
         result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
         if result.run_id is not None and ref is not None:
@@ -348,9 +385,12 @@ def run(
     if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
-        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms (noise-free)",
+        how = "noise-free" if result.executor == "sim" else "simulated from the cards; the rounds below are real"
+        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
     out.print(round_table(result))
+    for note in result.notes:
+        out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
     _print_decider_summary(result)
     best = result.best_round
     if best is not None:

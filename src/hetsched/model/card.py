@@ -60,6 +60,17 @@ class Provenance(BaseModel):
     """ISO date of the profile."""
     source: Text = ""
     """Free text: how the figures were obtained (profiler run, paper table, vendor benchmark...)."""
+    device: Text = ""
+    """What the GPU figures (gpu_ms, load_ms, vram_mb, gpu_util) were measured on: ``cuda`` (a real GPU),
+    ``standin`` (the stand-in device: CPU cores, NOT a GPU), or '' (not measured by ``hetsched profile``)."""
+    preset: Text = ""
+    """Size preset of the profiled tool implementation (``tiny``, ``full``); '' when not profiled by hetsched."""
+    cpu: Text = ""
+    """CPU model and threads behind the CPU figures (cpu_ms, cpu_threads)."""
+    gpu: Text = ""
+    """GPU name, driver and CUDA version behind the GPU figures, or the stand-in device's description."""
+    software: Text = ""
+    """Library versions of the measurement (``torch 2.13.0, transformers 5.24.0``)."""
 
 
 class ToolCard(BaseModel):

@@ -26,6 +26,9 @@ from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
 from hetsched.model.workflow import Edge, Node, Workflow
 
+PROVENANCE_DEFAULTS: tuple[str, ...] = ("hardware", "runs", "date", "source", "device", "preset", "cpu", "gpu",
+                                         "software")
+"""Top-level keys of a tool library that set every card's provenance (a card's own ``provenance`` wins)."""
 _AMPLIFIED = re.compile(r"^(?P<base>.+)_x(?P<k>[1-9][0-9]*)$")
 _EDGE_TEXT = re.compile(r"^\s*(?P<src>[^\s>-][^>]*?)\s*->\s*(?P<dst>[^\s].*?)\s*$")
 
@@ -410,7 +413,7 @@ def _node_name(value: Any) -> str | None:
 
 
 # ---------------------------------------------------------------------------- tool library
-LIBRARY_KEYS = {"hardware", "runs", "date", "source", "tools"}
+LIBRARY_KEYS = {"tools", *PROVENANCE_DEFAULTS}
 """Top-level keys of a tool library file."""
 
 
@@ -424,7 +427,7 @@ def load_tool_library(path: Path | str) -> dict[str, ToolCard]:
     doc = _expect_dict(read_structured(path), "the top level", path)
     _check_keys(doc, LIBRARY_KEYS, "", path)
     tools = _expect_dict(doc.get("tools"), "tools", path)
-    given = {k: doc[k] for k in ("hardware", "runs", "date", "source") if k in doc}
+    given = {k: doc[k] for k in PROVENANCE_DEFAULTS if k in doc}
     try:
         defaults = Provenance.model_validate(given, strict=True)
     except ValidationError as exc:
