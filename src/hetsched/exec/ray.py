@@ -48,10 +48,11 @@ import ray
 import ray.exceptions as rex
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from hetsched.exec import ray_remote
 from hetsched.exec.base import ClosingExecutor
 from hetsched.exec.devices import available_cores
-from hetsched.exec.ray_plan import VRAM_RESOURCE, RayHost, RayPlan, node_budget_mb, place
-from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, run_node
+from hetsched.exec.ray_plan import RESOURCE_STEP, VRAM_RESOURCE, RayHost, RayPlan, node_budget_mb, place
+from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, WarmItem, run_node
 from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
 from hetsched.model import (
     Infeasibility,
@@ -67,6 +68,19 @@ from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
 
 DEVICE_CHOICES = ("auto", "cuda", "standin")
 """``device`` option: where GPU placements run inside a Ray GPU node's worker."""
+
+LOCAL_SYSTEM_CONFIG: dict[str, Any] = {
+    "task_events_report_interval_ms": 100,
+    "num_workers_soft_limit": 32,
+    "idle_worker_killing_time_threshold_ms": 600_000,
+}
+"""Ray settings of a local cluster the executor starts: task events reach the state API within
+0.1 s (default 1 s), and idle workers stay warm between rounds (by default Ray kills idle workers
+beyond one per CPU after 1 s, and the next round's tasks would start cold processes)."""
+WARM_HOLD_S = 0.3
+"""How long a warm-up task holds its worker, so that the warm-up tasks sent at once land in distinct workers."""
+MAX_WARM_PER_NODE = 8
+"""At most this many workers per Ray node are warmed before a round."""
 
 _CONN_LOCK = threading.Lock()
 _CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None}
@@ -129,9 +143,14 @@ class RayExecutor(ClosingExecutor):
             node that competes with it for the same kind of resource (cpu or gpu) after it was ready.
         memory_slack: a GPU unit whose measured memory exceeds its card's ``vram_mb`` by more than
             this share of the budget ends the round as an OOM (Ray admits by the card).
+        standin_allowance_mb: added to that limit on the stand-in device, whose meter (the worker
+            process's malloc) also counts Ray's own allocations in the process.
         check_memory: watch GPU units' measured memory at all.
         tool_modules: modules to import first (they register the user's tools).
         runtime_env: Ray runtime environment for the job (e.g. ``{"pip": [...]}`` on a remote cluster).
+        warm: before each round, prepare the round's tools (imports, set-up) and load its cpu tools
+            in as many Ray workers per node as the round can use at once, so its tasks find warm
+            workers (outside the E2E, like the local executor's warm phase).
         events: read Ray's task events for the trace (False: the workers' own clocks only).
         event_timeout_s: how long to wait for Ray's task events after a round.
         load_timeout_s: how long ``gpu_now`` actors may take to be placed and to load.
@@ -154,9 +173,11 @@ class RayExecutor(ClosingExecutor):
         timeout_factor: float = 10.0,
         min_timeout_s: float = 30.0,
         memory_slack: float = 0.10,
+        standin_allowance_mb: float = 32.0,
         check_memory: bool = True,
         tool_modules: Sequence[str] = (),
         runtime_env: dict[str, Any] | None = None,
+        warm: bool = True,
         events: bool = True,
         event_timeout_s: float = 15.0,
         load_timeout_s: float = 300.0,
@@ -169,6 +190,8 @@ class RayExecutor(ClosingExecutor):
             raise InputError(f"{where}: timeout_s must be > 0, got {timeout_s}")
         if memory_slack < 0:
             raise InputError(f"{where}: memory_slack must be >= 0, got {memory_slack}")
+        if standin_allowance_mb < 0:
+            raise InputError(f"{where}: standin_allowance_mb must be >= 0, got {standin_allowance_mb}")
         if device_threads < 1:
             raise InputError(f"{where}: device_threads must be >= 1, got {device_threads}")
         if num_cpus is not None and num_cpus < 1:
@@ -183,6 +206,7 @@ class RayExecutor(ClosingExecutor):
         self.device, self.device_threads = device, device_threads
         self.timeout_s, self.timeout_factor, self.min_timeout_s = timeout_s, timeout_factor, min_timeout_s
         self.memory_slack, self.check_memory = memory_slack, check_memory
+        self.standin_allowance_mb, self.warm = standin_allowance_mb, warm
         self.events, self.event_timeout_s, self.load_timeout_s = events, event_timeout_s, load_timeout_s
         import_tool_modules(list(tool_modules))
         self.size = check_size(size) if size is not None else _default_size(scenario, device)
@@ -215,6 +239,7 @@ class RayExecutor(ClosingExecutor):
         self._connect()
         self._task: Any = ray.remote(run_node)
         self._actor: Any = ray.remote(ResidentTool)
+        self._warm: Any = ray.remote(ray_remote.warm)
         self._refs: dict[str, _ToolRef] = {}
         for tname, tool in self.tools.items():
             for mod in _ray_tool_modules(tool):
@@ -247,8 +272,7 @@ class RayExecutor(ClosingExecutor):
                 if self.address is None:
                     ray.init(address="local", num_cpus=self._local["num_cpus"], num_gpus=self._local["num_gpus"],
                              resources={VRAM_RESOURCE: self._local["vram_mb"]}, include_dashboard=True,
-                             runtime_env=self._runtime_env, _system_config={"task_events_report_interval_ms": 100},
-                             **quiet)
+                             runtime_env=self._runtime_env, _system_config=LOCAL_SYSTEM_CONFIG, **quiet)
                     started = True
                 else:
                     _use_cluster_token()
@@ -439,7 +463,8 @@ class _Round:
         return NodeSpec(node=node, placement=placement.value, tool_key=ref.key, device=self.ex.device,
                         threads=(self.sc.cards[tool].cpu_threads if placement is Placement.CPU
                                  else self.ex.device_threads),
-                        mem_limit_mb=None if placement is Placement.CPU else self.ex.mem_limit_mb(tool))
+                        mem_limit_mb=None if placement is Placement.CPU else self.ex.mem_limit_mb(tool),
+                        standin_extra_mb=self.ex.standin_allowance_mb)
 
     def over_card(self, what: str, tool: str, meta: dict[str, Any]) -> None:
         peak, limit = meta.get("peak_mb"), meta.get("limit_mb")
@@ -452,6 +477,52 @@ class _Round:
                                 "protected"))
 
     # -- phases
+    def warm_up(self) -> bool:
+        """Warm as many workers per Ray node as the round's tasks can use there at once (outside the E2E)."""
+        tasks = list(self.plan.tasks.values())
+        cpu = [u for u in tasks if u.placement is Placement.CPU]
+        queued = [u for u in tasks if u.placement is Placement.GPU_QUEUE]
+        cpu_items = {u.tool: WarmItem(self.ex._refs[u.tool].key, self.ex._refs[u.tool].box,
+                                      self.sc.cards[u.tool].cpu_threads) for u in cpu}
+        gpu_items = {u.tool: WarmItem(self.ex._refs[u.tool].key, self.ex._refs[u.tool].box) for u in queued}
+        refs = []
+
+        def send(host: str, items: list[WarmItem], count: int, num_gpus: float) -> None:
+            for _ in range(min(count, MAX_WARM_PER_NODE)):
+                ref = self.ex._warm.options(num_cpus=0, num_gpus=num_gpus, name=f"{self.tag} warm", max_retries=0,
+                                            scheduling_strategy=NodeAffinitySchedulingStrategy(host, soft=False)
+                                            ).remote(items, WARM_HOLD_S)
+                self.extra_ids.append(ref.task_id().hex())
+                refs.append(ref)
+
+        for h in self.hosts:
+            runnable = [u for u in cpu if u.options.num_cpus <= h.cpus]
+            if runnable:
+                send(h.node_id, list(cpu_items.values()), min(len(runnable), max(1, int(h.cpus))), 0.0)
+            if h.gpu_capable and queued:
+                # no more queued tasks run at once than fit beside the actors pinned here
+                room = h.vram_mb - sum(a.options.vram_mb for a in self.plan.actors.values() if a.host == h.node_id)
+                at_once, used = 0, 0.0
+                for mb in sorted(u.options.vram_mb for u in queued):
+                    if used + mb > room + 1e-9:
+                        break
+                    at_once, used = at_once + 1, used + mb
+                # Ray keeps separate worker pools for tasks with and without GPUs: warm GPU workers
+                send(h.node_id, list(gpu_items.values()), max(1, at_once), RESOURCE_STEP)
+        if not refs:
+            return True
+        done, late = ray.wait(refs, num_returns=len(refs), timeout=self.ex.load_timeout_s)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # the tools' own exception types and Ray's
+                self.fail(classify(exc, "preparing the round's tools"))
+                return False
+        if late:
+            self.fail(Infeasibility(InfeasibleKind.TIMEOUT, f"preparing the round's tools in Ray's workers took more "
+                                    f"than {self.ex.load_timeout_s:g} s"))
+        return self.failure is None
+
     def start_actors(self) -> bool:
         loads: dict[Any, str] = {}
         for tool, unit in self.plan.actors.items():
@@ -609,7 +680,7 @@ class _Round:
 
     def execute(self) -> Trace:
         try:
-            if self.start_actors():
+            if (not self.ex.warm or self.warm_up()) and self.start_actors():
                 self.submit()
                 self.wait()
         except BaseException:

@@ -60,11 +60,21 @@ class NodeSpec:
     """Measured memory above which a GPU unit reports itself over its card (None: not watched)."""
     sample_ms: float = 2.0
     """How often the stand-in device's memory is sampled, ms."""
+    standin_extra_mb: float = 0.0
+    """Added to ``mem_limit_mb`` on the stand-in device, whose meter (the worker process's malloc)
+    also counts Ray's own allocations in that process."""
+
+    def limit_on(self, device: Device) -> float | None:
+        """The memory limit on ``device`` (None: not watched)."""
+        if self.mem_limit_mb is None:
+            return None
+        return self.mem_limit_mb + (self.standin_extra_mb if device.kind is DeviceKind.STANDIN else 0.0)
 
 
 _LOCK = threading.Lock()
 _TOOLS: dict[str, Tool] = {}
 _CPU_RUNTIMES: dict[int, ToolRuntime] = {}
+_GPU_RUNTIMES: dict[tuple[str, int], ToolRuntime] = {}
 
 
 def _tool(key: str, box: Sequence[Any]) -> Tool:
@@ -81,6 +91,22 @@ def _tool(key: str, box: Sequence[Any]) -> Tool:
         with _LOCK:
             _TOOLS[key] = tool
     return tool
+
+
+def _cpu_runtime(threads: int) -> ToolRuntime:
+    with _LOCK:
+        runtime = _CPU_RUNTIMES.get(threads)
+        if runtime is None:
+            runtime = _CPU_RUNTIMES[threads] = ToolRuntime(Device(DeviceKind.CPU, 0, threads))
+    return runtime
+
+
+def _gpu_runtime(device: Device) -> ToolRuntime:
+    with _LOCK:
+        runtime = _GPU_RUNTIMES.get((device.label, device.threads))
+        if runtime is None:
+            runtime = _GPU_RUNTIMES[(device.label, device.threads)] = ToolRuntime(device)
+    return runtime
 
 
 def _host_id() -> str:
@@ -130,7 +156,7 @@ def _meta(spec: NodeSpec, device: Device, fn_start: float, run_start: float, run
           cold: bool, peak_mb: float | None) -> dict[str, Any]:
     return {"node": spec.node, "pid": os.getpid(), "host": _host_id(), "device": device.label,
             "fn_start": fn_start, "run_start": run_start, "run_end": run_end, "fn_end": time.time(),
-            "load_ms": load_ms, "cold": cold, "peak_mb": peak_mb, "limit_mb": spec.mem_limit_mb}
+            "load_ms": load_ms, "cold": cold, "peak_mb": peak_mb, "limit_mb": spec.limit_on(device)}
 
 
 def run_node(spec: NodeSpec, box: Sequence[Any], *inputs: Any) -> tuple[Any, dict[str, Any]]:
@@ -138,10 +164,7 @@ def run_node(spec: NodeSpec, box: Sequence[Any], *inputs: Any) -> tuple[Any, dic
     fn_start = time.time()
     tool = _tool(spec.tool_key, box)
     if spec.placement == "cpu":
-        with _LOCK:
-            runtime = _CPU_RUNTIMES.get(spec.threads)
-            if runtime is None:
-                runtime = _CPU_RUNTIMES[spec.threads] = ToolRuntime(Device(DeviceKind.CPU, 0, spec.threads))
+        runtime = _cpu_runtime(spec.threads)
         apply_thread_budget(spec.threads)
         load_ms, cold = 0.0, not runtime.loaded(spec.tool_key)
         if cold:
@@ -152,8 +175,9 @@ def run_node(spec: NodeSpec, box: Sequence[Any], *inputs: Any) -> tuple[Any, dic
         t1 = t0 + (ran.t_end - ran.t_start)
         return to_host(ran.output), _meta(spec, runtime.device, fn_start, t0, t1, load_ms, cold, None)
     device = gpu_device(spec.device, spec.threads)
-    runtime = ToolRuntime(device)
-    runtime.prepare(tool)  # imports and one-time set-up: untimed, as in the profiler
+    runtime = _gpu_runtime(device)
+    apply_thread_budget(device.threads)
+    runtime.prepare(tool)  # imports and one-time set-up: untimed, as in the profiler (the warm phase did it)
     sampler = _watch(runtime, spec)
     key = f"q:{spec.node}"
     try:
@@ -168,6 +192,37 @@ def run_node(spec: NodeSpec, box: Sequence[Any], *inputs: Any) -> tuple[Any, dic
         if sampler is not None:
             sampler.stop()
     return output, _meta(spec, device, fn_start, t0, t1, loaded.load_ms, True, peak)
+
+
+@dataclass(frozen=True)
+class WarmItem:
+    """A tool a warm-up task prepares (and, for a ``cpu`` placement, loads into the worker's cache)."""
+
+    tool_key: str
+    """Cache key of the tool."""
+    box: list[Any]
+    """The box holding its object-store ref."""
+    cpu_threads: int = 0
+    """Load it for the CPU with these threads (0: prepare only)."""
+
+
+def warm(items: Sequence[WarmItem], hold_s: float) -> dict[str, Any]:
+    """Prepare the round's tools in this worker (imports, one-time set-up) and load its ``cpu`` tools,
+    then hold the worker ``hold_s`` so that warm-up tasks sent at once land in distinct workers.
+    Run before a round, outside its E2E, so that the round's tasks find warm workers."""
+    t0 = time.time()
+    for item in items:
+        tool = _tool(item.tool_key, item.box)
+        if item.cpu_threads:
+            runtime = _cpu_runtime(item.cpu_threads)
+            apply_thread_budget(item.cpu_threads)
+            runtime.prepare(tool)
+            if not runtime.loaded(item.tool_key):
+                runtime.load(item.tool_key, tool)
+        else:
+            _cpu_runtime(1).prepare(tool)
+    time.sleep(max(0.0, hold_s - (time.time() - t0)))
+    return {"pid": os.getpid(), "host": _host_id(), "s": time.time() - t0}
 
 
 class ResidentTool:
