@@ -9,7 +9,10 @@ python3 -m venv .venv
 python -m pip install --quiet --upgrade pip
 # llama.cpp's native build dies with "Illegal instruction" on CPUs that advertise AMX; build portably.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
-python -m pip install --quiet -e '.[llm,bench,test,dev]'
+# the [tools] extra needs torch: install the CPU build first (a plain `torch` requirement may pull a
+# multi-GB CUDA build), then every extra
+python -m pip install --quiet torch==2.13.0
+python -m pip install --quiet -e '.[llm,bench,tools,test,dev]'
 ruff check src tests benchmarks
 mypy
 python -m pytest -n 2 "$@"

@@ -82,3 +82,23 @@ def llama_server_url() -> object:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+# ---------------------------------------------------------------- real tools (the [tools] extra)
+@pytest.fixture(autouse=True, scope="session")
+def _tool_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The built-in tools write their random-weight checkpoints and data files under a session
+    folder (not the user's cache dir); set before any executor spawns its workers, which inherit it."""
+    import os
+
+    os.environ.setdefault("HETSCHED_CACHE", str(tmp_path_factory.mktemp("hetsched-cache")))
+
+
+def needs_tools_extra() -> None:
+    """Skip, saying why, when the [tools] extra (torch, transformers) is not installed."""
+    import importlib.util
+
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"the built-in tools need the [tools] extra (pip install torch==2.13.0 'hetsched[tools]'); "
+                        f"{module} is missing")

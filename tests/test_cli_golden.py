@@ -40,7 +40,8 @@ def check_golden(name: str, data: object) -> None:
 @pytest.mark.parametrize("policy", ["all-gpu", "oracle", "all-cpu"])
 def test_run_json_golden(example: str, policy: str) -> None:
     data = json.loads(invoke("run", example, "--policy", policy, "--rounds", "3", "--seed", "7", "--json"))
-    assert set(data) == {"scenario", "policy", "executor", "run_id", "oracle", "reference", "rounds"}
+    assert set(data) == {"scenario", "policy", "executor", "run_id", "oracle", "reference", "notes", "rounds"}
+    assert data["notes"] == []  # the simulator has nothing every reader must know
     assert len(data.pop("run_id")) == 8  # a fresh id each time: the rest is golden
     assert data["reference"]["kind"] == "oracle" and data["reference"]["mapping"] == data["oracle"]["mapping"]
     check_golden(f"run_{example}_{policy}", data)

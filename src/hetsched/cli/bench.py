@@ -27,8 +27,8 @@ from hetsched.bench import (
     write_report,
 )
 from hetsched.bench.runner import JobResult, default_jobs
-from hetsched.bench.tables import all_tables
 from hetsched.bench.spec import REAL_ROUNDS, REAL_SEEDS, REAL_SUITE
+from hetsched.bench.tables import all_tables
 from hetsched.cli.app import app, err, fail, out
 from hetsched.cli.run import parse_executor_options
 from hetsched.exec import executor_class, executor_names

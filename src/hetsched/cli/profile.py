@@ -48,8 +48,9 @@ def profile(
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed calls before the timed runs."),
     loads: int = typer.Option(3, "--loads", min=1, help="Fresh loads timed for load_ms (median)."),
     device: str = typer.Option(
-        "auto", "--device", help=f"Where GPU figures are measured: {', '.join(d for d in DEVICE_CHOICES if d != 'none')}"
-        " (or cuda:N); auto = CUDA when available, else the stand-in device."
+        "auto", "--device",
+        help=f"Where GPU figures are measured: {', '.join(d for d in DEVICE_CHOICES if d != 'none')} (or cuda:N); "
+        "auto = CUDA when available, else the stand-in device."
     ),
     cpu_threads: int | None = typer.Option(None, "--cpu-threads", min=1, help="Threads of the CPU pool."),
     device_threads: int | None = typer.Option(
@@ -165,7 +166,8 @@ def _header(prof: Profiler, config: ProfileConfig) -> list[str]:
         lines += [f"GPU figures (gpu_ms, load_ms, vram_mb, gpu_util) were measured on the {prof.gpu_text}:",
                   "they are NOT GPU measurements; they describe the stand-in device the local executor uses on a",
                   "machine without CUDA (real weights in host memory, real work on its CPU threads)."]
-    lines += [f"Each figure: median of {config.runs} isolated runs after {config.warmup} warm-up call(s); spread: p10/p90;",
+    lines += [f"Each figure: median of {config.runs} isolated runs after {config.warmup} warm-up call(s); "
+              "spread: p10/p90;",
               f"load_ms: median of {config.loads} fresh loads plus first-call initialization; vram_mb: peak memory",
               "above the device's idle level during load and runs. Provenance per card says the same."]
     return lines

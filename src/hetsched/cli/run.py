@@ -101,7 +101,8 @@ def describe_executor(ex: Executor, as_json: bool) -> None:
         console.print(f"{ex.name}: {escape(line)}", soft_wrap=True)
 
 
-RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key", "reference"}
+RESUME_MAY_SET: set[str] = {"resume", "store", "no_store", "rounds", "as_json", "trace", "llm_api_key",
+                            "reference_choice"}
 """Parameters of ``run`` that may accompany ``--resume``; every other one is the stored run's."""
 
 

@@ -10,7 +10,7 @@ same :class:`~hetsched.model.Trace` as the simulator, from real clocks.
   their last node ends; ``gpu_queue`` nodes wait in one FIFO queue until their card's memory fits
   beside what is held, then load, run and unload (their load is inside the E2E). Admission uses
   the cards' ``vram_mb``; the device's measured memory is watched against the budget (plus
-  ``memory_slack``), and going over ends the round as an OOM.
+  a slack, see :meth:`LocalExecutor.memory_limit_mb`), and going over ends the round as an OOM.
 - Outputs flow along the DAG's edges: a node's inputs are its predecessors' outputs; an output
   stays on its device for successors there and is copied (pickled) to the other device.
 - A tool that raises, a CUDA OOM, a worker that dies or a node past its time limit ends the round
@@ -55,6 +55,10 @@ from hetsched.tools.base import Device, DeviceKind, Tool, check_size
 from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
 
 _EPS_MB = 1e-6
+DEVICE_SAMPLE_MS = 5.0
+"""How often the device worker samples its memory for the watch, ms (each sample costs ~0.1 ms)."""
+MEMORY_SLACK_FLOOR_MB = 16.0
+"""The least slack of the measured-memory watch, MB (see :meth:`LocalExecutor.memory_limit_mb`)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,8 @@ class LocalExecutor(ClosingExecutor):
         device_threads: threads of the stand-in device (default 1).
         timeout_s: time limit of every node; default: ``timeout_factor`` x its card latency
             (load included for ``gpu_queue``), at least ``min_timeout_s``.
-        memory_slack: how far (share of the budget) the device's measured memory may exceed
-            the budget before the round is an OOM.
+        memory_slack: how far (share of the budget, at least ``MEMORY_SLACK_FLOOR_MB``) the device's
+            measured memory may exceed the budget before the round is an OOM.
         check_memory: watch the device's measured memory at all.
         tool_modules: modules to import first (they register the user's tools).
         pin: pin the CPU pool and the stand-in device to separate cores when there are enough.
@@ -110,7 +114,7 @@ class LocalExecutor(ClosingExecutor):
         timeout_s: float | None = None,
         timeout_factor: float = 10.0,
         min_timeout_s: float = 30.0,
-        memory_slack: float = 0.10,
+        memory_slack: float = 0.25,
         check_memory: bool = True,
         tool_modules: Sequence[str] = (),
         pin: bool = True,
@@ -148,18 +152,21 @@ class LocalExecutor(ClosingExecutor):
                 raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "
                                  "no GPU implementation; set has_gpu: false on the card")
         cpu_cores = self.plan.cpu_cores
-        self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), cpu_cores, "CPU pool")
+        # the CPU pool's memory is nobody's budget: no sampler thread competes with its tools
+        self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), cpu_cores, "CPU pool", sample_ms=0.0)
         """The CPU pool's worker process (started on first use)."""
         self.gpu: Worker | None = None
         """The device's worker process (None without a device; started on first use)."""
         if self.device is not None:
             cores = self.plan.device_cores if self.device.kind is DeviceKind.STANDIN else None
             label = "stand-in device" if self.device.kind is DeviceKind.STANDIN else self.device.label
-            self.gpu = Worker(self.device, cores, label)
-        self._prepared: set[str] = set()
+            self.gpu = Worker(self.device, cores, label, sample_ms=DEVICE_SAMPLE_MS)
+        self._unprepared: dict[tuple[str, str], str] = {}
         self._cpu_loaded: set[str] = set()
         self.last_outputs: dict[str, Any] = {}
         """Outputs of the sink nodes of the last round that finished."""
+        self.last_t0: float | None = None
+        """``time.monotonic()`` at the start (t = 0) of the last round that started."""
         self.last_measured_peak_mb: float | None = None
         """Peak device memory measured during the last round that used the device (above its idle level), MB."""
         self._finalizer = weakref.finalize(self, _close_workers, [self.cpu, self.gpu])
@@ -186,6 +193,14 @@ class LocalExecutor(ClosingExecutor):
                              f"available, {self.plan.cpu_threads} + {self.plan.device_threads} asked)")
         return tuple(notes)
 
+    def memory_limit_mb(self) -> float:
+        """Measured device memory beyond which a round is an OOM: the budget plus
+        max(``memory_slack`` x budget, ``MEMORY_SLACK_FLOOR_MB``). The slack covers what no card
+        holds: transient allocations, and the per-thread caches math libraries keep (MKL buffers on
+        the CPU, cuBLAS workspaces on a GPU), which grow when a new thread first runs a tool."""
+        budget = self.scenario.machine.vram_budget_mb
+        return budget + max(self.memory_slack * budget, MEMORY_SLACK_FLOOR_MB)
+
     # ------------------------------------------------------------------ life cycle
     def close(self) -> None:
         """Stop both worker processes (idempotent)."""
@@ -210,6 +225,8 @@ class LocalExecutor(ClosingExecutor):
         if not reply.ok:
             worker.kill()
             raise WorkerError(f"preparing the tools in the {worker.label} failed: {reply.detail}")
+        for name, why in reply.data.get("failed", {}).items():
+            self._unprepared[(worker.label, name)] = why
 
     def pids(self) -> list[int]:
         """Process ids of the running workers (for tests and diagnostics)."""
@@ -252,6 +269,12 @@ class LocalExecutor(ClosingExecutor):
                 self._ensure(self.gpu)
         except WorkerError as exc:
             return refuse(InfeasibleKind.UNAVAILABLE, str(exc))
+        for n in sc.workflow.node_ids:
+            worker = self.gpu if mapping[n].on_gpu else self.cpu
+            why = self._unprepared.get((worker.label, sc.workflow.tool_of[n])) if worker is not None else None
+            if why is not None:
+                return refuse(InfeasibleKind.TOOL_ERROR, f"node {n!r}: tool {sc.workflow.tool_of[n]!r} could not be "
+                              f"prepared on the {worker.label}: {why}")  # type: ignore[union-attr]
         return _Round(self, mapping).execute()
 
 
@@ -333,7 +356,7 @@ class _Round:
         gpu = self.workers.get("gpu")
         if gpu is None or not gpu.alive or not any(self.mapping[n].on_gpu for n in self.wf.node_ids):
             return True
-        limit = self.budget * (1.0 + ex.memory_slack) if ex.check_memory else None
+        limit = ex.memory_limit_mb() if ex.check_memory else None
         self.touched_device = True
         gpu.call("round_start", limit_mb=None, rebase=True)
         for tool in self.now_tools:
@@ -345,7 +368,7 @@ class _Round:
             used = float(gpu.call("stats").data["in_use_mb"])
             if used > limit + _EPS_MB:
                 self.fail(InfeasibleKind.OOM, f"the gpu_now tools {list(self.now_tools)} measure {used:.1f} MB on the "
-                          f"{gpu.label} after loading, over the {self.budget:g} MB budget (+{ex.memory_slack:.0%} "
+                          f"{gpu.label} after loading, over the {self.budget:g} MB budget (limit {limit:.1f} MB with "
                           "slack): their cards under-state their memory")
                 return False
         gpu.call("round_start", limit_mb=limit, rebase=False)
@@ -493,7 +516,7 @@ class _Round:
         ex = self.ex
         try:
             if self.warm():
-                self.t0 = time.monotonic()
+                self.t0 = ex.last_t0 = time.monotonic()
                 for n in self.wf.sources:
                     self.dispatch(n, self.t0)
                 while self.failure is None and len(self.end) < len(self.wf.node_ids):
@@ -524,9 +547,9 @@ class _Round:
             return
         holders = [t for t, k in self.now_left.items() if k > 0]
         need = self.sc.card_of(head).vram_mb
-        self.fail(InfeasibleKind.DEADLOCK, f"{self.label(head)} at the head of the gpu_queue needs {need:g} MB but only "
-                  f"{self.budget - self.held_mb:g} MB of {self.budget:g} MB are free and nothing running will free "
-                  f"more: gpu_now tools {holders} stay resident until queued work they depend on has run")
+        self.fail(InfeasibleKind.DEADLOCK, f"{self.label(head)} at the head of the gpu_queue needs {need:g} MB but "
+                  f"only {self.budget - self.held_mb:g} MB of {self.budget:g} MB are free and nothing running will "
+                  f"free more: gpu_now tools {holders} stay resident until queued work they depend on has run")
 
     def cleanup(self) -> None:
         ex = self.ex

@@ -134,18 +134,24 @@ class _Child:
     def cmd_prepare(self, tools: list[bytes], warm: bool = True) -> dict[str, Any]:
         """Prepare each tool; with ``warm``, also load, run and unload it once, so the process-wide
         first-use costs (library initialization, kernel caches: what a CUDA context and cuBLAS
-        handles are on a GPU) are paid here and not inside a round's clocks and memory."""
+        handles are on a GPU) are paid here and not inside a round's clocks and memory. Returns
+        ``failed``: tool name -> why its preparation failed (a failing warm-up call is not a failure:
+        the round that runs the tool reports it)."""
+        failed: dict[str, str] = {}
         for blob in tools:
             tool = self.tool(blob)
-            self.runtime.prepare(tool)
+            try:
+                self.runtime.prepare(tool)
+            except Exception as exc:  # the tool is broken: its rounds are refused with this reason
+                failed[tool.name] = _describe(exc)
+                continue
             if warm:
                 key = f"warm:{tool.name}"
-                self.runtime.load(key, tool)
-                try:
+                with contextlib.suppress(Exception):
+                    self.runtime.load(key, tool)
                     self.runtime.run(key, [])
-                finally:
-                    self.runtime.unload(key)
-        return {}
+                self.runtime.unload(key)
+        return {"failed": failed}
 
     def cmd_load(self, key: str, tool: bytes) -> dict[str, Any]:
         loaded = self.runtime.load(key, self.tool(tool))
@@ -194,6 +200,13 @@ class _Child:
         m = self.runtime.meter
         return {"in_use_mb": m.in_use_mb(), "peak_mb": m.peak_mb(), "meter": m.kind, "pid": os.getpid(),
                 "held": list(self.runtime.keys()), "threads": self.runtime.device.threads}
+
+    def cmd_sampling(self, sample_ms: float) -> dict[str, Any]:
+        """Sample memory every ``sample_ms`` from now on (0: stop sampling)."""
+        self.sampler.stop()
+        self.sampler.sample_s = sample_ms / 1000.0
+        self.sampler.start()
+        return {}
 
     def cmd_rebase(self) -> dict[str, Any]:
         return {"baseline_mb": self.runtime.meter.rebase()}
@@ -372,7 +385,8 @@ class Worker:
         if self.alive:
             with contextlib.suppress(OSError, EOFError, WorkerError):
                 self.call("exit", timeout=timeout)
-            self._proc.join(timeout)
+            if self._proc is not None:  # (a reply of "died" has already reaped it)
+                self._proc.join(timeout)
         self.kill()
 
     # -- messages

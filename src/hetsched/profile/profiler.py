@@ -6,13 +6,16 @@ Per tool (PAPER.md: 30 isolated runs, median):
 - CPU: load on the CPU pool, ``warmup`` calls, then ``runs`` timed calls: ``cpu_ms`` (median,
   p10, p90) and ``cpu_threads`` (process CPU time / wall time over the runs: the cores it keeps
   busy, at least 1).
-- GPU (CUDA, else the stand-in device): load, warm-up, ``runs`` timed calls: ``gpu_ms``; the
-  device's peak memory above its idle level over the load and the runs: ``vram_mb``
-  (``torch.cuda.max_memory_allocated`` on CUDA); then ``loads`` fresh loads, each followed by
-  one call: ``load_ms`` = load time + (first call - warm median), the weights-to-device copy
-  plus first-call initialization; ``gpu_util``: NVML's utilization on CUDA when ``pynvml`` is
-  installed, the stand-in device's CPU time / (wall x threads) there, else 1.0 (and the card's
-  provenance says it was not measured).
+- GPU (CUDA, else the stand-in device): load, warm-up, ``runs`` timed calls: ``gpu_ms``. The
+  timed runs alternate between the two devices in blocks (one device busy at a time), so a slow
+  spell of a shared machine hits both figures alike.
+- ``load_ms``: ``loads`` fresh loads, each followed by one call: load time + (first call - warm
+  median), i.e. the weights-to-device copy plus first-call initialization.
+- ``vram_mb``: a pass of its own (so its fine sampling does not slow the timed runs): a fresh load
+  and two calls, the device's peak memory above its idle level, sampled every 0.5 ms
+  (``torch.cuda.max_memory_allocated`` on CUDA, exact).
+- ``gpu_util``: NVML's utilization on CUDA when ``pynvml`` is installed; on the stand-in device its
+  CPU time / (wall x threads); else 1.0 (and the profile says it was not measured).
 
 Cards of tools named ``NAME_xK`` are derived from NAME's card (``base`` + ``amplification``).
 Each measured card is handed to the caller at once, so an interrupted profile keeps them.
@@ -34,12 +37,15 @@ from typing import Any
 import yaml
 
 from hetsched.exec.devices import CorePlan, available_cores, describe_cpu, describe_device, plan_cores, resolve_device
+from hetsched.exec.local import DEVICE_SAMPLE_MS
 from hetsched.exec.worker import Worker, WorkerError, tool_bytes
 from hetsched.model import InputError, Provenance, Spread, ToolCard
 from hetsched.tools.base import Device, DeviceKind, Tool, check_size
 from hetsched.tools.registry import get_tool, import_tool_modules
 
 _AMPLIFIED = re.compile(r"^(?P<base>.+)_x(?P<k>[1-9][0-9]*)$")
+MEMORY_SAMPLE_MS = 0.5
+"""Memory sampling period of the profiler's memory pass, ms."""
 BLOCK = 5
 """Timed runs per device before the profiler switches to the other device."""
 
@@ -132,11 +138,13 @@ class Profiler:
         assert device is not None  # ProfileConfig refuses 'none'
         self.device: Device = device
         """Where the GPU figures are measured."""
+        # clocks are taken under the executor's conditions: no sampler in the CPU pool, the device's
+        # memory watch at its usual rate; a separate pass samples finely for the memory peak
         self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), self.plan.cpu_cores, "CPU pool",
-                          sample_ms=1.0)
+                          sample_ms=0.0)
         cores = self.plan.device_cores if device.kind is DeviceKind.STANDIN else None
         label = "stand-in device" if device.kind is DeviceKind.STANDIN else device.label
-        self.gpu = Worker(device, cores, label, sample_ms=1.0)
+        self.gpu = Worker(device, cores, label, sample_ms=DEVICE_SAMPLE_MS)
         self.today = dt.date.today().isoformat()
 
     def __enter__(self) -> Profiler:
@@ -203,6 +211,18 @@ class Profiler:
         return self._checked(worker.call("bench", key=key, inputs=[], warmup=warmup, runs=runs), tool, worker,
                              "running")
 
+    def _memory_pass(self, tool: Tool) -> float:
+        """Peak device memory over a load and two calls, sampled every MEMORY_SAMPLE_MS (CUDA: exact)."""
+        self.gpu.call("sampling", sample_ms=MEMORY_SAMPLE_MS)
+        try:
+            self._load(self.gpu, tool, "m")
+            try:
+                return float(self._runs(self.gpu, tool, "m", 0, 2)["peak_mb"])
+            finally:
+                self.gpu.call("unload", key="m")
+        finally:
+            self.gpu.call("sampling", sample_ms=DEVICE_SAMPLE_MS)
+
     def profile(self, tool: Tool) -> ToolProfile:
         """Measure one tool on the CPU pool and, when it has a GPU implementation, on the device.
 
@@ -232,7 +252,6 @@ class Profiler:
                     if "gpu_util" in r["extra"]:
                         extra[w.label].append(r["extra"]["gpu_util"])
                 done += n
-            peak = float(self.gpu.call("stats").data["peak_mb"]) if tool.has_gpu else 0.0
         finally:
             for w in workers:
                 w.call("unload", key="p")
@@ -255,13 +274,13 @@ class Profiler:
                 finally:
                     self.gpu.call("unload", key="l")
                 loads.append(loaded["load_ms"] + max(0.0, first["first_ms"] - med))
-                peak = max(peak, float(first["peak_mb"]))
             util = statistics.mean(extra[g]) if extra[g] else None
             if util is None and self.device.kind is DeviceKind.STANDIN:
                 util = cpu_s[g] / max(wall_s[g] * self.device.threads, 1e-9)
             if util is None:
                 notes.append("gpu_util not measured (install pynvml for NVML); set to 1.0")
                 util = 1.0
+            peak = self._memory_pass(tool)
             lmed, lp10, lp90 = _percentiles(loads)
             fields.update(gpu_ms=_round(med), load_ms=_round(lmed), vram_mb=round(max(peak, 0.0), 2),
                           gpu_util=round(min(1.0, max(0.01, util)), 2))

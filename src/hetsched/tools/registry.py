@@ -90,7 +90,7 @@ def register_tool(tool: Tool | type[Tool] | ToolFactory, *, name: str | None = N
         factory, declared = _Fixed(tool), tool.name
     elif isinstance(tool, type) and issubclass(tool, Tool):
         factory, declared = _class_factory(tool), tool.name
-    elif callable(tool):
+    elif callable(tool) and not isinstance(tool, type):
         factory, declared = tool, ""
     else:
         raise InputError(f"register_tool: {tool!r} is not a Tool, a Tool subclass or a factory size -> Tool")
@@ -127,7 +127,7 @@ def is_registered(name: str) -> bool:
     if name in _USER or name in _BUILTIN:
         return True
     m = _AMPLIFIED.match(name)
-    return bool(m) and (m["base"] in _USER or m["base"] in _BUILTIN)
+    return m is not None and (m["base"] in _USER or m["base"] in _BUILTIN)
 
 
 def _build(name: str, size: str) -> Tool | None:

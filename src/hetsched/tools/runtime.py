@@ -165,6 +165,9 @@ class PeakSampler:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start sampling (nothing when ``sample_ms`` is 0: the meter is then read only when asked)."""
+        if self.sample_s <= 0:
+            return
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="hetsched-mem-sampler", daemon=True)

@@ -17,6 +17,7 @@ inside the steps.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import threading
@@ -56,6 +57,12 @@ def atomic_write(path: Path, write: Any) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def hf() -> Any:
+    """The transformers module, quietened (typed ``Any``: its configs take keywords that its type hints omit)."""
+    quiet_transformers()
+    return importlib.import_module("transformers")
 
 
 def quiet_transformers() -> None:

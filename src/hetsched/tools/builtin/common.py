@@ -10,14 +10,19 @@ import random
 import re
 import zlib
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-_WORDS = (
-    "gpu cpu memory latency tool workflow agent model token vector index query passage document answer "
-    "schedule budget queue load batch kernel tensor layer attention encoder decoder embedding search rank "
-    "merge chunk page figure table report scan image audio speech text extract parse fetch cache device "
-    "thread core stream copy resident admission contention profile card round policy monitor probe oracle"
-).split()
+Shapes = dict[str, dict[str, Any]]
+"""Figures of each size preset: ``{"tiny": {...}, "full": {...}}``."""
+
+_WORDS: tuple[str, ...] = (
+    "gpu", "cpu", "memory", "latency", "tool", "workflow", "agent", "model", "token", "vector", "index", "query",
+    "passage", "document", "answer", "schedule", "budget", "queue", "load", "batch", "kernel", "tensor", "layer",
+    "attention", "encoder", "decoder", "embedding", "search", "rank", "merge", "chunk", "page", "figure", "table",
+    "report", "scan", "image", "audio", "speech", "text", "extract", "parse", "fetch", "cache", "device", "thread",
+    "core", "stream", "copy", "resident", "admission", "contention", "profile", "card", "round", "policy", "monitor",
+    "probe", "oracle",
+)
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -126,7 +131,7 @@ class Sized:
     format string over ``size`` and those figures (config fields included).
     """
 
-    shapes: dict[str, dict[str, Any]] = {}
+    shapes: ClassVar[Shapes] = {}
     """Figures of each size preset."""
     summary: str = ""
     """Description template, e.g. ``"BERT-base encoder ({size}): {batch} passages of {seq} tokens"``."""

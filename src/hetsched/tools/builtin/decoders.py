@@ -9,11 +9,11 @@ Imports the tool API and the shared helpers; transformers and torch inside the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hetsched.tools.base import Device
-from hetsched.tools.builtin.common import Sized, id_batch, ids_to_text, text_of
-from hetsched.tools.torch_model import TorchModelTool, quiet_transformers, stable_seed
+from hetsched.tools.builtin.common import Shapes, Sized, id_batch, ids_to_text, text_of
+from hetsched.tools.torch_model import TorchModelTool, hf, stable_seed
 
 _SPECIAL = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 
@@ -26,9 +26,7 @@ class _Llama(Sized, TorchModelTool):
                "prefills {prompt} tokens, generates {new}")
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**self.shape["config"], **_SPECIAL))
 
     def workload(self, device: Device, dtype: Any) -> Any:
@@ -53,7 +51,7 @@ class Llama1B(_Llama):
     """Llama 3.2 1B shape (1.24B parameters)."""
 
     name = "llama_1b"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
                             "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
                             "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": True},
@@ -67,7 +65,7 @@ class Llama3B(_Llama):
     """Llama 3.2 3B shape (3.2B parameters)."""
 
     name = "llama_3b"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 24,
                             "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
                             "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": True},
@@ -85,7 +83,7 @@ class Summarizer(Sized, TorchModelTool):
     requires = ("torch", "transformers")
     summary = ("T5 summarizer ({size}, {num_layers}+{num_decoder_layers} layers x {d_model}): "
                "summarizes {source} tokens to {new}")
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"d_model": 768, "d_kv": 64, "d_ff": 3072, "num_layers": 12, "num_decoder_layers": 12,
                             "num_heads": 12, "vocab_size": 32128}, "source": 1024, "new": 96},
         "tiny": {"config": {"d_model": 128, "d_kv": 32, "d_ff": 512, "num_layers": 2, "num_decoder_layers": 2,
@@ -93,9 +91,7 @@ class Summarizer(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         cfg = transformers.T5Config(**self.shape["config"], decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
         return transformers.T5ForConditionalGeneration(cfg)
 

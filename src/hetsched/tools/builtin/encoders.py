@@ -8,11 +8,11 @@ Imports the tool API and the shared helpers; transformers and torch inside the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hetsched.tools.base import Device
-from hetsched.tools.builtin.common import Sized, id_batch, ids_to_text, texts_of
-from hetsched.tools.torch_model import TorchModelTool, quiet_transformers, stable_seed
+from hetsched.tools.builtin.common import Shapes, Sized, id_batch, ids_to_text, texts_of
+from hetsched.tools.torch_model import TorchModelTool, hf, stable_seed
 
 
 class _TextEncoder(Sized, TorchModelTool):
@@ -23,9 +23,7 @@ class _TextEncoder(Sized, TorchModelTool):
     """The transformers class built from ``BertConfig(**shape["config"])``."""
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         cfg = transformers.BertConfig(**self.shape["config"])
         return getattr(transformers, self.model_class)(cfg)
 
@@ -52,8 +50,9 @@ class BertBase(_TextEncoder):
     """BERT-base (110M): embeds a batch of passages."""
 
     name = "bert_base"
-    summary = "BERT-base encoder ({size}, {num_hidden_layers} layers x {hidden_size}): embeds {batch} passages of {seq} tokens"
-    shapes = {
+    summary = ("BERT-base encoder ({size}, {num_hidden_layers} layers x {hidden_size}):"
+               " embeds {batch} passages of {seq} tokens")
+    shapes: ClassVar[Shapes] = {
         "full": {"config": _BERT_BASE, "batch": 8, "seq": 128},
         "tiny": {"config": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                             "intermediate_size": 512, "vocab_size": _SMALL_VOCAB, "max_position_embeddings": 128},
@@ -65,8 +64,9 @@ class E5Large(_TextEncoder):
     """E5-large style embedder (BERT-large shape, 335M): embeds passages."""
 
     name = "e5_large"
-    summary = "E5-large style embedder ({size}, {num_hidden_layers} layers x {hidden_size}): embeds {batch} passages of {seq} tokens"
-    shapes = {
+    summary = ("E5-large style embedder ({size}, {num_hidden_layers} layers x {hidden_size}):"
+               " embeds {batch} passages of {seq} tokens")
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                             "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512},
                  "batch": 32, "seq": 128},
@@ -81,8 +81,9 @@ class Reranker(_TextEncoder):
 
     name = "reranker"
     model_class = "BertForSequenceClassification"
-    summary = "Cross-encoder reranker ({size}, {num_hidden_layers} layers x {hidden_size}): scores {batch} query-passage pairs of {seq} tokens"
-    shapes = {
+    summary = ("Cross-encoder reranker ({size}, {num_hidden_layers} layers x {hidden_size}):"
+               " scores {batch} query-passage pairs of {seq} tokens")
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"hidden_size": 384, "num_hidden_layers": 12, "num_attention_heads": 12,
                             "intermediate_size": 1536, "vocab_size": 30522, "num_labels": 1,
                             "max_position_embeddings": 512},
@@ -104,8 +105,9 @@ class NerTagger(_TextEncoder):
 
     name = "ner_tagger"
     model_class = "BertForTokenClassification"
-    summary = "BERT NER tagger ({size}, {num_hidden_layers} layers x {hidden_size}): tags {batch} windows of {seq} tokens"
-    shapes = {
+    summary = ("BERT NER tagger ({size}, {num_hidden_layers} layers x {hidden_size}):"
+               " tags {batch} windows of {seq} tokens")
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {**_BERT_BASE, "num_labels": 9}, "batch": 4, "seq": 512},
         "tiny": {"config": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                             "intermediate_size": 512, "vocab_size": _SMALL_VOCAB, "num_labels": 9,
@@ -123,8 +125,9 @@ class ClipVitB32(Sized, TorchModelTool):
 
     name = "clip_vit_b32"
     requires = ("torch", "transformers")
-    summary = "CLIP ViT-B/32 image tower ({size}, {num_hidden_layers} layers x {hidden_size}): embeds {batch} {image_size}px images"
-    shapes = {
+    summary = ("CLIP ViT-B/32 image tower ({size}, {num_hidden_layers} layers x {hidden_size}):"
+               " embeds {batch} {image_size}px images")
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                             "intermediate_size": 3072, "image_size": 224, "patch_size": 32, "projection_dim": 512},
                  "batch": 16},
@@ -134,9 +137,7 @@ class ClipVitB32(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         return transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(**self.shape["config"]))
 
     def workload(self, device: Device, dtype: Any) -> Any:
@@ -157,7 +158,7 @@ class WhisperSmall(Sized, TorchModelTool):
     requires = ("torch", "transformers")
     summary = ("Whisper-small style speech model ({size}, {encoder_layers}+{decoder_layers} layers x {d_model}): "
                "encodes {frames} mel frames, decodes {tokens} tokens")
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"d_model": 768, "encoder_layers": 12, "decoder_layers": 12, "encoder_attention_heads": 12,
                             "decoder_attention_heads": 12, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072,
                             "num_mel_bins": 80, "max_source_positions": 1500, "vocab_size": 51865},
@@ -169,9 +170,7 @@ class WhisperSmall(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         cfg = transformers.WhisperConfig(**self.shape["config"], pad_token_id=0, bos_token_id=1, eos_token_id=2,
                                          decoder_start_token_id=1, begin_suppress_tokens=None, suppress_tokens=None)
         return transformers.WhisperForConditionalGeneration(cfg)

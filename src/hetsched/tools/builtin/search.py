@@ -13,10 +13,10 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from hetsched.tools.base import Device, DeviceKind, Tool
-from hetsched.tools.builtin.common import Sized, passage, tensors_in
+from hetsched.tools.builtin.common import Shapes, Sized, passage, tensors_in
 from hetsched.tools.torch_model import atomic_write, cache_dir, stable_seed
 
 
@@ -82,7 +82,7 @@ class VectorSearch(_VectorData):
 
     name = "vector_search"
     summary = "Flat inner-product vector search ({size}): {queries} queries over {n} x {dim} vectors, top {k}"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"n": 1_000_000, "dim": 384, "queries": 16, "k": 10},
         "tiny": {"n": 40_000, "dim": 64, "queries": 8, "k": 10},
     }
@@ -128,7 +128,7 @@ class KmeansCluster(_VectorData):
 
     name = "kmeans_cluster"
     summary = "k-means ({size}): k={k} over {n} x {dim} vectors, {iters} iterations"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"n": 100_000, "dim": 384, "k": 64, "iters": 10},
         "tiny": {"n": 8_000, "dim": 32, "k": 16, "iters": 5},
     }
@@ -149,7 +149,7 @@ class KmeansCluster(_VectorData):
         s = self.shape
         found = tensors_in(inputs)
         extra = _project(found[0], s["dim"], min(s["n"], 256), stable_seed(self.name, "proj")) if found else None
-        x = handle["x"]
+        x: Any = handle["x"]
         if handle["device"].kind is DeviceKind.CPU:
             if extra is not None:
                 x = x.copy()
@@ -160,7 +160,7 @@ class KmeansCluster(_VectorData):
                 km = faiss.Kmeans(s["dim"], s["k"], niter=s["iters"], seed=stable_seed(self.name) % 1000,
                                   max_points_per_centroid=s["n"], verbose=False)
                 km.train(np.ascontiguousarray(x, dtype=np.float32))
-                return torch.from_numpy(km.centroids.copy())
+                return torch.from_numpy(np.array(km.centroids, dtype=np.float32))
             x = torch.from_numpy(x)
         elif extra is not None:
             x = x.clone()

@@ -14,10 +14,10 @@ import threading
 import urllib.request
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hetsched.tools.base import Device, DeviceKind, Tool
-from hetsched.tools.builtin.common import Sized, corpus_text, strings_in, text_of, texts_of
+from hetsched.tools.builtin.common import Shapes, Sized, corpus_text, strings_in, text_of, texts_of
 from hetsched.tools.torch_model import stable_seed
 
 _TAG = re.compile(r"<[^>]+>")
@@ -38,7 +38,7 @@ class DocMerger(Sized, Tool):
     name = "doc_merger"
     requires = ("torch",)
     summary = "Document merger ({size}): deduplicates and merges {passages} passages of {words} words"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"passages": 256, "words": 200, "buckets": 1 << 16, "threshold": 0.8},
         "tiny": {"passages": 48, "words": 80, "buckets": 1 << 14, "threshold": 0.8},
     }
@@ -52,10 +52,7 @@ class DocMerger(Sized, Tool):
     def run(self, handle: Any, inputs: Sequence[Any]) -> Any:
         device: Device = handle["device"]
         passages = self._passages(inputs)
-        if device.acts_as_gpu:
-            keep = self._keep_on_device(passages, device)
-        else:
-            keep = self._keep_on_cpu(passages)
+        keep = self._keep_on_device(passages, device) if device.acts_as_gpu else self._keep_on_cpu(passages)
         kept = [p for p, k in zip(passages, keep, strict=True) if k]
         return f"Context ({len(kept)} of {len(passages)} passages)\n\n" + "\n\n".join(kept)
 
@@ -77,10 +74,8 @@ class DocMerger(Sized, Tool):
         for i, p in enumerate(passages):
             idx = torch.tensor([h % buckets for h in _shingles(p)], dtype=torch.long)
             bitmap[i, idx] = 1.0
-        if device.kind is DeviceKind.CUDA:
-            m = bitmap.to(device.torch)
-        else:
-            m = bitmap.clone()  # the stand-in's host-device copy: a real copy into the device's memory
+        # on the stand-in device, the host-device copy is a real copy into the device's memory
+        m = bitmap.to(device.torch) if device.kind is DeviceKind.CUDA else bitmap.clone()
         with torch.inference_mode():
             inter = m @ m.T
             sizes = m.sum(1)
@@ -125,7 +120,7 @@ class WebFetch(Sized, Tool):
     name = "web_fetch"
     has_gpu = False
     summary = "Web fetch ({size}): fetches {pages} pages of {words} words from a loopback HTTP server and cleans them"
-    shapes = {"full": {"pages": 4, "words": 20_000}, "tiny": {"pages": 4, "words": 2_000}}
+    shapes: ClassVar[Shapes] = {"full": {"pages": 4, "words": 20_000}, "tiny": {"pages": 4, "words": 2_000}}
 
     def load(self, device: Device) -> Any:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
@@ -193,7 +188,7 @@ class PdfParse(Sized, Tool):
     name = "pdf_parse"
     has_gpu = False
     summary = "PDF text extraction ({size}): extracts the text of a {pages}-page PDF ({lines} lines a page)"
-    shapes = {"full": {"pages": 10, "lines": 60}, "tiny": {"pages": 4, "lines": 40}}
+    shapes: ClassVar[Shapes] = {"full": {"pages": 10, "lines": 60}, "tiny": {"pages": 4, "lines": 40}}
 
     def load(self, device: Device) -> Any:
         s = self.shape
@@ -218,8 +213,8 @@ class TextChunker(Sized, Tool):
     name = "text_chunker"
     has_gpu = False
     summary = "Text chunker ({size}): splits a {words}-word document into {window}-token chunks overlapping {overlap}"
-    shapes = {"full": {"words": 8192, "window": 512, "overlap": 64}, "tiny": {"words": 3000, "window": 128,
-                                                                               "overlap": 16}}
+    shapes: ClassVar[Shapes] = {"full": {"words": 8192, "window": 512, "overlap": 64},
+                                "tiny": {"words": 3000, "window": 128, "overlap": 16}}
 
     def load(self, device: Device) -> Any:
         return {"token": re.compile(r"\w+|[^\w\s]")}
@@ -243,7 +238,7 @@ class JsonExtract(Sized, Tool):
     name = "json_extract"
     has_gpu = False
     summary = "JSON/regex extraction ({size}): parses {records} JSON records and extracts emails, dates and amounts"
-    shapes = {"full": {"records": 5000}, "tiny": {"records": 600}}
+    shapes: ClassVar[Shapes] = {"full": {"records": 5000}, "tiny": {"records": 600}}
 
     def load(self, device: Device) -> Any:
         lines = []

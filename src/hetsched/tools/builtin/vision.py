@@ -8,11 +8,11 @@ Imports the tool API and the shared helpers; transformers and torch inside the s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hetsched.tools.base import Device, DeviceKind, Tool
-from hetsched.tools.builtin.common import Sized, ids_to_text
-from hetsched.tools.torch_model import TorchModelTool, quiet_transformers, stable_seed
+from hetsched.tools.builtin.common import Shapes, Sized, ids_to_text
+from hetsched.tools.torch_model import TorchModelTool, hf, stable_seed
 
 
 def _images(name: str, batch: int, px: int, device: Device, dtype: Any) -> Any:
@@ -28,7 +28,7 @@ class Resnet50(Sized, TorchModelTool):
     name = "resnet50"
     requires = ("torch", "transformers")
     summary = "ResNet-50 ({size}, depths {depths}): encodes {batch} {px}px images"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048], "depths": [3, 4, 6, 3],
                             "layer_type": "bottleneck"}, "batch": 8, "px": 224},
         "tiny": {"config": {"embedding_size": 16, "hidden_sizes": [32, 64, 128, 256], "depths": [1, 1, 1, 1],
@@ -36,9 +36,7 @@ class Resnet50(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         return transformers.ResNetModel(transformers.ResNetConfig(**self.shape["config"]))
 
     def workload(self, device: Device, dtype: Any) -> Any:
@@ -54,7 +52,7 @@ class ObjectDetector(Sized, TorchModelTool):
     name = "object_detector"
     requires = ("torch", "transformers")
     summary = "DETR-ResNet object detector ({size}, d_model {d_model}, {num_queries} queries): one {px}px image"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"config": {"d_model": 256, "encoder_layers": 6, "decoder_layers": 6, "num_queries": 100},
                  "backbone": {"embedding_size": 64, "hidden_sizes": [256, 512, 1024, 2048], "depths": [3, 4, 6, 3]},
                  "px": 800},
@@ -66,9 +64,7 @@ class ObjectDetector(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         backbone = transformers.ResNetConfig(**self.shape["backbone"], layer_type="bottleneck", out_features=["stage4"])
         cfg = transformers.DetrConfig(use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
                                       num_labels=91, **self.shape["config"])
@@ -89,7 +85,7 @@ class Ocr(Sized, TorchModelTool):
     requires = ("torch", "transformers")
     summary = ("TrOCR-style OCR ({size}, ViT {enc_layers} layers x {enc_hidden} + decoder {dec_layers} layers x "
                "{dec_hidden}): reads {batch} text-line crops of {px}px, {tokens} tokens each")
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"enc_hidden": 768, "enc_layers": 12, "enc_heads": 12, "px": 384, "patch": 16,
                  "dec_hidden": 1024, "dec_layers": 12, "dec_heads": 16, "vocab": 50265, "batch": 8, "tokens": 16},
         "tiny": {"enc_hidden": 128, "enc_layers": 2, "enc_heads": 2, "px": 96, "patch": 16,
@@ -97,9 +93,7 @@ class Ocr(Sized, TorchModelTool):
     }
 
     def build(self) -> Any:
-        quiet_transformers()
-        import transformers
-
+        transformers = hf()
         s = self.shape
         enc = transformers.ViTConfig(hidden_size=s["enc_hidden"], num_hidden_layers=s["enc_layers"],
                                      num_attention_heads=s["enc_heads"], intermediate_size=4 * s["enc_hidden"],
@@ -132,7 +126,7 @@ class ImagePreprocess(Sized, Tool):
     name = "image_preprocess"
     requires = ("torch",)
     summary = "Image preprocessing ({size}): resizes and normalizes {batch} {h}x{w} RGB images to {px}px"
-    shapes = {
+    shapes: ClassVar[Shapes] = {
         "full": {"batch": 16, "h": 480, "w": 640, "px": 224},
         "tiny": {"batch": 8, "h": 240, "w": 320, "px": 96},
     }

@@ -1,0 +1,106 @@
+"""The offline profiler: cards measured from real runs (memory, relative latencies, threads),
+provenance that says what was measured where, a tool library that loads and runs through the local
+executor, and an interrupted ``hetsched profile`` that keeps its cards and resumes.
+
+The tools are tests/realtools.py's (no extra needed); one test profiles a built-in torch tool.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.conftest import needs_tools_extra
+from tests.realtools import Worker, check_trace
+
+from hetsched.exec.local import LocalExecutor
+from hetsched.model import Placement
+from hetsched.model.files import load_scenario, load_tool_library
+from hetsched.profile import ProfileConfig, Profiler, profile_tools, write_library
+from hetsched.tools import register_tool, unregister_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def tools() -> Iterator[None]:
+    made = [Worker("short", ms=10, mem_mb=5), Worker("long", ms=40, mem_mb=30),
+            Worker("textonly", ms=5, mem_mb=0.1, has_gpu=False)]
+    for t in made:
+        register_tool(t, replace=True)
+    yield
+    for t in made:
+        unregister_tool(t.name)
+
+
+def test_profiled_cards_measure_the_tools_and_say_where(tools: None, tmp_path: Path) -> None:
+    config = ProfileConfig(runs=7, warmup=2, loads=2, cpu_threads=1)
+    with Profiler(config) as prof:
+        results = {r.card.name: r for r in profile_tools(["short", "long", "textonly", "long_x3"], config,
+                                                          profiler=prof)}
+    short, long_, text = (results[n].card for n in ("short", "long", "textonly"))
+    assert long_.vram_mb == pytest.approx(30, abs=3) and short.vram_mb == pytest.approx(5, abs=3)
+    assert 2.5 < long_.cpu_ms / short.cpu_ms < 6.5 and 2.5 < long_.gpu_ms / short.gpu_ms < 6.5  # type: ignore[operator]
+    assert text.gpu_ms is None and not text.has_gpu and text.vram_mb == 0
+    assert all(c.cpu_threads == 1 and c.provenance.runs == 7 for c in (short, long_, text))
+    for c in (short, long_):
+        p = c.provenance
+        assert p.device == "standin" and p.preset == "tiny" and "NOT on a GPU" in p.source
+        assert "stand-in device" in p.gpu and p.cpu and p.date
+        assert c.spread["gpu_ms"].p10 <= c.gpu_ms <= c.spread["gpu_ms"].p90  # type: ignore[operator]
+        assert c.load_ms >= 0 and 0 < c.gpu_util <= 1
+    assert results["long"].derived["long_x3"].cpu_ms == pytest.approx(3 * long_.cpu_ms)
+    assert len(results["long"].cpu_times_ms) == 7 and len(results["long"].load_samples_ms) == 2
+
+    # the file is a tool library; a scenario using it runs for real
+    path = write_library(tmp_path / "cards.yaml", [short, long_, text], {"long_x3": ("long", 3)}, ["measured here"])
+    library = load_tool_library(path)
+    assert library["long"] == long_ and library["long_x3"].amplification == 3
+    (tmp_path / "flow.yaml").write_text(
+        "name: flow\nmode: three_way\ntools: cards.yaml\nmachine: {cpu_cores: 1, vram_budget_mb: 40}\n"
+        "nodes: [{id: A, tool: textonly}, {id: B, tool: short}, {id: C, tool: long}]\nedges: [A -> B, A -> C]\n")
+    sc = load_scenario(tmp_path / "flow.yaml")
+    with LocalExecutor(sc) as ex:
+        check_trace(sc, ex.run(sc.uniform(Placement.GPU_QUEUE).moved("A", Placement.CPU)))
+        check_trace(sc, ex.run(sc.uniform(Placement.GPU_NOW).moved("A", Placement.CPU)))
+
+
+def test_profiling_a_builtin_tool(tmp_path: Path) -> None:
+    needs_tools_extra()
+    config = ProfileConfig(runs=3, warmup=1, loads=1, cpu_threads=1)
+    [result] = list(profile_tools(["bert_base"], config))
+    card = result.card
+    assert card.description.startswith("BERT-base encoder (tiny")
+    assert card.gpu_ms and card.vram_mb > 5  # the tiny BERT's weights are 6 MB of fp32
+    assert "torch" in card.provenance.software
+
+
+def test_profile_cli_keeps_cards_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "cards.yaml"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    args = [sys.executable, "-m", "hetsched", "profile", "slow_a", "slow_b", "--tool-module", "tests.slowtools",
+            "--runs", "2", "--warmup", "1", "--loads", "1", "--cpu-threads", "1", "-o", str(out), "--no-progress"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert out.exists(), proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "1 new card(s) kept" in err
+    assert set(load_tool_library(out)) == {"slow_a"}
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 tool(s) already in" in done.stderr and "slow_a" in done.stderr
+    assert "NOT GPU measurements" in done.stdout
+    library = load_tool_library(out)
+    assert set(library) == {"slow_a", "slow_b"}
+    assert library["slow_b"].provenance.device == "standin"
