@@ -1,6 +1,7 @@
 """Chrome trace-event export of executed schedules, for Perfetto or chrome://tracing.
 
-One process per round and device (CPU, GPU), one thread lane per concurrently running task
+One process per round and device (CPU, GPU), and per machine for a multi-machine trace (the Ray
+executor's ``Trace.hosts``), one thread lane per concurrently running task
 (assigned greedily, so the lanes show the parallelism), queue waits and loads as their own
 slices, and VRAM in use as a counter track against the budget. Imports only the model.
 """
@@ -34,83 +35,72 @@ def lanes(intervals: Sequence[tuple[float, float, str]]) -> dict[str, int]:
     return out
 
 
+def _host_label(trace: Trace, host: str) -> str:
+    """``node 127.0.0.1 (1a2b3c4d)`` for a Ray node of a multi-machine trace."""
+    addr = next((h.address for h in trace.hosts if h.host == host), "")
+    return f"node {addr} ({host[:8]})" if addr else f"node {host[:8]}"
+
+
 def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
-    """Trace events for labelled traces (label, e.g. ``round 3``, becomes the process name)."""
+    """Trace events for labelled traces (label, e.g. ``round 3``, becomes the process name).
+
+    A trace from one machine gets a CPU and a GPU process; a multi-machine trace (``Trace.hosts``,
+    the Ray executor) gets a CPU and a GPU process per machine, named by its address, each GPU
+    process with that machine's VRAM counter against its own budget.
+    """
     events: list[dict[str, Any]] = []
-    for index, (label, trace) in enumerate(traces):
-        cpu_pid, gpu_pid = 2 * index + 1, 2 * index + 2
-        events.append({"ph": "M", "name": "process_name", "pid": cpu_pid, "args": {"name": f"{label} · CPU"}})
-        events.append({"ph": "M", "name": "process_name", "pid": gpu_pid, "args": {"name": f"{label} · GPU"}})
-        if not trace.feasible:
-            events.append(
-                {"ph": "i", "name": f"infeasible: {trace.reason}", "pid": gpu_pid, "tid": 0, "ts": 0, "s": "p"}
-            )
-            continue
-        cpu = [(n.start_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement is Placement.CPU]
-        gpu = [(n.admitted_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement.on_gpu]
-        lane_of = {**lanes(cpu), **lanes(gpu)}
+    next_pid = 1
+    for label, trace in traces:
+        hosts = [h.host for h in trace.hosts] or [""]
         for n in trace.nodes.values():
-            pid = gpu_pid if n.placement.on_gpu else cpu_pid
+            if n.host not in hosts:
+                hosts.append(n.host)
+        pids: dict[tuple[str, bool], int] = {}
+        for host in hosts:
+            where = f" · {_host_label(trace, host)}" if host else ""
+            for on_gpu, device in ((False, "CPU"), (True, "GPU")):
+                pids[(host, on_gpu)] = next_pid
+                events.append({"ph": "M", "name": "process_name", "pid": next_pid,
+                               "args": {"name": f"{label}{where} · {device}"}})
+                next_pid += 1
+        if not trace.feasible:
+            events.append({"ph": "i", "name": f"infeasible: {trace.reason}", "pid": pids[(hosts[0], True)], "tid": 0,
+                           "ts": 0, "s": "p"})
+            if not trace.nodes:
+                continue
+        lane_of: dict[str, int] = {}
+        for key in pids:
+            host, on_gpu = key
+            spans = [((n.admitted_ms if on_gpu else n.start_ms), n.end_ms, n.node) for n in trace.nodes.values()
+                     if n.host == host and n.placement.on_gpu == on_gpu]
+            lane_of.update(lanes(spans))
+        for n in trace.nodes.values():
+            pid = pids[(n.host, n.placement.on_gpu)]
             tid = lane_of[n.node]
             args = {"tool": n.tool, "placement": n.placement.value, "ready_ms": n.ready_ms, "wait_ms": n.wait_ms}
+            if n.host:
+                args["host"] = n.host
             if n.wait_ms > 0:
-                events.append(
-                    {
-                        "ph": "X",
-                        "name": f"{n.node} waits for VRAM",
-                        "cat": "queue",
-                        "pid": gpu_pid,
-                        "tid": 100 + tid,
-                        "ts": n.ready_ms * _US,
-                        "dur": n.wait_ms * _US,
-                        "args": args,
-                    }
-                )
+                events.append({"ph": "X", "name": f"{n.node} waits for VRAM" if n.placement is Placement.GPU_QUEUE
+                               else f"{n.node} waits", "cat": "queue", "pid": pid, "tid": 100 + tid,
+                               "ts": n.ready_ms * _US, "dur": n.wait_ms * _US, "args": args})
             if n.load_ms > 0:
-                events.append(
-                    {
-                        "ph": "X",
-                        "name": f"{n.node} load",
-                        "cat": "load",
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": n.admitted_ms * _US,
-                        "dur": n.load_ms * _US,
-                        "args": args,
-                    }
-                )
-            events.append(
-                {
-                    "ph": "X",
-                    "name": f"{n.node} {n.tool}",
-                    "cat": n.placement.value,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": n.start_ms * _US,
-                    "dur": n.run_ms * _US,
-                    "args": args,
-                }
-            )
-        for p in trace.vram_timeline:
-            events.append(
-                {
-                    "ph": "C",
-                    "name": "VRAM (MB)",
-                    "pid": gpu_pid,
-                    "ts": p.t_ms * _US,
-                    "args": {"used": p.used_mb, "budget": trace.vram_budget_mb},
-                }
-            )
-        if trace.e2e_ms is not None:
-            events.append(
-                {
-                    "ph": "C",
-                    "name": "VRAM (MB)",
-                    "pid": gpu_pid,
-                    "ts": trace.e2e_ms * _US,
-                    "args": {"used": 0.0, "budget": trace.vram_budget_mb},
-                }
-            )
+                events.append({"ph": "X", "name": f"{n.node} load", "cat": "load", "pid": pid, "tid": tid,
+                               "ts": n.admitted_ms * _US, "dur": n.load_ms * _US, "args": args})
+            events.append({"ph": "X", "name": f"{n.node} {n.tool}", "cat": n.placement.value, "pid": pid, "tid": tid,
+                           "ts": n.start_ms * _US, "dur": n.run_ms * _US, "args": args})
+        timelines = [(h.host, h.vram_timeline, h.vram_budget_mb) for h in trace.hosts if h.vram_budget_mb > 0]
+        if not trace.hosts:
+            timelines = [("", trace.vram_timeline, trace.vram_budget_mb)]
+        end = trace.e2e_ms if trace.e2e_ms is not None else max((n.end_ms for n in trace.nodes.values()), default=0.0)
+        for host, timeline, budget in timelines:
+            pid = pids[(host, True)]
+            for p in timeline:
+                events.append({"ph": "C", "name": "VRAM (MB)", "pid": pid, "ts": p.t_ms * _US,
+                               "args": {"used": p.used_mb, "budget": budget}})
+            if trace.feasible:
+                events.append({"ph": "C", "name": "VRAM (MB)", "pid": pid, "ts": end * _US,
+                               "args": {"used": 0.0, "budget": budget}})
     return events
 
 

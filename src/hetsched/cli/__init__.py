@@ -11,11 +11,11 @@ import sys
 
 from rich.markup import escape
 
-from hetsched.cli import bench, inspect, profile, run, runs
+from hetsched.cli import bench, export, inspect, profile, run, runs
 from hetsched.cli.app import EXIT_BAD_INPUT, app, err
 from hetsched.model import HetschedError
 
-COMMAND_MODULES = (bench, inspect, profile, run, runs)
+COMMAND_MODULES = (bench, export, inspect, profile, run, runs)
 """Modules whose import registers their commands on :data:`app`."""
 
 

@@ -42,6 +42,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -148,6 +149,7 @@ class RayExecutor(ClosingExecutor):
         check_memory: watch GPU units' measured memory at all.
         tool_modules: modules to import first (they register the user's tools).
         runtime_env: Ray runtime environment for the job (e.g. ``{"pip": [...]}`` on a remote cluster).
+        temp_dir: Ray's temp dir (sessions, logs, sockets) for a local cluster (default: Ray's, /tmp/ray).
         warm: before each round, prepare the round's tools (imports, set-up) and load its cpu tools
             in as many Ray workers per node as the round can use at once, so its tasks find warm
             workers (outside the E2E, like the local executor's warm phase).
@@ -177,6 +179,7 @@ class RayExecutor(ClosingExecutor):
         check_memory: bool = True,
         tool_modules: Sequence[str] = (),
         runtime_env: dict[str, Any] | None = None,
+        temp_dir: str | None = None,
         warm: bool = True,
         events: bool = True,
         event_timeout_s: float = 15.0,
@@ -231,6 +234,9 @@ class RayExecutor(ClosingExecutor):
         cpus = num_cpus if num_cpus is not None else max(1, min(scenario.machine.cpu_cores, len(available_cores())))
         self._local: dict[str, int] = {"num_cpus": cpus, "num_gpus": num_gpus, "vram_mb": node_budget_mb(budget)}
         self._runtime_env = runtime_env
+        if temp_dir is not None and self.address is not None:
+            raise InputError(f"{where}: temp_dir is for a local cluster; a cluster at an address has its own")
+        self._temp_dir = None if temp_dir is None else str(Path(temp_dir).expanduser().resolve())
         self._joined = False
         self._closed = False
         self._rounds = 0
@@ -272,7 +278,8 @@ class RayExecutor(ClosingExecutor):
                 if self.address is None:
                     ray.init(address="local", num_cpus=self._local["num_cpus"], num_gpus=self._local["num_gpus"],
                              resources={VRAM_RESOURCE: self._local["vram_mb"]}, include_dashboard=True,
-                             runtime_env=self._runtime_env, _system_config=LOCAL_SYSTEM_CONFIG, **quiet)
+                             runtime_env=self._runtime_env, _system_config=LOCAL_SYSTEM_CONFIG,
+                             _temp_dir=self._temp_dir, **quiet)
                     started = True
                 else:
                     _use_cluster_token()

@@ -1,0 +1,56 @@
+"""``hetsched export ray``: a mapping as the ``.options(...)`` a user pastes into their own Ray code.
+
+Prints Python source (``TASKS`` and ``ACTORS`` option dicts) or, with ``--json``, the same as
+JSON, from the rules of :mod:`hetsched.exec.ray_plan` (pure: no Ray needed to export).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from hetsched.cli.app import app, fail
+from hetsched.cli.run import load
+from hetsched.exec.ray_plan import export_dict, export_text
+from hetsched.model import Mapping, Scenario
+from hetsched.model.files import load_mapping, parse_mapping_text
+
+export_app = typer.Typer(help="Export a placement for another system (ray: per-node .options(...)).",
+                         no_args_is_help=True)
+app.add_typer(export_app, name="export")
+
+
+def read_mapping(sc: Scenario, text: str | None, option: str = "--mapping") -> Mapping:
+    """A mapping from ``A=cpu,B=gpu_now``, a JSON object or a mapping file, validated against ``sc``;
+    without one, the oracle's (the noise-free optimum)."""
+    if text is None:
+        from hetsched.sim.oracle import solve
+
+        return solve(sc).best
+    path = Path(text)
+    given = load_mapping(path) if path.suffix.lower() in (".yaml", ".yml", ".json") else parse_mapping_text(text)
+    return sc.validate_mapping(given, where=option)
+
+
+@export_app.command("ray")
+def export_ray(
+    scenario: str = typer.Argument(..., help="Scenario file or bundled name."),
+    mapping: str | None = typer.Option(
+        None, "--mapping", "-m", help="'A=gpu_now,B=cpu,...', a JSON object or a mapping file (default: the "
+        "oracle's mapping)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of Python source."),
+) -> None:
+    """Print the Ray ``.options(...)`` of every node: tasks for cpu and gpu_queue nodes, one actor per
+    gpu_now tool (num_cpus, num_gpus, resources={"vram_mb": ...}), as the ray executor runs them."""
+    sc = load(scenario)
+    m = read_mapping(sc, mapping)
+    static = sc.infeasibility(m)
+    if static is not None:
+        raise fail(f"mapping {m.code()} cannot run on scenario {sc.name!r}: {static}")
+    if as_json:
+        typer.echo(json.dumps(export_dict(sc, m)))
+        return
+    typer.echo(export_text(sc, m), nl=False)
