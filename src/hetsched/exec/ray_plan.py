@@ -252,11 +252,6 @@ def place(scenario: Scenario, mapping: Mapping, hosts: Sequence[RayHost]) -> Ray
                              f"'{{\"{VRAM_RESOURCE}\": BUDGET_MB}}'")
     offered = ", ".join(f"{h.label}: {h.vram_mb:g} MB" for h in gpu_hosts)
     biggest = gpu_hosts[0].vram_mb
-    for n, unit in p.tasks.items():
-        if unit.placement is Placement.GPU_QUEUE and unit.options.vram_mb > biggest + _EPS:
-            return Infeasibility(InfeasibleKind.NEVER_ADMISSIBLE,
-                                 f"node {n!r} ({unit.tool}) needs {unit.options.vram_mb:g} MB > the largest Ray GPU "
-                                 f"node's {VRAM_RESOURCE} ({offered})")
     where = _pack([(t, u.options.vram_mb, u.options.num_gpus) for t, u in p.actors.items()], gpu_hosts)
     if where is None:
         need = sum(u.options.vram_mb for u in p.actors.values())
@@ -266,6 +261,11 @@ def place(scenario: Scenario, mapping: Mapping, hosts: Sequence[RayHost]) -> Ray
                              f"nodes' {VRAM_RESOURCE} ({offered})")
     actors = {t: RayUnit(u.key, u.kind, u.tool, u.placement, u.nodes, u.options, host=where[t])
               for t, u in p.actors.items()}
+    for n, unit in p.tasks.items():
+        if unit.placement is Placement.GPU_QUEUE and unit.options.vram_mb > biggest + _EPS:
+            return Infeasibility(InfeasibleKind.NEVER_ADMISSIBLE,
+                                 f"node {n!r} ({unit.tool}) needs {unit.options.vram_mb:g} MB > the largest Ray GPU "
+                                 f"node's {VRAM_RESOURCE} ({offered})")
     # a queued node must fit some GPU node beside the resident tools that wait for it there
     for q, unit in p.tasks.items():
         if unit.placement is not Placement.GPU_QUEUE:
