@@ -78,6 +78,8 @@ LOCAL_SYSTEM_CONFIG: dict[str, Any] = {
 """Ray settings of a local cluster the executor starts: task events reach the state API within
 0.1 s (default 1 s), and idle workers stay warm between rounds (by default Ray kills idle workers
 beyond one per CPU after 1 s, and the next round's tasks would start cold processes)."""
+INLINE_TOOL_BYTES = 64_000
+"""Tools that pickle to at most this many bytes are sent with every task instead of through the object store."""
 WARM_HOLD_S = 0.3
 """How long a warm-up task holds its worker, so that the warm-up tasks sent at once land in distinct workers."""
 MAX_WARM_PER_NODE = 8
@@ -117,7 +119,7 @@ def _default_size(scenario: Scenario, device: str) -> str:
 
 @dataclass(frozen=True)
 class _ToolRef:
-    """A tool as the workers get it: its cache key and a box holding its object-store ref."""
+    """A tool as the workers get it: its cache key and a box holding the tool or its object-store ref."""
 
     key: str
     box: list[Any]
@@ -242,6 +244,9 @@ class RayExecutor(ClosingExecutor):
         self._rounds = 0
         self.last_outputs: dict[str, Any] = {}
         """Outputs of the sink nodes of the last round that finished."""
+        self.last_release_lag_ms: dict[str, float] = {}
+        """Per ``gpu_now`` tool of the last round: how long after its last node ended the executor killed
+        its actor (when Ray frees its ``vram_mb``); the model releases at that end exactly."""
         self._connect()
         self._task: Any = ray.remote(run_node)
         self._actor: Any = ray.remote(ResidentTool)
@@ -256,7 +261,9 @@ class RayExecutor(ClosingExecutor):
                 raise InputError(f"tool {tname!r} cannot be sent to Ray's workers ({type(exc).__name__}: {exc})"
                                  ) from None
             key = f"{tname}:{self.size}:{hashlib.sha1(blob).hexdigest()[:16]}"
-            self._refs[tname] = _ToolRef(key, [ray.put(tool)])
+            # a small tool travels inside each task's arguments (a reference nested in arguments costs Ray
+            # a borrower registration per task); a large one once through the object store
+            self._refs[tname] = _ToolRef(key, [tool] if len(blob) <= INLINE_TOOL_BYTES else [ray.put(tool)])
         self.hosts: list[RayHost] = self.refresh_hosts()
         """The alive Ray nodes (refreshed every round)."""
 
@@ -697,6 +704,11 @@ class _Round:
         self.cleanup()
         notes = self.notes() + self.collect_events()
         trace = build_trace(self.sc, self.plan, self.hosts, self.facts, self.failure, notes)
+        t0_ms = self.facts.t0_s * 1000.0
+        self.ex.last_release_lag_ms = {
+            tool: self.facts.actor_release_s[tool] * 1000.0 - t0_ms - max(trace.nodes[n].end_ms for n in a.nodes)
+            for tool, a in self.plan.actors.items()
+            if tool in self.facts.actor_release_s and all(n in trace.nodes for n in a.nodes)}
         if trace.feasible:
             with contextlib.suppress(Exception):
                 self.ex.last_outputs = dict(zip(self.wf.sinks, ray.get([self.out_refs[s] for s in self.wf.sinks]),
