@@ -460,6 +460,7 @@ class _Round:
         self.ready_at: dict[str, float] = {}
         self.devices: set[str] = set()
         self.extra_ids: list[str] = []
+        self.exiting: list[Any] = []  # actors asked to exit after their last node
         cls_total = {"cpu": 0.0, "gpu": 0.0}
         for n in self.wf.node_ids:
             cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] += ex.timeout_of(n, plan.mapping[n])
@@ -602,12 +603,20 @@ class _Round:
             if self.preds_left[s] == 0:
                 self.ready_at[s] = now
 
-    def release(self, tool: str) -> None:
+    def release(self, tool: str, force: bool = False) -> None:
+        """End a resident tool's actor: gracefully after its last node (the actor exits at once and
+        flushes its task events; Ray frees its vram_mb when the process is gone), by force in a
+        cleanup. Its VRAM is recorded as released now, the earliest Ray can have freed it."""
         actor = self.actors.pop(tool, None)
-        if actor is not None:
-            self.facts.actor_release_s[tool] = time.time()
-            with contextlib.suppress(Exception):
+        if actor is None:
+            return
+        self.facts.actor_release_s[tool] = time.time()
+        with contextlib.suppress(Exception):
+            if force:
                 ray.kill(actor, no_restart=True)
+            else:
+                actor.__ray_terminate__.remote()
+                self.exiting.append(actor)
 
     def late(self) -> tuple[str, float] | None:
         now = time.time()
@@ -645,7 +654,11 @@ class _Round:
                 with contextlib.suppress(Exception):
                     ray.cancel(self.out_refs[n], force=True)
         for tool in list(self.actors):
-            self.release(tool)
+            self.release(tool, force=True)
+        if self.failure is not None:
+            for actor in self.exiting:  # a failed round leaves nothing behind, exiting or not
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
         if self.pending:
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=30.0)
 
@@ -662,8 +675,8 @@ class _Round:
         limit = len(ids) + len(self.extra_ids) + 100
         while True:
             try:
-                rows = list_tasks(filters=[("job_id", "=", job)], detail=True, limit=limit, timeout=30,
-                                  raise_on_missing_output=False)
+                rows = list_tasks(address=ray.get_runtime_context().gcs_address, filters=[("job_id", "=", job)],
+                                  detail=True, limit=limit, timeout=30, raise_on_missing_output=False)
             except Exception as exc:  # the state API raises several types when the dashboard is absent
                 return [f"Ray's state API is unavailable ({_first_line(exc)}): times come from the workers' own "
                         "clocks"]
