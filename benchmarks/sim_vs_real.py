@@ -167,8 +167,10 @@ def error_table(rows: list[tuple[str, str, dict[Mapping, float]]]) -> list[str]:
     return lines
 
 
-def rankings(sc: Scenario, rounds: int) -> tuple[list[str], list[str], dict[str, tuple[float, float]]]:
+def rankings(sc: Scenario, rounds: int) -> tuple[list[str], list[str], dict[str, tuple[float, float]],
+                                                  dict[str, str]]:
     scores: dict[str, tuple[float, float]] = {}
+    why: dict[str, str] = {}
     with LocalExecutor(sc) as ex:
         ex.start()
         for name, opts in POLICIES:
@@ -178,10 +180,12 @@ def rankings(sc: Scenario, rounds: int) -> tuple[list[str], list[str], dict[str,
                 result = run_rounds(sc, make_policy(name, **opts), LoopConfig(rounds=rounds, seed=0), executor=executor)
                 ok = [r.trace.e2e_ms for r in result.rounds if r.trace.feasible and r.trace.e2e_ms]
                 best.append(min(ok) if ok else float("inf"))
+                if not ok:
+                    why[label] = result.rounds[0].trace.reason
             scores[label] = (best[0], best[1])
     sim_order = sorted(scores, key=lambda k: scores[k][0])
     real_order = sorted(scores, key=lambda k: scores[k][1])
-    return sim_order, real_order, scores
+    return sim_order, real_order, scores, why
 
 
 def overhead(n: int, runs: int) -> list[str]:
@@ -278,13 +282,14 @@ def main() -> None:
             ""]
     for name in SCENARIOS:
         sc = with_cards(load_scenario(name), cards, pooled)
-        sim_order, real_order, scores = rankings(sc, args.rounds)
+        sim_order, real_order, scores, why = rankings(sc, args.rounds)
         tau = kendall_tau(sim_order, real_order)
         out += [f"### {name}", "", "| policy | sim best ms | real best ms |", "|---|---:|---:|"]
         out += [f"| {k} | {scores[k][0]:.1f} | {scores[k][1]:.1f} |" for k in real_order]
         out += ["", f"Real order: {' < '.join(real_order)}", "", f"Sim order: {' < '.join(sim_order)}", "",
                 f"Kendall tau {tau:+.2f}; winner {'agrees' if sim_order[0] == real_order[0] else 'differs'} "
                 f"(sim: {sim_order[0]}, real: {real_order[0]}).", ""]
+        out += [f"No feasible round for {k}: {v}" for k, v in why.items()] + ([""] if why else [])
     out += ["## Executor overhead per node", "",
             f"A chain of {args.chain} nodes of one tool through the local executor (median of {args.runs} rounds, "
             "E2E / nodes) against the same tool called directly inside the same worker process (no scheduling "

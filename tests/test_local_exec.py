@@ -253,6 +253,28 @@ def test_allocator_oom_and_measured_memory_over_budget_are_oom(tmp_path: Path) -
             unregister_tool(name)
 
 
+def test_a_worker_that_dies_mid_round_is_a_tool_error_and_is_restarted(tmp_path: Path) -> None:
+    flag = tmp_path / "crash"
+    made = [Worker("steady", ms=5, mem_mb=1, value=1), Worker("crasher", ms=5, mem_mb=1, value=2, crash_flag=str(flag))]
+    for t in made:
+        register_tool(t, replace=True)
+    try:
+        sc = scenario([("A", "steady"), ("B", "crasher")], [("A", "B")], [card("steady", 5, 2), card("crasher", 5, 2)])
+        with LocalExecutor(sc) as ex:
+            check_trace(sc, ex.run(m(A=C, B=G)))
+            old = ex.gpu.pid if ex.gpu is not None else None
+            flag.touch()
+            trace = ex.run(m(A=C, B=G))
+            assert trace.kind is InfeasibleKind.TOOL_ERROR and "stand-in device worker process died" in trace.reason
+            assert "['B']" in trace.reason and set(trace.nodes) == {"A"}
+            flag.unlink()
+            check_trace(sc, ex.run(m(A=C, B=G)))  # a fresh device worker took over
+            assert ex.gpu is not None and ex.gpu.pid != old
+    finally:
+        for t in made:
+            unregister_tool(t.name)
+
+
 def test_gpu_placement_without_a_device_is_unavailable(tools: dict[str, Worker]) -> None:
     sc = rag()
     with LocalExecutor(sc, device="none") as ex:

@@ -2,7 +2,8 @@
 provenance that says what was measured where, a tool library that loads and runs through the local
 executor, and an interrupted ``hetsched profile`` that keeps its cards and resumes.
 
-The tools are tests/realtools.py's (no extra needed); one test profiles a built-in torch tool.
+The tools are tests/realtools.py's (no extra needed); tests/test_real_tools.py profiles built-in
+torch tools through the documented example.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import needs_tools_extra
 from tests.realtools import Worker, check_trace
 
 from hetsched.exec.local import LocalExecutor
@@ -69,16 +69,6 @@ def test_profiled_cards_measure_the_tools_and_say_where(tools: None, tmp_path: P
     with LocalExecutor(sc) as ex:
         check_trace(sc, ex.run(sc.uniform(Placement.GPU_QUEUE).moved("A", Placement.CPU)))
         check_trace(sc, ex.run(sc.uniform(Placement.GPU_NOW).moved("A", Placement.CPU)))
-
-
-def test_profiling_a_builtin_tool(tmp_path: Path) -> None:
-    needs_tools_extra()
-    config = ProfileConfig(runs=3, warmup=1, loads=1, cpu_threads=1)
-    [result] = list(profile_tools(["bert_base"], config))
-    card = result.card
-    assert card.description.startswith("BERT-base encoder (tiny")
-    assert card.gpu_ms and card.vram_mb > 5  # the tiny BERT's weights are 6 MB of fp32
-    assert "torch" in card.provenance.software
 
 
 def test_profile_cli_keeps_cards_on_ctrl_c_and_resumes(tmp_path: Path) -> None:

@@ -141,6 +141,9 @@ def show_run(
         out.print(f"{escape(ref.label)}: {escape(mapping_text(ref.mapping))} ({_code(ref.mapping, None)})  "
                   f"E2E {ref.e2e_ms:.1f} ms (noise-free)")
     out.print(_rounds_table(info, stored.rounds))
+    notes = dict.fromkeys(n for r in stored.rounds for t in (r.trace, *(p.trace for p in r.probes)) for n in t.notes)
+    for note in notes:
+        out.print(f"[bold]note:[/] {escape(note)}", soft_wrap=True)
     _print_probes(stored.rounds)
     _print_transcript(stored.rounds, None if full else 600, full)
 

@@ -185,6 +185,16 @@ class LocalExecutor(ClosingExecutor):
 
     def _notes(self, used_device: bool) -> tuple[str, ...]:
         notes: list[str] = []
+        asked = self._asked_cpu or self.scenario.machine.cpu_cores
+        if asked > self.plan.cpu_threads:
+            notes.append(f"the scenario's machine has {asked} CPU cores; the CPU pool here has {self.plan.cpu_threads}")
+        kind = self.device.kind.value if used_device and self.device is not None else None
+        measured = (kind, self.size)
+        other = sorted(t for t, c in self.scenario.cards.items()
+                       if c.has_gpu and kind is not None and (c.provenance.device, c.provenance.preset) != measured)
+        if other:
+            notes.append(f"the cards of {other} were not measured with this executor's tools and device ({self.size} "
+                         f"on {kind}): the simulator's predictions from them describe something else")
         if used_device and self.device is not None and self.device.kind is DeviceKind.STANDIN:
             notes.append("GPU placements ran on a stand-in device (a worker process on CPU cores, not a GPU): its "
                          "times and memory are real measurements of CPU cores and host memory")
@@ -483,7 +493,8 @@ class _Round:
         self.admit(now)
 
     def receive(self, timeout: float) -> None:
-        live = {name: w for name, w in self.workers.items() if w.alive or w.inbox}
+        # a started worker that died still answers once: a "died" reply, from the end of its pipe
+        live = {name: w for name, w in self.workers.items() if w.started or w.inbox}
         if not any(w.inbox for w in live.values()):
             conns = [w.connection for w in live.values() if w.connection is not None]
             if not conns:
@@ -515,7 +526,13 @@ class _Round:
     def execute(self) -> Trace:
         ex = self.ex
         try:
-            if self.warm():
+            try:
+                warmed = self.warm()
+            except WorkerError as exc:  # a worker died or stopped answering while loading
+                self.broken |= {name for name, w in self.workers.items() if w.started and not w.alive}
+                self.fail(InfeasibleKind.TOOL_ERROR, f"before the round started: {exc}")
+                warmed = False
+            if warmed:
                 self.t0 = ex.last_t0 = time.monotonic()
                 for n in self.wf.sources:
                     self.dispatch(n, self.t0)

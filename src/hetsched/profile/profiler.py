@@ -5,7 +5,8 @@ Per tool (PAPER.md: 30 isolated runs, median):
 
 - CPU: load on the CPU pool, ``warmup`` calls, then ``runs`` timed calls: ``cpu_ms`` (median,
   p10, p90) and ``cpu_threads`` (process CPU time / wall time over the runs: the cores it keeps
-  busy, at least 1).
+  busy, at least 1; the wall time excludes what the calling thread waited for a core, from
+  Linux's schedstat, so other processes of a shared machine do not read as idle cores).
 - GPU (CUDA, else the stand-in device): load, warm-up, ``runs`` timed calls: ``gpu_ms``. The
   timed runs alternate between the two devices in blocks (one device busy at a time), so a slow
   spell of a shared machine hits both figures alike.
@@ -15,7 +16,8 @@ Per tool (PAPER.md: 30 isolated runs, median):
   and two calls, the device's peak memory above its idle level, sampled every 0.5 ms
   (``torch.cuda.max_memory_allocated`` on CUDA, exact).
 - ``gpu_util``: NVML's utilization on CUDA when ``pynvml`` is installed; on the stand-in device its
-  CPU time / (wall x threads); else 1.0 (and the profile says it was not measured).
+  CPU time / (wall x threads), the wall again without the time spent waiting for a core; else 1.0
+  (and the profile says it was not measured).
 
 Cards of tools named ``NAME_xK`` are derived from NAME's card (``base`` + ``amplification``).
 Each measured card is handed to the caller at once, so an interrupted profile keeps them.
@@ -236,7 +238,7 @@ class Profiler:
         try:
             times: dict[str, list[float]] = {w.label: [] for w in workers}
             cpu_s = {w.label: 0.0 for w in workers}
-            wall_s = {w.label: 0.0 for w in workers}
+            wall_s = {w.label: 0.0 for w in workers}  # less the time the tool waited for a core
             extra: dict[str, list[float]] = {w.label: [] for w in workers}
             for w in workers:
                 if c.warmup:
@@ -248,7 +250,7 @@ class Profiler:
                     r = self._runs(w, tool, "p", 0, n)
                     times[w.label] += r["times_ms"]
                     cpu_s[w.label] += r["cpu_s"]
-                    wall_s[w.label] += r["wall_s"]
+                    wall_s[w.label] += max(r["wall_s"] - r.get("wait_s", 0.0), 1e-9)
                     if "gpu_util" in r["extra"]:
                         extra[w.label].append(r["extra"]["gpu_util"])
                 done += n

@@ -223,6 +223,16 @@ def synchronize(device: Device) -> None:
         torch.cuda.synchronize(device.index)
 
 
+def runqueue_wait_seconds() -> float:
+    """Time the calling thread has spent ready to run but waiting for a core (Linux schedstat; 0
+    elsewhere): what other processes on a shared machine took from it."""
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def cpu_seconds() -> float:
     """CPU time of this whole process (all threads, ns resolution), seconds."""
     return time.process_time()
@@ -269,6 +279,8 @@ class Benchmark:
     """Wall time of the timed runs, s."""
     peak_mb: float
     """Peak device memory above the baseline during load and runs, MB."""
+    wait_s: float = 0.0
+    """Of ``wall_s``, the time the calling thread waited for a core (other processes ran), s."""
     extra: dict[str, float] = field(default_factory=dict)
     """Device-specific figures (``gpu_util`` from NVML...)."""
 
@@ -370,7 +382,7 @@ class ToolRuntime:
             r = self.run(key, inputs)
             first_ms = (r.t_end - r.t_start) * 1000.0 if first_ms is None else first_ms
         times: list[float] = []
-        c0, w0 = cpu_seconds(), time.monotonic()
+        c0, q0, w0 = cpu_seconds(), runqueue_wait_seconds(), time.monotonic()
         for _ in range(runs):
             r = self.run(key, inputs)
             times.append((r.t_end - r.t_start) * 1000.0)
@@ -378,4 +390,4 @@ class ToolRuntime:
         if first_ms is None:
             first_ms = times[0] if times else 0.0
         return Benchmark(first_ms=first_ms, times_ms=tuple(times), cpu_s=cpu_seconds() - c0, wall_s=wall,
-                         peak_mb=self.meter.peak_mb())
+                         peak_mb=self.meter.peak_mb(), wait_s=runqueue_wait_seconds() - q0)
