@@ -331,8 +331,9 @@ class RayExecutor(ClosingExecutor):
 
     def describe(self) -> list[str]:
         """What the executor runs on, one line each (for the CLI)."""
-        where = (f"a local cluster started by hetsched at {_CONN['address']} (stopped when the run ends)"
-                 if self.started_cluster else f"the cluster at {_CONN['address']}")
+        address = _CONN["address"] or ray.get_runtime_context().gcs_address
+        where = (f"a local cluster started by hetsched at {address} (stopped when the run ends)"
+                 if self.started_cluster else f"the cluster at {address}")
         lines = [f"Ray {ray.__version__}: {where}, {len(self.hosts)} node(s)"]
         for h in self.hosts:
             gpu = f", {h.gpus:g} GPU, {VRAM_RESOURCE} {h.vram_mb:g}" if h.gpus or h.vram_mb else ""
@@ -448,7 +449,8 @@ class _Round:
         self.ex, self.plan, self.hosts = ex, plan, hosts
         self.sc = ex.scenario
         self.wf = self.sc.workflow
-        self.tag = f"hetsched r{ex._rounds} {uuid.uuid4().hex[:6]}"
+        self.tag = f"hetsched {ex.scenario.name} r{ex._rounds} {uuid.uuid4().hex[:8]}"
+        """The name of every Ray task of the round (Ray's dashboard groups them; the events query finds them)."""
         self.order = {n: i for i, n in enumerate(self.wf.topo_order)}
         self.actors: dict[str, Any] = {}
         self.facts = RoundFacts(t0_s=time.time())
@@ -504,7 +506,7 @@ class _Round:
 
         def send(host: str, items: list[WarmItem], count: int, num_gpus: float) -> None:
             for _ in range(min(count, MAX_WARM_PER_NODE)):
-                ref = self.ex._warm.options(num_cpus=0, num_gpus=num_gpus, name=f"{self.tag} warm", max_retries=0,
+                ref = self.ex._warm.options(num_cpus=0, num_gpus=num_gpus, name=self.tag, max_retries=0,
                                             scheduling_strategy=NodeAffinitySchedulingStrategy(host, soft=False)
                                             ).remote(items, WARM_HOLD_S)
                 self.extra_ids.append(ref.task_id().hex())
@@ -547,7 +549,7 @@ class _Round:
                 max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
             ).remote(self.spec("", tool, Placement.GPU_NOW), box)
             self.actors[tool] = actor
-            ref = actor.load.options(name=f"{self.tag} load {tool}").remote()
+            ref = actor.load.options(name=self.tag).remote()
             self.extra_ids.append(ref.task_id().hex())
             loads[ref] = tool
         if not loads:
@@ -574,7 +576,7 @@ class _Round:
             tool, p = self.wf.tool_of[n], self.plan.mapping[n]
             args = [self.out_refs[q] for q in self.wf.preds(n)]
             spec = self.spec(n, tool, p)
-            name = f"{self.tag} {n}"
+            name = self.tag
             if p is Placement.GPU_NOW:
                 out, meta = self.actors[tool].run.options(num_returns=2, name=name).remote(spec, *args)
             else:
@@ -661,6 +663,13 @@ class _Round:
                     ray.kill(actor, no_restart=True)
         if self.pending:
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=30.0)
+        if self.failure is not None:
+            # read every failed or cancelled result once, so Ray does not report it as an unhandled error
+            for n, out in self.out_refs.items():
+                if n not in self.facts.metas:
+                    for ref in [out, *(r for r, m in self.pending.items() if m == n)]:
+                        with contextlib.suppress(Exception):
+                            ray.get(ref, timeout=0)
 
     def collect_events(self) -> list[str]:
         """Read Ray's task events of this round into the facts; notes on what could not be read."""
@@ -672,11 +681,14 @@ class _Round:
         wanted = {self.facts.task_ids[n] for n in self.facts.metas}
         job = ray.get_runtime_context().get_job_id()
         deadline = time.time() + self.ex.event_timeout_s
+        # every task of the round carries the round's name: one query finds them all, however many tasks
+        # the job has run (Ray's state API can only filter by equality, and its limit keeps arbitrary ones)
         limit = len(ids) + len(self.extra_ids) + 100
         while True:
             try:
-                rows = list_tasks(address=ray.get_runtime_context().gcs_address, filters=[("job_id", "=", job)],
-                                  detail=True, limit=limit, timeout=30, raise_on_missing_output=False)
+                rows = list_tasks(address=ray.get_runtime_context().gcs_address,
+                                  filters=[("job_id", "=", job), ("name", "=", self.tag)], detail=True, limit=limit,
+                                  timeout=30, raise_on_missing_output=False)
             except Exception as exc:  # the state API raises several types when the dashboard is absent
                 return [f"Ray's state API is unavailable ({_first_line(exc)}): times come from the workers' own "
                         "clocks"]
@@ -690,8 +702,6 @@ class _Round:
                 return []
             if time.time() > deadline:
                 return []
-            if len(rows) >= limit:
-                limit *= 2
             time.sleep(0.1)
 
     def notes(self) -> list[str]:

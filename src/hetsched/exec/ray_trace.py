@@ -50,7 +50,7 @@ class TaskEvents:
     task_id: str
     """Ray's task id (hex)."""
     name: str = ""
-    """The task's name (the executor names them ``hetsched <round> <node>``)."""
+    """The task's name (the executor gives every task of a round the round's name)."""
     node_id: str = ""
     """The Ray node that ran it ('' when not scheduled)."""
     states_ms: dict[str, float] = field(default_factory=dict)
