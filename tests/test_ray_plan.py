@@ -359,6 +359,8 @@ def test_failures_are_classified_by_kind() -> None:
     assert classify(task_error(DeviceUnavailable("no GPU")), "n").kind is InfeasibleKind.UNAVAILABLE
     assert classify(rex.WorkerCrashedError(), "n").kind is InfeasibleKind.TOOL_ERROR
     assert classify(rex.NodeDiedError("node gone"), "n").kind is InfeasibleKind.UNAVAILABLE
+    missing = classify(rex.RaySystemError("System error: No module named 'hetsched.exec.ray_remote'"), "n")
+    assert missing.kind is InfeasibleKind.UNAVAILABLE and "install hetsched" in missing.detail
 
 
 def test_bad_options_fail_before_any_cluster_is_started() -> None:

@@ -431,6 +431,11 @@ def classify(exc: BaseException, label: str) -> Infeasibility:
                                                             f"{_first_line(cause)}")
         return classify(cause, label) if isinstance(cause, rex.RayError) else Infeasibility(
             InfeasibleKind.TOOL_ERROR, f"{label} failed: {_first_line(exc)}")
+    missing = "No module named" in str(exc)
+    if missing and isinstance(exc, rex.RaySystemError | rex.RayTaskError):
+        return Infeasibility(InfeasibleKind.UNAVAILABLE, f"{label}: a Ray worker cannot import what it needs "
+                                                         f"({_first_line(exc)}); install hetsched (this version) and "
+                                                         "the tools' libraries on every node, or pass runtime_env")
     if isinstance(exc, rex.NodeDiedError | rex.ObjectLostError | rex.RaySystemError):
         return Infeasibility(InfeasibleKind.UNAVAILABLE, f"{label}: a Ray node or its objects were lost "
                                                          f"({type(exc).__name__}: {_first_line(exc)})")
