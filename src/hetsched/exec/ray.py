@@ -138,8 +138,9 @@ class RayExecutor(ClosingExecutor):
             it, else the stand-in device), ``cuda`` (refused where there is none) or ``standin``.
         device_threads: CPU threads of a GPU unit (the stand-in device's compute; CUDA host threads).
         num_cpus, num_gpus, vram_mb: the local cluster's CPUs (default: the scenario's
-            ``cpu_cores``, at most the cores available), logical GPUs (default 1) and ``vram_mb``
-            (default: the scenario's budget); only without ``address``.
+            ``cpu_cores``, at most the cores available, but at least the widest card's
+            ``cpu_threads``), logical GPUs (default 1) and ``vram_mb`` (default: the scenario's
+            budget); only without ``address``.
         timeout_s: time limit of every node; default ``timeout_factor`` x its card latency (load
             included for ``gpu_queue``), at least ``min_timeout_s``. Ray does not say when a task
             starts, so a node is late when it has not finished within the time limits of every
@@ -233,7 +234,11 @@ class RayExecutor(ClosingExecutor):
         budget = scenario.machine.vram_budget_mb if vram_mb is None else vram_mb
         if budget <= 0:
             raise InputError(f"{where}: vram_mb must be > 0, got {budget}")
-        cpus = num_cpus if num_cpus is not None else max(1, min(scenario.machine.cpu_cores, len(available_cores())))
+        # a local cluster offers the scenario's cores (at most this machine's), and never fewer logical CPUs
+        # than the widest card asks for, so a cpu node of any card can run (oversubscribed if need be)
+        widest = max((c.cpu_threads for c in scenario.cards.values()), default=1)
+        cpus = num_cpus if num_cpus is not None else max(widest, min(scenario.machine.cpu_cores,
+                                                                     len(available_cores())))
         self._local: dict[str, int] = {"num_cpus": cpus, "num_gpus": num_gpus, "vram_mb": node_budget_mb(budget)}
         self._runtime_env = runtime_env
         if temp_dir is not None and self.address is not None:
@@ -351,6 +356,10 @@ class RayExecutor(ClosingExecutor):
             if any(abs(h.vram_mb - node_budget_mb(budget)) > 1e-9 for h in gpu_hosts):
                 lines.append(f"the scenario plans for a {budget:g} MB budget; the cluster's GPU nodes admit by their "
                              f"own {VRAM_RESOURCE} ({', '.join(f'{h.vram_mb:g}' for h in gpu_hosts)})")
+        cores = len(available_cores())
+        if self.started_cluster and self._local["num_cpus"] > cores:
+            lines.append(f"the local cluster offers {self._local['num_cpus']} logical CPUs on this machine's {cores} "
+                         "cores (the widest card's cpu_threads): cpu nodes share cores")
         lines.append(f"tools: size preset {self.size}; gpu_queue admission is Ray's (no FIFO order)")
         return lines
 
