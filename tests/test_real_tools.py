@@ -232,6 +232,15 @@ def test_bundled_real_cards_are_measurements_that_say_where() -> None:
     for name in REAL_SUITE:
         sc = load_scenario(name)
         assert "tiny" in name and sc.cards and all(c.provenance.device == "standin" for c in sc.cards.values())
+    # the properties their files state, on the simulator with the measured cards
+    from hetsched.sim import Simulator
+    from hetsched.sim.oracle import solve
+
+    rag = load_scenario("rag_tiny")
+    need = rag.gpu_now_vram_mb(rag.uniform(Placement.GPU_NOW))
+    assert need > rag.machine.vram_budget_mb and 50 <= need <= 58  # "~54 MB of a 30 MB budget"
+    fan = load_scenario("fanout_tiny")
+    assert solve(fan).e2e_ms < 0.8 * (Simulator(fan, noise=False).e2e(fan.uniform(Placement.GPU_NOW)) or 0)
 
 
 def test_the_documented_example_runs(torch_: Any, tmp_path: Path) -> None:
