@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install hetsched with every extra into .venv and run lint, type checks and the whole test suite,
-# integration tests included (they start a real llama.cpp server process themselves).
+# integration tests included (they start a real llama.cpp server process themselves, and a real
+# two-node Ray cluster inside a loopback-only network namespace: run as root, or those skip).
 # Usage: bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON 
 # the [tools] extra needs torch: install the CPU build first (a plain `torch` requirement may pull a
 # multi-GB CUDA build), then every extra
 python -m pip install --quiet torch==2.13.0
-python -m pip install --quiet -e '.[llm,bench,tools,test,dev]'
+python -m pip install --quiet -e '.[llm,bench,tools,ray,test,dev]'
 ruff check src tests benchmarks
 mypy
 python -m pytest -n 2 "$@"

@@ -1,9 +1,10 @@
 """Chrome trace-event export of executed schedules, for Perfetto or chrome://tracing.
 
-One process per round and device (CPU, GPU), one named thread lane per concurrently running
-task (assigned greedily, so the lanes show the parallelism: ``CPU 1``, ``GPU 2``, ``GPU queue 1``),
-queue waits and loads as their own slices, and VRAM in use as a counter track against the
-budget, one sample per change. Imports only the model.
+One process per round and device (CPU, GPU), and per machine for a multi-machine trace (the Ray
+executor's ``Trace.hosts``), one named thread lane per concurrently running task (assigned
+greedily, so the lanes show the parallelism: ``CPU 1``, ``GPU 2``, ``GPU queue 1``), queue waits
+and loads as their own slices, and VRAM in use as a counter track against the budget, one sample
+per change. Imports only the model.
 """
 
 from __future__ import annotations
@@ -41,84 +42,78 @@ def lanes(intervals: Sequence[tuple[float, float, str]]) -> dict[str, int]:
     return out
 
 
+def _host_label(trace: Trace, host: str) -> str:
+    """``node 127.0.0.1 (1a2b3c4d)`` for a Ray node of a multi-machine trace."""
+    addr = next((h.address for h in trace.hosts if h.host == host), "")
+    return f"node {addr} ({host[:8]})" if addr else f"node {host[:8]}"
+
+
 def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
-    """Trace events for labelled traces (label, e.g. ``round 3``, becomes the process name)."""
+    """Trace events for labelled traces (label, e.g. ``round 3``, becomes the process name).
+
+    A trace from one machine gets a CPU and a GPU process; a multi-machine trace (``Trace.hosts``,
+    the Ray executor) gets a CPU and a GPU process per machine, named by its address, each GPU
+    process with that machine's VRAM counter against its own budget.
+    """
     events: list[dict[str, Any]] = []
-    for index, (label, trace) in enumerate(traces):
-        cpu_pid, gpu_pid = 2 * index + 1, 2 * index + 2
-        events.append({"ph": "M", "name": "process_name", "pid": cpu_pid, "args": {"name": f"{label} · CPU"}})
-        events.append({"ph": "M", "name": "process_name", "pid": gpu_pid, "args": {"name": f"{label} · GPU"}})
-        if not trace.feasible:
-            events.append(
-                {"ph": "i", "name": f"infeasible: {trace.reason}", "pid": gpu_pid, "tid": 0, "ts": 0, "s": "p"}
-            )
-            continue
-        cpu = [(n.start_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement is Placement.CPU]
-        gpu = [(n.admitted_ms, n.end_ms, n.node) for n in trace.nodes.values() if n.placement.on_gpu]
-        cpu_lanes, gpu_lanes = lanes(cpu), lanes(gpu)
-        lane_of = {**cpu_lanes, **gpu_lanes}
-        queue_lanes = {gpu_lanes[n.node] for n in trace.nodes.values() if n.placement.on_gpu and n.wait_ms > 0}
-        named = [(cpu_pid, tid, f"CPU {tid + 1}") for tid in sorted(set(cpu_lanes.values()))]
-        named += [(gpu_pid, tid, f"GPU {tid + 1}") for tid in sorted(set(gpu_lanes.values()))]
-        named += [(gpu_pid, 100 + tid, f"GPU queue {tid + 1}") for tid in sorted(queue_lanes)]
-        for pid, tid, name in named:
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    next_pid = 1
+    for label, trace in traces:
+        hosts = [h.host for h in trace.hosts] or [""]
         for n in trace.nodes.values():
-            pid = gpu_pid if n.placement.on_gpu else cpu_pid
+            if n.host not in hosts:
+                hosts.append(n.host)
+        pids: dict[tuple[str, bool], int] = {}
+        for host in hosts:
+            where = f" · {_host_label(trace, host)}" if host else ""
+            for on_gpu, device in ((False, "CPU"), (True, "GPU")):
+                pids[(host, on_gpu)] = next_pid
+                events.append({"ph": "M", "name": "process_name", "pid": next_pid,
+                               "args": {"name": f"{label}{where} · {device}"}})
+                next_pid += 1
+        if not trace.feasible:
+            events.append({"ph": "i", "name": f"infeasible: {trace.reason}", "pid": pids[(hosts[0], True)], "tid": 0,
+                           "ts": 0, "s": "p"})
+            if not trace.nodes:
+                continue
+        lane_of: dict[str, int] = {}
+        for (host, on_gpu), pid in pids.items():
+            group = [n for n in trace.nodes.values() if n.host == host and n.placement.on_gpu == on_gpu]
+            own = lanes([((n.admitted_ms if on_gpu else n.start_ms), n.end_ms, n.node) for n in group])
+            lane_of.update(own)
+            device = "GPU" if on_gpu else "CPU"
+            named = [(tid, f"{device} {tid + 1}") for tid in sorted(set(own.values()))]
+            named += [(100 + tid, f"{device} queue {tid + 1}") for tid in sorted({own[n.node] for n in group
+                                                                                  if n.wait_ms > 0})]
+            for tid, name in named:
+                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+                events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                               "args": {"sort_index": tid}})
+        for n in trace.nodes.values():
+            pid = pids[(n.host, n.placement.on_gpu)]
             tid = lane_of[n.node]
             args = {"tool": n.tool, "placement": n.placement.value, "ready_ms": n.ready_ms, "wait_ms": n.wait_ms}
+            if n.host:
+                args["host"] = n.host
             if n.wait_ms > 0:
-                events.append(
-                    {
-                        "ph": "X",
-                        "name": f"{n.node} waits for VRAM",
-                        "cat": "queue",
-                        "pid": gpu_pid,
-                        "tid": 100 + tid,
-                        "ts": n.ready_ms * _US,
-                        "dur": n.wait_ms * _US,
-                        "args": args,
-                    }
-                )
+                events.append({"ph": "X", "name": f"{n.node} waits for VRAM" if n.placement is Placement.GPU_QUEUE
+                               else f"{n.node} waits", "cat": "queue", "pid": pid, "tid": 100 + tid,
+                               "ts": n.ready_ms * _US, "dur": n.wait_ms * _US, "args": args})
             if n.load_ms > 0:
-                events.append(
-                    {
-                        "ph": "X",
-                        "name": f"{n.node} load",
-                        "cat": "load",
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": n.admitted_ms * _US,
-                        "dur": n.load_ms * _US,
-                        "args": args,
-                    }
-                )
-            events.append(
-                {
-                    "ph": "X",
-                    "name": f"{n.node} {n.tool}",
-                    "cat": n.placement.value,
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": n.start_ms * _US,
-                    "dur": n.run_ms * _US,
-                    "args": args,
-                }
-            )
-        samples = [(p.t_ms, p.used_mb) for p in trace.vram_timeline]
-        if trace.e2e_ms is not None and samples and samples[-1][1] != 0.0 and samples[-1][0] < trace.e2e_ms:
-            samples.append((trace.e2e_ms, 0.0))  # the run ends with nothing resident: one sample, not two
-        for t_ms, used in samples:
-            events.append(
-                {
-                    "ph": "C",
-                    "name": "VRAM (MB)",
-                    "pid": gpu_pid,
-                    "ts": t_ms * _US,
-                    "args": {"used": used, "budget": trace.vram_budget_mb},
-                }
-            )
+                events.append({"ph": "X", "name": f"{n.node} load", "cat": "load", "pid": pid, "tid": tid,
+                               "ts": n.admitted_ms * _US, "dur": n.load_ms * _US, "args": args})
+            events.append({"ph": "X", "name": f"{n.node} {n.tool}", "cat": n.placement.value, "pid": pid, "tid": tid,
+                           "ts": n.start_ms * _US, "dur": n.run_ms * _US, "args": args})
+        timelines = [(h.host, h.vram_timeline, h.vram_budget_mb) for h in trace.hosts if h.vram_budget_mb > 0]
+        if not trace.hosts:
+            timelines = [("", trace.vram_timeline, trace.vram_budget_mb)]
+        end = trace.e2e_ms if trace.e2e_ms is not None else max((n.end_ms for n in trace.nodes.values()), default=0.0)
+        for host, timeline, budget in timelines:
+            samples = [(p.t_ms, p.used_mb) for p in timeline]
+            if trace.feasible and samples and samples[-1][1] != 0.0 and samples[-1][0] < end:
+                samples.append((end, 0.0))  # the run ends with nothing resident: one sample, not two
+            for t_ms, used in samples:
+                events.append({"ph": "C", "name": "VRAM (MB)", "pid": pids[(host, True)], "ts": t_ms * _US,
+                               "args": {"used": used, "budget": budget}})
     return events
 
 

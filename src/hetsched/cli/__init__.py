@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sys
 
-from hetsched.cli import bench, gantt, inspect, profile, run, runs
+from hetsched.cli import bench, export, gantt, inspect, profile, run, runs
 from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, app, err, safe
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.model import HetschedError
 
-COMMAND_MODULES = (bench, gantt, inspect, profile, run, runs)
+COMMAND_MODULES = (bench, export, gantt, inspect, profile, run, runs)
 """Modules whose import registers their commands on :data:`app`."""
 
 

@@ -295,7 +295,12 @@ def run(
     executor: str = typer.Option(
         "sim", "--executor", "-e", metavar="NAME",
         help=f"Where the rounds run: {', '.join(executor_names())} (sim = the simulator; local = real tools on this "
-        "machine, extra [tools]).",
+        "machine, extra [tools]; ray = real tools on a Ray cluster, extra [ray]).",
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", metavar="ADDR",
+        help="ray: the Ray cluster to run on (HOST:PORT, as `ray start --head` prints it); without it the ray "
+        "executor starts a local cluster and stops it at the end.",
     ),
     executor_option: list[str] = typer.Option(
         [], "--executor-option", "-X", metavar="KEY=VALUE",
@@ -357,7 +362,12 @@ def run(
                "retries": llm_retries}
         options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
         pol = make_policy(policy, **options)
-        spec = ExecutorSpec(executor, parse_executor_options(executor_option))
+        executor_options = parse_executor_options(executor_option)
+        if ray_address is not None:
+            if executor.strip().lower() != "ray":
+                raise fail(f"--ray-address {ray_address} is for --executor ray, not --executor {executor}")
+            executor_options["address"] = ray_address
+        spec = ExecutorSpec(executor, executor_options)
         config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
         # a missing extra, tool or device fails here, before a run is stored
         with make_executor(spec, sc) as ex:

@@ -12,7 +12,7 @@ from hetsched.model.mapping import BINARY, PLACEMENTS, THREE_WAY, Mapping, Place
 from hetsched.model.planning import Planner, Reference, ReferenceKind
 from hetsched.model.run import SIM, ExecutorSpec, RunKey
 from hetsched.model.scenario import Mode, Scenario
-from hetsched.model.trace import Infeasibility, InfeasibleKind, NodeTrace, Trace, VramPoint
+from hetsched.model.trace import HostTrace, Infeasibility, InfeasibleKind, NodeTrace, Trace, VramPoint
 from hetsched.model.workflow import Edge, Node, Workflow
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Edge",
     "ExecutorSpec",
     "HetschedError",
+    "HostTrace",
     "Infeasibility",
     "InfeasibleKind",
     "InputError",

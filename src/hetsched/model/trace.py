@@ -102,6 +102,8 @@ class NodeTrace:
     """When it finished."""
     load_ms: float = 0.0
     """Load time paid on admission (``gpu_queue`` only)."""
+    host: str = ""
+    """The machine that ran it, for executors with several (the Ray node id); '' on one machine."""
 
     @property
     def wait_ms(self) -> float:
@@ -122,6 +124,45 @@ class VramPoint:
     """Time of the change."""
     used_mb: float
     """VRAM held from then on."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostTrace:
+    """One machine of a multi-machine execution (a Ray node): what it offered and its own VRAM use.
+
+    Only executors that span machines fill ``Trace.hosts``; the budget check is per machine, and
+    the trace's own ``vram_timeline`` / ``vram_budget_mb`` are then the sums over its hosts.
+    """
+
+    host: str
+    """Machine id (the Ray node id), as in ``NodeTrace.host``."""
+    address: str = ""
+    """Its network address."""
+    cpus: float = 0.0
+    """CPU cores it offers."""
+    gpus: float = 0.0
+    """GPUs it offers."""
+    vram_budget_mb: float = 0.0
+    """VRAM admission budget of the machine (0: no GPU placements there)."""
+    vram_timeline: tuple[VramPoint, ...] = ()
+    """Step function of the VRAM held on this machine."""
+
+    @property
+    def peak_vram_mb(self) -> float:
+        """Highest VRAM held on this machine."""
+        return max((p.used_mb for p in self.vram_timeline), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"address": self.address, "cpus": self.cpus, "gpus": self.gpus, "vram_budget_mb": self.vram_budget_mb,
+                "vram_timeline": [[p.t_ms, p.used_mb] for p in self.vram_timeline]}
+
+    @classmethod
+    def from_dict(cls, host: str, data: dict[str, Any]) -> HostTrace:
+        """Inverse of :meth:`to_dict`."""
+        return cls(host=host, address=str(data.get("address", "")), cpus=float(data.get("cpus", 0.0)),
+                   gpus=float(data.get("gpus", 0.0)), vram_budget_mb=float(data.get("vram_budget_mb", 0.0)),
+                   vram_timeline=tuple(VramPoint(t, u) for t, u in data.get("vram_timeline", ())))
 
 
 @dataclass(frozen=True)
@@ -148,6 +189,8 @@ class Trace:
     """Which executor produced the trace (``sim``, ``local``, ``ray``)."""
     notes: tuple[str, ...] = ()
     """What the executor wants every reader to know (e.g. that GPU placements ran on a stand-in device)."""
+    hosts: tuple[HostTrace, ...] = ()
+    """Per machine, for executors that span several (the Ray executor); empty on one machine."""
 
     def __post_init__(self) -> None:
         if self.feasible == (self.infeasibility is not None):
@@ -170,6 +213,7 @@ class Trace:
         nodes: dict[str, NodeTrace] | None = None,
         vram_timeline: tuple[VramPoint, ...] = (),
         notes: tuple[str, ...] = (),
+        hosts: tuple[HostTrace, ...] = (),
     ) -> Trace:
         """The one way to build the trace of a mapping that could not run (or stopped part-way)."""
         return cls(
@@ -183,6 +227,7 @@ class Trace:
             seed=seed,
             executor=executor,
             notes=notes,
+            hosts=hosts,
         )
 
     @property
@@ -206,8 +251,8 @@ class Trace:
         return nt.end_ms - nt.admitted_ms
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form."""
-        return {
+        """JSON-ready form (``host`` per node and ``hosts`` appear only for multi-machine traces)."""
+        data: dict[str, object] = {
             "mapping": self.mapping.to_dict(),
             "feasible": self.feasible,
             "e2e_ms": self.e2e_ms,
@@ -227,11 +272,15 @@ class Trace:
                     "end_ms": v.end_ms,
                     "load_ms": v.load_ms,
                     "wait_ms": v.wait_ms,
+                    **({"host": v.host} if v.host else {}),
                 }
                 for k, v in self.nodes.items()
             },
             "vram_timeline": [[p.t_ms, p.used_mb] for p in self.vram_timeline],
         }
+        if self.hosts:
+            data["hosts"] = {h.host: h.to_dict() for h in self.hosts}
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trace:
@@ -246,6 +295,7 @@ class Trace:
                 start_ms=v["start_ms"],
                 end_ms=v["end_ms"],
                 load_ms=v["load_ms"],
+                host=str(v.get("host", "")),
             )
             for k, v in data["nodes"].items()
         }
@@ -265,4 +315,5 @@ class Trace:
             seed=data.get("seed"),
             executor=data.get("executor", "sim"),
             notes=tuple(data.get("notes", ())),
+            hosts=tuple(HostTrace.from_dict(h, d) for h, d in (data.get("hosts") or {}).items()),
         )

@@ -1,0 +1,756 @@
+"""The Ray executor: runs a workflow under a mapping on a Ray cluster and returns the same
+:class:`~hetsched.model.Trace` as the simulator, built from Ray's own task events.
+
+- **Cluster.** ``address`` connects to an existing cluster (``ray start --head`` ...); without
+  one, the executor starts a local single-node cluster with one (logical) GPU whose ``vram_mb``
+  resource is the scenario's budget, and stops exactly that cluster on ``close()``. A cluster
+  the executor only connected to keeps running.
+- **Tasks and actors** (:mod:`hetsched.exec.ray_plan`): every ``cpu`` and ``gpu_queue`` node is
+  a Ray task, every ``gpu_now`` tool a Ray actor that loads its model before the round and is
+  killed when its last node ends; outputs flow between them as object refs (the whole DAG is
+  submitted at once and Ray resolves the dependencies). GPU units ask for a share of a GPU and
+  for the custom ``vram_mb`` resource, so Ray admits them only where the budget has room;
+  CPU tasks ask for their card's threads.
+- **Per-node budgets.** A cluster may have several GPU nodes, each with its own ``vram_mb``:
+  actors are packed onto them (and pinned), queued tasks go wherever Ray finds room, and the
+  trace has a VRAM timeline per Ray node (``Trace.hosts``) besides the total.
+- **Failures.** A tool that raises, a worker or actor that dies, an OOM (a CUDA OOM, Ray's
+  memory monitor, or a GPU unit whose measured memory exceeds its card), a Ray node that dies
+  or a node past its time limit ends the round as ``Trace.refused(...)`` with its typed reason
+  and the nodes that finished; everything still running is cancelled and every actor killed,
+  and the next round runs normally.
+- **Trace** (:mod:`hetsched.exec.ray_trace`): ready, admitted, start and end per node and the
+  Ray node that ran it, from Ray's task events.
+
+What Ray does and does not guarantee compared with the model (measured in BENCHMARKS.md,
+explained in docs/ray.md): admission by ``vram_mb`` holds; memory is not measured by Ray (the
+executor checks each GPU unit against its card); queued nodes are admitted in no particular
+order (no FIFO).
+
+Imports the model, the tool registry, the Ray plan and trace modules and (lazily) ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.exceptions as rex
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from hetsched.exec import ray_remote
+from hetsched.exec.base import ClosingExecutor
+from hetsched.exec.devices import available_cores
+from hetsched.exec.ray_plan import RESOURCE_STEP, VRAM_RESOURCE, RayHost, RayPlan, node_budget_mb, place
+from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, WarmItem, run_node
+from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
+from hetsched.model import (
+    Infeasibility,
+    InfeasibleKind,
+    InputError,
+    Mapping,
+    Placement,
+    Scenario,
+    Trace,
+)
+from hetsched.tools.base import Tool, check_size
+from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
+
+DEVICE_CHOICES = ("auto", "cuda", "standin")
+"""``device`` option: where GPU placements run inside a Ray GPU node's worker."""
+
+LOCAL_SYSTEM_CONFIG: dict[str, Any] = {
+    "task_events_report_interval_ms": 100,
+    "num_workers_soft_limit": 32,
+    "idle_worker_killing_time_threshold_ms": 600_000,
+}
+"""Ray settings of a local cluster the executor starts: task events reach the state API within
+0.1 s (default 1 s), and idle workers stay warm between rounds (by default Ray kills idle workers
+beyond one per CPU after 1 s, and the next round's tasks would start cold processes)."""
+INLINE_TOOL_BYTES = 64_000
+"""Tools that pickle to at most this many bytes are sent with every task instead of through the object store."""
+WARM_HOLD_S = 0.3
+"""How long a warm-up task holds its worker, so that the warm-up tasks sent at once land in distinct workers."""
+MAX_WARM_PER_NODE = 8
+"""At most this many workers per Ray node are warmed before a round."""
+
+_CONN_LOCK = threading.Lock()
+_CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None}
+"""The process's one Ray connection: how many executors use it, whether an executor opened it
+(then the last one to close disconnects) and whether it started the cluster (then that stops it)."""
+
+
+def _ray_tool_modules(tool: Tool) -> set[str]:
+    """Modules (outside hetsched and installed packages) that define a tool's class or functions:
+    shipped to Ray's workers by value, so a user's tool needs no install on the cluster."""
+    objs: list[Any] = [type(tool)]
+    objs += [v for v in vars(tool).values() if callable(v) or isinstance(v, Tool)]
+    mods: set[str] = set()
+    for obj in objs:
+        if isinstance(obj, Tool):
+            mods |= _ray_tool_modules(obj)
+            continue
+        name = getattr(obj, "__module__", None) or ""
+        module = sys.modules.get(name)
+        path = str(getattr(module, "__file__", "") or "")
+        if not name or name.startswith("hetsched") or name in ("__main__", "builtins") or "site-packages" in path:
+            continue
+        mods.add(name)
+    return mods
+
+
+def _default_size(scenario: Scenario, device: str) -> str:
+    presets = {c.provenance.preset for c in scenario.cards.values() if c.provenance.preset}
+    if len(presets) == 1:
+        return presets.pop()
+    return "full" if device == "cuda" else "tiny"
+
+
+@dataclass(frozen=True)
+class _ToolRef:
+    """A tool as the workers get it: its cache key and a box holding the tool or its object-store ref."""
+
+    key: str
+    box: list[Any]
+
+
+class RayExecutor(ClosingExecutor):
+    """Runs rounds of a scenario on a Ray cluster (see the module docstring).
+
+    Args:
+        scenario: the scenario; each of its tools must be registered (``hetsched.tools``).
+        address: a Ray cluster to connect to (``HOST:PORT``, ``auto``, ``ray://...``); None
+            starts a local cluster and stops it on ``close()``.
+        size: tool size preset (``tiny``/``full``); default: the cards' ``provenance.preset``,
+            else full with ``device=cuda`` and tiny otherwise.
+        device: GPU placements on a Ray GPU node: ``auto`` (the GPU Ray assigns where torch sees
+            it, else the stand-in device), ``cuda`` (refused where there is none) or ``standin``.
+        device_threads: CPU threads of a GPU unit (the stand-in device's compute; CUDA host threads).
+        num_cpus, num_gpus, vram_mb: the local cluster's CPUs (default: the scenario's
+            ``cpu_cores``, at most the cores available, but at least the widest card's
+            ``cpu_threads``), logical GPUs (default 1) and ``vram_mb`` (default: the scenario's
+            budget); only without ``address``.
+        timeout_s: time limit of every node; default ``timeout_factor`` x its card latency (load
+            included for ``gpu_queue``), at least ``min_timeout_s``. Ray does not say when a task
+            starts, so a node is late when it has not finished within the time limits of every
+            node that competes with it for the same kind of resource (cpu or gpu) after it was ready.
+        memory_slack: a GPU unit whose measured memory exceeds its card's ``vram_mb`` by more than
+            this share of the budget ends the round as an OOM (Ray admits by the card).
+        standin_allowance_mb: added to that limit on the stand-in device, whose meter (the worker
+            process's malloc) also counts Ray's own allocations in the process.
+        check_memory: watch GPU units' measured memory at all.
+        tool_modules: modules to import first (they register the user's tools).
+        runtime_env: Ray runtime environment for the job (e.g. ``{"pip": [...]}`` on a remote cluster).
+        temp_dir: Ray's temp dir (sessions, logs, sockets) for a local cluster (default: Ray's, /tmp/ray).
+        warm: before each round, prepare the round's tools (imports, set-up) and load its cpu tools
+            in as many Ray workers per node as the round can use at once, so its tasks find warm
+            workers (outside the E2E, like the local executor's warm phase).
+        events: read Ray's task events for the trace (False: the workers' own clocks only).
+        event_timeout_s: how long to wait for Ray's task events after a round.
+        load_timeout_s: how long ``gpu_now`` actors may take to be placed and to load.
+    """
+
+    name = "ray"
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        address: str | None = None,
+        size: str | None = None,
+        device: str = "auto",
+        device_threads: int = 1,
+        num_cpus: int | None = None,
+        num_gpus: int = 1,
+        vram_mb: float | None = None,
+        timeout_s: float | None = None,
+        timeout_factor: float = 10.0,
+        min_timeout_s: float = 30.0,
+        memory_slack: float = 0.10,
+        standin_allowance_mb: float = 32.0,
+        check_memory: bool = True,
+        tool_modules: Sequence[str] = (),
+        runtime_env: dict[str, Any] | None = None,
+        temp_dir: str | None = None,
+        warm: bool = True,
+        events: bool = True,
+        event_timeout_s: float = 15.0,
+        load_timeout_s: float = 300.0,
+    ) -> None:
+        where = "executor 'ray'"
+        device = str(device).strip().lower()
+        if device not in DEVICE_CHOICES:
+            raise InputError(f"{where}: device {device!r} is not known; accepted: {', '.join(DEVICE_CHOICES)}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise InputError(f"{where}: timeout_s must be > 0, got {timeout_s}")
+        if memory_slack < 0:
+            raise InputError(f"{where}: memory_slack must be >= 0, got {memory_slack}")
+        if standin_allowance_mb < 0:
+            raise InputError(f"{where}: standin_allowance_mb must be >= 0, got {standin_allowance_mb}")
+        if device_threads < 1:
+            raise InputError(f"{where}: device_threads must be >= 1, got {device_threads}")
+        if num_cpus is not None and num_cpus < 1:
+            raise InputError(f"{where}: num_cpus must be >= 1, got {num_cpus}")
+        if num_gpus < 1:
+            raise InputError(f"{where}: num_gpus must be >= 1, got {num_gpus}")
+        if address is not None and not str(address).strip():
+            raise InputError(f"{where}: address is empty; give HOST:PORT of a Ray cluster, or none to start one")
+        self.scenario = scenario
+        self.address = None if address is None else str(address).strip()
+        """The cluster asked for (None: a local one started by this executor)."""
+        self.device, self.device_threads = device, device_threads
+        self.timeout_s, self.timeout_factor, self.min_timeout_s = timeout_s, timeout_factor, min_timeout_s
+        self.memory_slack, self.check_memory = memory_slack, check_memory
+        self.standin_allowance_mb, self.warm = standin_allowance_mb, warm
+        self.events, self.event_timeout_s, self.load_timeout_s = events, event_timeout_s, load_timeout_s
+        import_tool_modules(list(tool_modules))
+        self.size = check_size(size) if size is not None else _default_size(scenario, device)
+        """The tools' size preset."""
+        self.tools: dict[str, Tool] = {}
+        """The scenario's tools, by name."""
+        for tname in scenario.workflow.tools:
+            try:
+                self.tools[tname] = get_tool(tname, self.size)
+            except InputError:
+                raise InputError(
+                    f"scenario {scenario.name!r}: tool {tname!r} has no implementation to run; registered tools: "
+                    f"{', '.join(tool_names())} (and NAME_xK); register yours with hetsched.tools.register_tool "
+                    "and pass its module with --executor-option tool_modules=[\"my_module\"]"
+                ) from None
+            if scenario.cards[tname].has_gpu and not self.tools[tname].has_gpu:
+                raise InputError(f"scenario {scenario.name!r}: the card of {tname!r} says has_gpu, but the tool has "
+                                 "no GPU implementation; set has_gpu: false on the card")
+        budget = scenario.machine.vram_budget_mb if vram_mb is None else vram_mb
+        if budget <= 0:
+            raise InputError(f"{where}: vram_mb must be > 0, got {budget}")
+        # a local cluster offers the scenario's cores (at most this machine's), and never fewer logical CPUs
+        # than the widest card asks for, so a cpu node of any card can run (oversubscribed if need be)
+        widest = max((c.cpu_threads for c in scenario.cards.values()), default=1)
+        cpus = num_cpus if num_cpus is not None else max(widest, min(scenario.machine.cpu_cores,
+                                                                     len(available_cores())))
+        self._local: dict[str, int] = {"num_cpus": cpus, "num_gpus": num_gpus, "vram_mb": node_budget_mb(budget)}
+        self._runtime_env = runtime_env
+        if temp_dir is not None and self.address is not None:
+            raise InputError(f"{where}: temp_dir is for a local cluster; a cluster at an address has its own")
+        self._temp_dir = None if temp_dir is None else str(Path(temp_dir).expanduser().resolve())
+        self._joined = False
+        self._closed = False
+        self._rounds = 0
+        self.last_outputs: dict[str, Any] = {}
+        """Outputs of the sink nodes of the last round that finished."""
+        self.last_release_lag_ms: dict[str, float] = {}
+        """Per ``gpu_now`` tool of the last round: how long after its last node ended the executor killed
+        its actor (when Ray frees its ``vram_mb``); the model releases at that end exactly."""
+        self._connect()
+        self._task: Any = ray.remote(run_node)
+        self._actor: Any = ray.remote(ResidentTool)
+        self._warm: Any = ray.remote(ray_remote.warm)
+        self._refs: dict[str, _ToolRef] = {}
+        for tname, tool in self.tools.items():
+            for mod in _ray_tool_modules(tool):
+                ray.cloudpickle.register_pickle_by_value(sys.modules[mod])
+            try:
+                blob = ray.cloudpickle.dumps(tool)
+            except Exception as exc:  # cloudpickle raises many types
+                raise InputError(f"tool {tname!r} cannot be sent to Ray's workers ({type(exc).__name__}: {exc})"
+                                 ) from None
+            key = f"{tname}:{self.size}:{hashlib.sha1(blob).hexdigest()[:16]}"
+            # a small tool travels inside each task's arguments (a reference nested in arguments costs Ray
+            # a borrower registration per task); a large one once through the object store
+            self._refs[tname] = _ToolRef(key, [tool] if len(blob) <= INLINE_TOOL_BYTES else [ray.put(tool)])
+        self.hosts: list[RayHost] = self.refresh_hosts()
+        """The alive Ray nodes (refreshed every round)."""
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> None:
+        with _CONN_LOCK:
+            if ray.is_initialized():
+                current = _CONN["address"]
+                if self.address is not None and current is not None and self.address != current:
+                    raise InputError(f"executor 'ray': this process is already connected to the Ray cluster at "
+                                     f"{current}; one process holds one Ray connection, so it cannot also connect "
+                                     f"to {self.address}")
+                _CONN["users"] += 1
+                self._joined = True
+                return
+            quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
+                                     "configure_logging": True}
+            try:
+                if self.address is None:
+                    ray.init(address="local", num_cpus=self._local["num_cpus"], num_gpus=self._local["num_gpus"],
+                             resources={VRAM_RESOURCE: self._local["vram_mb"]}, include_dashboard=True,
+                             runtime_env=self._runtime_env, _system_config=LOCAL_SYSTEM_CONFIG,
+                             _temp_dir=self._temp_dir, **quiet)
+                    started = True
+                else:
+                    _use_cluster_token()
+                    ray.init(address=self.address, runtime_env=self._runtime_env, **quiet)
+                    started = False
+            except (ConnectionError, rex.RayError, ValueError, RuntimeError) as exc:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray cluster"
+                hint = ("; check the address (ray start --head prints it) or omit --ray-address to start a local "
+                        "cluster" if self.address else "")
+                raise InputError(f"executor 'ray': cannot connect to {where}: {_first_line(exc)}{hint}") from None
+            _CONN.update(users=1, opened=True, started=started,
+                         address=self.address or ray.get_runtime_context().gcs_address)
+            self._joined = True
+
+    def close(self) -> None:
+        """Leave the Ray connection; the last executor to leave disconnects, and stops the local
+        cluster if an executor started it (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._joined:
+            return
+        with _CONN_LOCK:
+            _CONN["users"] -= 1
+            if _CONN["users"] <= 0 and _CONN["opened"]:
+                with contextlib.suppress(Exception):
+                    ray.shutdown()  # a cluster ray.init started goes with it; a joined one keeps running
+                _CONN.update(users=0, opened=False, started=False, address=None)
+
+    @property
+    def started_cluster(self) -> bool:
+        """True when the Ray cluster in use was started by an executor of this process (and stops with it)."""
+        return bool(_CONN["started"])
+
+    def refresh_hosts(self) -> list[RayHost]:
+        """The alive Ray nodes and their resources, now."""
+        self.hosts = sorted((RayHost.from_ray(n) for n in ray.nodes() if n.get("Alive")),
+                            key=lambda h: (not h.gpu_capable, h.node_id))
+        return self.hosts
+
+    def describe(self) -> list[str]:
+        """What the executor runs on, one line each (for the CLI)."""
+        address = _CONN["address"] or ray.get_runtime_context().gcs_address
+        where = (f"a local cluster started by hetsched at {address} (stopped when the run ends)"
+                 if self.started_cluster else f"the cluster at {address}")
+        lines = [f"Ray {ray.__version__}: {where}, {len(self.hosts)} node(s)"]
+        for h in self.hosts:
+            gpu = f", {h.gpus:g} GPU, {VRAM_RESOURCE} {h.vram_mb:g}" if h.gpus or h.vram_mb else ""
+            lines.append(f"  node {h.label}: {h.cpus:g} CPU{gpu}")
+        gpu_hosts = [h for h in self.hosts if h.gpu_capable]
+        if not gpu_hosts:
+            lines.append(f"no node offers a GPU and {VRAM_RESOURCE}: GPU placements are refused")
+        else:
+            how = {"auto": "CUDA where torch sees the GPU Ray assigns, else a stand-in device (the task's own worker "
+                           "process on CPU cores, not a GPU)",
+                   "cuda": "CUDA (refused where torch sees no GPU)",
+                   "standin": "a stand-in device (the task's own worker process on CPU cores, not a GPU)"}[self.device]
+            lines.append(f"GPU placements: {how}; VRAM admission by Ray's {VRAM_RESOURCE} resource per node")
+            budget = self.scenario.machine.vram_budget_mb
+            if any(abs(h.vram_mb - node_budget_mb(budget)) > 1e-9 for h in gpu_hosts):
+                lines.append(f"the scenario plans for a {budget:g} MB budget; the cluster's GPU nodes admit by their "
+                             f"own {VRAM_RESOURCE} ({', '.join(f'{h.vram_mb:g}' for h in gpu_hosts)})")
+        cores = len(available_cores())
+        if self.started_cluster and self._local["num_cpus"] > cores:
+            lines.append(f"the local cluster offers {self._local['num_cpus']} logical CPUs on this machine's {cores} "
+                         "cores (the widest card's cpu_threads): cpu nodes share cores")
+        lines.append(f"tools: size preset {self.size}; gpu_queue admission is Ray's (no FIFO order)")
+        return lines
+
+    # ------------------------------------------------------------------ one round
+    def timeout_of(self, node: str, placement: Placement) -> float:
+        """Time limit of one node, seconds."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        card = self.scenario.card_of(node)
+        ms = card.cpu_ms if placement is Placement.CPU else (card.gpu_ms or card.cpu_ms)
+        if placement is Placement.GPU_QUEUE:
+            ms += card.load_ms
+        return max(self.min_timeout_s, self.timeout_factor * ms / 1000.0)
+
+    def mem_limit_mb(self, tool: str) -> float | None:
+        """Measured memory above which a GPU unit of ``tool`` is over its card (None: not watched)."""
+        if not self.check_memory:
+            return None
+        return self.scenario.cards[tool].vram_mb + self.memory_slack * self.scenario.machine.vram_budget_mb
+
+    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
+        """Execute one round on the cluster; infeasible or failed rounds come back refused, with a typed reason."""
+        if self._closed:
+            raise InputError("executor 'ray' is closed")
+        sc = self.scenario
+        mapping = sc.validate_mapping(mapping)
+        hosts = self.refresh_hosts()
+        budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
+        static = sc.infeasibility(mapping)
+        if static is not None:
+            return Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name)
+        placed = place(sc, mapping, hosts)
+        if isinstance(placed, Infeasibility):
+            return Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name)
+        self._rounds += 1
+        return _Round(self, placed, hosts).execute()
+
+
+def _use_cluster_token() -> None:
+    """Use the cluster's auth token the way ``ray start`` does (RAY_AUTH_MODE unset and a token in
+    RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token: token mode), so connecting to a
+    token-protected cluster works like starting a node of it."""
+    if os.environ.get("RAY_AUTH_MODE") is not None:
+        return
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._private.authentication import authentication_token_setup as auth
+
+        auth.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:400]
+    return type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return isinstance(exc, MemoryError) or name == "OutOfMemoryError" or "out of memory" in str(exc).lower()
+
+
+def classify(exc: BaseException, label: str) -> Infeasibility:
+    """The typed reason a Ray failure ends the round (``label`` names the node or actor)."""
+    if isinstance(exc, rex.OutOfMemoryError):
+        return Infeasibility(InfeasibleKind.OOM, f"Ray's memory monitor killed the worker running {label} (the Ray "
+                                                 f"node ran out of host memory): {_first_line(exc)}")
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, DeviceUnavailable):
+            return Infeasibility(InfeasibleKind.UNAVAILABLE, f"{label}: {cause}")
+        if isinstance(cause, BaseException) and _is_oom(cause):
+            return Infeasibility(InfeasibleKind.OOM, f"{label} ran out of memory: {type(cause).__name__}: "
+                                                     f"{_first_line(cause)}")
+        if isinstance(cause, BaseException) and not isinstance(cause, rex.RayError):
+            return Infeasibility(InfeasibleKind.TOOL_ERROR, f"{label} raised {type(cause).__name__}: "
+                                                            f"{_first_line(cause)}")
+        return classify(cause, label) if isinstance(cause, rex.RayError) else Infeasibility(
+            InfeasibleKind.TOOL_ERROR, f"{label} failed: {_first_line(exc)}")
+    missing = "No module named" in str(exc)
+    if missing and isinstance(exc, rex.RaySystemError | rex.RayTaskError):
+        return Infeasibility(InfeasibleKind.UNAVAILABLE, f"{label}: a Ray worker cannot import what it needs "
+                                                         f"({_first_line(exc)}); install hetsched (this version) and "
+                                                         "the tools' libraries on every node, or pass runtime_env")
+    if isinstance(exc, rex.NodeDiedError | rex.ObjectLostError | rex.RaySystemError):
+        return Infeasibility(InfeasibleKind.UNAVAILABLE, f"{label}: a Ray node or its objects were lost "
+                                                         f"({type(exc).__name__}: {_first_line(exc)})")
+    if isinstance(exc, rex.RayActorError):
+        return Infeasibility(InfeasibleKind.TOOL_ERROR, f"the actor of {label} died ({type(exc).__name__}: "
+                                                        f"{_first_line(exc)})")
+    if isinstance(exc, rex.WorkerCrashedError):
+        return Infeasibility(InfeasibleKind.TOOL_ERROR, f"the Ray worker running {label} died ({_first_line(exc)})")
+    return Infeasibility(InfeasibleKind.TOOL_ERROR, f"{label} failed: {type(exc).__name__}: {_first_line(exc)}")
+
+
+class _Round:
+    """One execution of a placed mapping: actors, submission, waiting, cleanup, events, trace."""
+
+    def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost]) -> None:
+        self.ex, self.plan, self.hosts = ex, plan, hosts
+        self.sc = ex.scenario
+        self.wf = self.sc.workflow
+        self.tag = f"hetsched {ex.scenario.name} r{ex._rounds} {uuid.uuid4().hex[:8]}"
+        """The name of every Ray task of the round (Ray's dashboard groups them; the events query finds them)."""
+        self.order = {n: i for i, n in enumerate(self.wf.topo_order)}
+        self.actors: dict[str, Any] = {}
+        self.facts = RoundFacts(t0_s=time.time())
+        self.out_refs: dict[str, Any] = {}
+        self.pending: dict[Any, str] = {}  # meta ref -> node
+        self.failure: Infeasibility | None = None
+        self.now_left = {t: len(a.nodes) for t, a in plan.actors.items()}
+        self.preds_left = {n: len(self.wf.preds(n)) for n in self.wf.node_ids}
+        self.ready_at: dict[str, float] = {}
+        self.devices: set[str] = set()
+        self.extra_ids: list[str] = []
+        self.exiting: list[Any] = []  # actors asked to exit after their last node
+        cls_total = {"cpu": 0.0, "gpu": 0.0}
+        for n in self.wf.node_ids:
+            cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] += ex.timeout_of(n, plan.mapping[n])
+        self.allowance = {n: cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] for n in self.wf.node_ids}
+
+    def label(self, node: str) -> str:
+        return f"node {node!r} ({self.wf.tool_of[node]}, {self.plan.mapping[node].value})"
+
+    def fail(self, why: Infeasibility) -> None:
+        if self.failure is None:
+            self.failure = why
+
+    def spec(self, node: str, tool: str, placement: Placement) -> NodeSpec:
+        ref = self.ex._refs[tool]
+        return NodeSpec(node=node, placement=placement.value, tool_key=ref.key, device=self.ex.device,
+                        threads=(self.sc.cards[tool].cpu_threads if placement is Placement.CPU
+                                 else self.ex.device_threads),
+                        mem_limit_mb=None if placement is Placement.CPU else self.ex.mem_limit_mb(tool),
+                        standin_extra_mb=self.ex.standin_allowance_mb)
+
+    def over_card(self, what: str, tool: str, meta: dict[str, Any]) -> None:
+        peak, limit = meta.get("peak_mb"), meta.get("limit_mb")
+        if peak is None or limit is None or peak <= limit + 1e-9:
+            return
+        card = self.sc.cards[tool].vram_mb
+        self.fail(Infeasibility(InfeasibleKind.OOM, f"{what} measured {peak:.1f} MB on the {meta.get('device')} of "
+                                f"Ray node {str(meta.get('host'))[:8]}, over its card's {card:g} MB (limit "
+                                f"{limit:.1f} MB with slack): Ray admits by the card, so the node's budget was not "
+                                "protected"))
+
+    # -- phases
+    def warm_up(self) -> bool:
+        """Warm as many workers per Ray node as the round's tasks can use there at once (outside the E2E)."""
+        tasks = list(self.plan.tasks.values())
+        cpu = [u for u in tasks if u.placement is Placement.CPU]
+        queued = [u for u in tasks if u.placement is Placement.GPU_QUEUE]
+        cpu_items = {u.tool: WarmItem(self.ex._refs[u.tool].key, self.ex._refs[u.tool].box,
+                                      self.sc.cards[u.tool].cpu_threads) for u in cpu}
+        gpu_items = {u.tool: WarmItem(self.ex._refs[u.tool].key, self.ex._refs[u.tool].box) for u in queued}
+        refs = []
+
+        def send(host: str, items: list[WarmItem], count: int, num_gpus: float) -> None:
+            for _ in range(min(count, MAX_WARM_PER_NODE)):
+                ref = self.ex._warm.options(num_cpus=0, num_gpus=num_gpus, name=self.tag, max_retries=0,
+                                            scheduling_strategy=NodeAffinitySchedulingStrategy(host, soft=False)
+                                            ).remote(items, WARM_HOLD_S)
+                self.extra_ids.append(ref.task_id().hex())
+                refs.append(ref)
+
+        for h in self.hosts:
+            runnable = [u for u in cpu if u.options.num_cpus <= h.cpus]
+            if runnable:
+                send(h.node_id, list(cpu_items.values()), min(len(runnable), max(1, int(h.cpus))), 0.0)
+            if h.gpu_capable and queued:
+                # no more queued tasks run at once than fit beside the actors pinned here
+                room = h.vram_mb - sum(a.options.vram_mb for a in self.plan.actors.values() if a.host == h.node_id)
+                at_once, used = 0, 0.0
+                for mb in sorted(u.options.vram_mb for u in queued):
+                    if used + mb > room + 1e-9:
+                        break
+                    at_once, used = at_once + 1, used + mb
+                # Ray keeps separate worker pools for tasks with and without GPUs: warm GPU workers
+                send(h.node_id, list(gpu_items.values()), max(1, at_once), RESOURCE_STEP)
+        if not refs:
+            return True
+        done, late = ray.wait(refs, num_returns=len(refs), timeout=self.ex.load_timeout_s)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as exc:  # the tools' own exception types and Ray's
+                self.fail(classify(exc, "preparing the round's tools"))
+                return False
+        if late:
+            self.fail(Infeasibility(InfeasibleKind.TIMEOUT, f"preparing the round's tools in Ray's workers took more "
+                                    f"than {self.ex.load_timeout_s:g} s"))
+        return self.failure is None
+
+    def start_actors(self) -> bool:
+        loads: dict[Any, str] = {}
+        for tool, unit in self.plan.actors.items():
+            box = self.ex._refs[tool].box
+            actor = self.ex._actor.options(
+                **unit.options.as_options(), max_concurrency=max(1, len(unit.nodes)), max_restarts=0,
+                max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
+            ).remote(self.spec("", tool, Placement.GPU_NOW), box)
+            self.actors[tool] = actor
+            ref = actor.load.options(name=self.tag).remote()
+            self.extra_ids.append(ref.task_id().hex())
+            loads[ref] = tool
+        if not loads:
+            return True
+        done, late = ray.wait(list(loads), num_returns=len(loads), timeout=self.ex.load_timeout_s)
+        for ref in done:
+            tool = loads[ref]
+            try:
+                meta = ray.get(ref)
+            except Exception as exc:  # Ray raises its own and the tool's exception types
+                self.fail(classify(exc, f"gpu_now tool {tool!r} (loading)"))
+                continue
+            self.devices.add(str(meta.get("device")))
+            self.over_card(f"gpu_now tool {tool!r} after loading", tool, meta)
+        if late:
+            names = sorted(loads[r] for r in late)
+            self.fail(Infeasibility(InfeasibleKind.TIMEOUT, f"gpu_now actors {names} were not placed and loaded within "
+                                    f"{self.ex.load_timeout_s:g} s (is their Ray GPU node busy or gone?)"))
+        return self.failure is None
+
+    def submit(self) -> None:
+        self.facts.t0_s = time.time()
+        for n in self.wf.topo_order:
+            tool, p = self.wf.tool_of[n], self.plan.mapping[n]
+            args = [self.out_refs[q] for q in self.wf.preds(n)]
+            spec = self.spec(n, tool, p)
+            name = self.tag
+            if p is Placement.GPU_NOW:
+                out, meta = self.actors[tool].run.options(num_returns=2, name=name).remote(spec, *args)
+            else:
+                opts = self.plan.tasks[n].options.as_options()
+                out, meta = self.ex._task.options(**opts, num_returns=2, name=name, max_retries=0,
+                                                  retry_exceptions=False).remote(spec, self.ex._refs[tool].box, *args)
+            self.out_refs[n] = out
+            self.pending[meta] = n
+            self.facts.task_ids[n] = meta.task_id().hex()
+            if not self.wf.preds(n):
+                self.ready_at[n] = self.facts.t0_s
+
+    def on_done(self, node: str, meta: dict[str, Any]) -> None:
+        now = time.time()
+        self.facts.metas[node] = meta
+        tool, p = self.wf.tool_of[node], self.plan.mapping[node]
+        if p.on_gpu:
+            self.devices.add(str(meta.get("device")))
+            self.over_card(self.label(node), tool, meta)
+        if p is Placement.GPU_NOW:
+            self.now_left[tool] -= 1
+            if self.now_left[tool] == 0:
+                self.release(tool)
+        for s in self.wf.succs(node):
+            self.preds_left[s] -= 1
+            if self.preds_left[s] == 0:
+                self.ready_at[s] = now
+
+    def release(self, tool: str, force: bool = False) -> None:
+        """End a resident tool's actor: gracefully after its last node (the actor exits at once and
+        flushes its task events; Ray frees its vram_mb when the process is gone), by force in a
+        cleanup. Its VRAM is recorded as released now, the earliest Ray can have freed it."""
+        actor = self.actors.pop(tool, None)
+        if actor is None:
+            return
+        self.facts.actor_release_s[tool] = time.time()
+        with contextlib.suppress(Exception):
+            if force:
+                ray.kill(actor, no_restart=True)
+            else:
+                actor.__ray_terminate__.remote()
+                self.exiting.append(actor)
+
+    def late(self) -> tuple[str, float] | None:
+        now = time.time()
+        for n in self.pending.values():
+            t = self.ready_at.get(n)
+            if t is not None and now > t + self.allowance[n]:
+                return n, self.allowance[n]
+        return None
+
+    def wait(self) -> None:
+        while self.pending and self.failure is None:
+            done, rest = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
+            if done and rest:
+                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+                done += more
+            for ref in sorted(done, key=lambda r: self.order[self.pending[r]]):
+                node = self.pending.pop(ref)
+                try:
+                    meta = ray.get(ref)
+                except Exception as exc:  # the tool's own exception types and Ray's
+                    self.fail(classify(exc, self.label(node)))
+                    break
+                self.on_done(node, meta)
+            late = self.late()
+            if late is not None and self.failure is None:
+                n, limit = late
+                self.fail(Infeasibility(InfeasibleKind.TIMEOUT, f"{self.label(n)} did not finish within {limit:g} s "
+                                        "of becoming ready (the time limits of every node competing with it for "
+                                        "Ray's resources)"))
+
+    def cleanup(self) -> None:
+        """Cancel what still runs or waits, kill every actor, and wait until Ray has let go of them."""
+        for n in list(self.pending.values()):
+            if self.plan.mapping[n] is not Placement.GPU_NOW:
+                with contextlib.suppress(Exception):
+                    ray.cancel(self.out_refs[n], force=True)
+        for tool in list(self.actors):
+            self.release(tool, force=True)
+        if self.failure is not None:
+            for actor in self.exiting:  # a failed round leaves nothing behind, exiting or not
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+        if self.pending:
+            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=30.0)
+        if self.failure is not None:
+            # read every failed or cancelled result once, so Ray does not report it as an unhandled error
+            for n, out in self.out_refs.items():
+                if n not in self.facts.metas:
+                    for ref in [out, *(r for r, m in self.pending.items() if m == n)]:
+                        with contextlib.suppress(Exception):
+                            ray.get(ref, timeout=0)
+
+    def collect_events(self) -> list[str]:
+        """Read Ray's task events of this round into the facts; notes on what could not be read."""
+        if not self.ex.events:
+            return ["Ray's task events were not read (events=false): times come from the workers' own clocks"]
+        from ray.util.state import list_tasks
+
+        ids = set(self.facts.task_ids.values())
+        wanted = {self.facts.task_ids[n] for n in self.facts.metas}
+        job = ray.get_runtime_context().get_job_id()
+        deadline = time.time() + self.ex.event_timeout_s
+        # every task of the round carries the round's name: one query finds them all, however many tasks
+        # the job has run (Ray's state API can only filter by equality, and its limit keeps arbitrary ones)
+        limit = len(ids) + len(self.extra_ids) + 100
+        while True:
+            try:
+                rows = list_tasks(address=ray.get_runtime_context().gcs_address,
+                                  filters=[("job_id", "=", job), ("name", "=", self.tag)], detail=True, limit=limit,
+                                  timeout=30, raise_on_missing_output=False)
+            except Exception as exc:  # the state API raises several types when the dashboard is absent
+                return [f"Ray's state API is unavailable ({_first_line(exc)}): times come from the workers' own "
+                        "clocks"]
+            for row in rows:
+                data = asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(vars(row))
+                ev = TaskEvents.from_state(data)
+                if ev.task_id in ids:
+                    self.facts.events[ev.task_id] = ev
+            got = self.facts.events
+            if all(t in got and got[t].terminal and got[t].exec_ms is not None for t in wanted):
+                return []
+            if time.time() > deadline:
+                return []
+            time.sleep(0.1)
+
+    def notes(self) -> list[str]:
+        notes: list[str] = []
+        if "standin" in self.devices:
+            notes.append("GPU placements ran on a stand-in device (the Ray worker process on CPU cores, not a GPU): "
+                         "its times and memory are real measurements of CPU cores and host memory")
+        addresses = {h.address for h in self.hosts}
+        if len(addresses) > 1:
+            notes.append("the Ray nodes are separate machines: ready/admitted times are on the driver's clock, "
+                         "start/end on each node's, and Ray does not synchronize them")
+        return notes
+
+    def execute(self) -> Trace:
+        try:
+            if (not self.ex.warm or self.warm_up()) and self.start_actors():
+                self.submit()
+                self.wait()
+        except BaseException:
+            # Ctrl-C (or a bug) mid-round: stop everything this round started, then let it propagate
+            self.cleanup()
+            raise
+        self.cleanup()
+        notes = self.notes() + self.collect_events()
+        trace = build_trace(self.sc, self.plan, self.hosts, self.facts, self.failure, notes)
+        t0_ms = self.facts.t0_s * 1000.0
+        self.ex.last_release_lag_ms = {
+            tool: self.facts.actor_release_s[tool] * 1000.0 - t0_ms - max(trace.nodes[n].end_ms for n in a.nodes)
+            for tool, a in self.plan.actors.items()
+            if tool in self.facts.actor_release_s and all(n in trace.nodes for n in a.nodes)}
+        if trace.feasible:
+            with contextlib.suppress(Exception):
+                self.ex.last_outputs = dict(zip(self.wf.sinks, ray.get([self.out_refs[s] for s in self.wf.sinks]),
+                                                strict=True))
+        return trace
+
+
+__all__ = ["DEVICE_CHOICES", "RayExecutor", "classify"]

@@ -1,0 +1,378 @@
+"""The Ray executor on a real two-node Ray cluster, on loopback.
+
+Runs only inside the loopback-only namespace that tests/test_ray_cluster.py makes (``unshare``;
+see tests/raycluster.py): there the session starts a head node with a GPU, ``vram_mb`` 30 and no
+CPUs, and a worker node with 2 CPUs, a GPU and ``vram_mb`` 16 (``ray start --block``, temp dir
+in the test's folder), runs the tests against it, and stops both nodes, by process id.
+
+What it checks: the bundled tiny real tools (rag_tiny) under several mappings keep every trace
+invariant; GPU placements ran on nodes with a GPU and ``vram_mb``, CPU ones where CPUs were
+requested; no node's ``vram_mb`` was ever oversubscribed and Ray's admission really held
+queued nodes back; actors are packed across GPU nodes; outputs flow along edges; a tool error,
+a dead worker, a dead actor, memory over the card, a timeout and a dead node end the round with
+their typed reason and the next round runs; stored rounds survive a failed one; Ray admits
+queued nodes out of FIFO order where the simulator does not; ``hetsched run --executor ray``
+starts and stops its own local cluster, and ``--ray-address`` uses this one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.raycluster import NS_DIR, NS_ENV, ROOT, Cluster, loopback_up, only_loopback, start_cluster
+from tests.raytools import Spin, card, check_ray_trace, expected_outputs, scenario
+
+from hetsched.exec.ray import RayExecutor
+from hetsched.exec.ray_trace import queue_inversions
+from hetsched.export import trace_events
+from hetsched.loop import LoopConfig, load_result, run_key, run_recorded
+from hetsched.model import ExecutorSpec, InfeasibleKind, Mapping, Placement, Scenario
+from hetsched.model.files import load_scenario
+from hetsched.sim import Simulator
+from hetsched.sim.oracle import solve
+from hetsched.store import RunStore
+from hetsched.tools import register_tool, unregister_tool
+
+# not collected by a plain `pytest` run (its name does not start with test_); run explicitly, outside
+# the namespace, it skips
+pytestmark = pytest.mark.skipif(os.environ.get(NS_ENV) != "1",
+                                reason="runs inside the loopback namespace that tests/test_ray_cluster.py makes")
+
+C, G, Q = "cpu", "gpu_now", "gpu_queue"
+HEAD_VRAM, WORKER_VRAM = 30, 16
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The two-node cluster; stopped at the end, and nothing of it may outlive the session."""
+    loopback_up()
+    assert only_loopback(), "the suite must run where only loopback exists"
+    folder = Path(NS_DIR) / "cluster"
+    c = start_cluster(folder, head={"num_cpus": 0, "num_gpus": 1, "resources": {"vram_mb": HEAD_VRAM}},
+                      workers=[{"num_cpus": 2, "num_gpus": 1, "resources": {"vram_mb": WORKER_VRAM}}])
+    yield c
+    c.stop()
+    deadline = time.monotonic() + 30
+    while c.pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not c.pids(), f"Ray processes outlived their nodes: {c.pids()}"
+
+
+TOOLS = {
+    "prep": Spin("prep", ms=20, mem_mb=0.5, value=1, has_gpu=False),
+    "embed": Spin("embed", ms=60, mem_mb=6, value=10),
+    "big": Spin("big", ms=150, mem_mb=20, value=100),
+    "mid": Spin("mid", ms=150, mem_mb=10, value=1000),
+    "fan": Spin("fan", ms=250, mem_mb=10, value=10000),
+    "join": Spin("join", ms=10, mem_mb=0.5, value=100000, has_gpu=False),
+}
+CARDS = [card("prep", 20, has_gpu=False), card("embed", 60, 6), card("big", 150, 24, gpu_util=0.8),
+         card("mid", 150, 14, gpu_util=0.5), card("fan", 250, 11), card("join", 10, has_gpu=False)]
+
+
+@pytest.fixture(scope="session")
+def tools() -> Iterator[dict[str, Spin]]:
+    for t in TOOLS.values():
+        register_tool(t, replace=True)
+    yield TOOLS
+    for name in TOOLS:
+        unregister_tool(name)
+
+
+def wide() -> Scenario:
+    """prep -> embed -> (big, mid, 4 x fan) -> join, plus a skip edge prep -> join."""
+    fans = [f"F{i}" for i in range(4)]
+    nodes = [("A", "prep"), ("B", "embed"), ("X", "big"), ("Y", "mid"), *[(f, "fan") for f in fans], ("J", "join")]
+    edges = [("A", "B"), ("B", "X"), ("B", "Y"), *[("B", f) for f in fans], ("X", "J"), ("Y", "J"),
+             *[(f, "J") for f in fans], ("A", "J")]
+    return scenario(nodes, edges, CARDS, budget_mb=40, name="wide")
+
+
+@pytest.fixture(scope="session")
+def wide_ex(cluster: Cluster, tools: dict[str, Spin]) -> Iterator[RayExecutor]:
+    """An executor on the cluster (connected by address); waits until both nodes have joined."""
+    ex = RayExecutor(wide(), address=cluster.address, timeout_s=60)
+    deadline = time.monotonic() + 180
+    while len(ex.refresh_hosts()) < 2:
+        assert time.monotonic() < deadline, "the worker node did not join"
+        time.sleep(0.5)
+    yield ex
+    ex.close()
+
+
+def hosts_by_kind(ex: RayExecutor) -> tuple[str, str]:
+    head = next(h for h in ex.hosts if h.cpus == 0)
+    worker = next(h for h in ex.hosts if h.cpus > 0)
+    return head.node_id, worker.node_id
+
+
+# ---------------------------------------------------------------------------- real tiny tools
+def test_rag_tiny_runs_under_several_mappings_and_keeps_every_invariant(cluster: Cluster, wide_ex: RayExecutor,
+                                                                        tmp_path: Path) -> None:
+    sc = load_scenario("rag_tiny")
+    with RayExecutor(sc, address=cluster.address) as ex:
+        _, worker = hosts_by_kind(ex)
+        oracle = solve(sc).best
+        # the oracle's mapping has resident tools; with some of its cpu nodes queued instead it has all three
+        cpu_nodes = [n for n in sc.workflow.topo_order if oracle[n] is Placement.CPU and sc.card_of(n).has_gpu]
+        queued = Mapping({**oracle.to_dict(), **{n: Q for n in cpu_nodes[-2:]}})
+        assert sc.infeasibility(queued) is None
+        mappings = [sc.uniform(Placement.CPU), queued]
+        traces = []
+        for m in mappings:
+            tr = ex.run(m)
+            check_ray_trace(sc, tr)
+            for nt in tr.nodes.values():
+                if not nt.placement.on_gpu:
+                    assert nt.host == worker, f"{nt.node} (cpu) ran where no CPU was offered"
+            assert set(ex.last_outputs) == set(sc.workflow.sinks)
+            traces.append(tr)
+        assert {Placement.GPU_NOW, Placement.GPU_QUEUE} <= {nt.placement for nt in traces[1].nodes.values()}
+        refused = ex.run(sc.uniform(Placement.GPU_NOW))
+        assert refused.kind is InfeasibleKind.OOM and not refused.nodes
+        # the --trace output: one process per round and device, slices for every node
+        events = trace_events([(f"round {i}", t) for i, t in enumerate(traces)])
+        json.dumps(events)
+        slices = [e for e in events if e["ph"] == "X" and e.get("cat") in ("cpu", "gpu_now", "gpu_queue")]
+        assert len(slices) == 2 * len(sc.workflow.node_ids)
+        names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+        assert any("127.0.0.1" in n for n in names), f"processes are named by Ray node: {names}"
+
+
+# ---------------------------------------------------------------------------- admission and placement
+def test_vram_admission_holds_on_each_gpu_node_and_really_holds_nodes_back(wide_ex: RayExecutor) -> None:
+    sc = wide_ex.scenario
+    head, worker = hosts_by_kind(wide_ex)
+    m = Mapping({"A": C, "B": Q, "X": Q, "Y": Q, "F0": Q, "F1": Q, "F2": Q, "F3": Q, "J": C})
+    tr = wide_ex.run(m)
+    check_ray_trace(sc, tr)
+    queued = [nt for nt in tr.nodes.values() if nt.placement is Placement.GPU_QUEUE]
+    # X needs 24 MB: only the head (30) holds it
+    assert tr.nodes["X"].host == head
+    # without vram_mb the six parallel queue nodes (24+14+4x11 = 82 MB) would all start at once
+    waited = [nt for nt in queued if nt.admitted_ms - nt.ready_ms > 50.0]
+    assert waited, "Ray's vram_mb admission held some queued node back"
+    for host, budget in ((head, HEAD_VRAM), (worker, WORKER_VRAM)):
+        mine = [nt for nt in queued if nt.host == host]
+        for nt in mine:
+            at = nt.admitted_ms + 1e-3
+            held = sum(sc.card_of(o.node).vram_mb for o in mine if o.admitted_ms <= at < o.end_ms)
+            assert held <= budget, f"queued nodes hold {held} MB on a {budget} MB node at {at} ms"
+    assert wide_ex.last_outputs == {"J": expected_outputs(sc, {t: s.value for t, s in TOOLS.items()})["J"]}
+
+
+def test_gpu_now_actors_are_packed_across_gpu_nodes_and_released_at_their_last_node(wide_ex: RayExecutor) -> None:
+    sc = wide_ex.scenario
+    head, worker = hosts_by_kind(wide_ex)
+    # big (24) and mid (14) resident together: 38 MB fit neither node alone, so one goes to each
+    m = Mapping({"A": C, "B": C, "X": G, "Y": G, "F0": C, "F1": Q, "F2": C, "F3": Q, "J": C})
+    tr = wide_ex.run(m)
+    check_ray_trace(sc, tr)
+    assert tr.nodes["X"].host == head and tr.nodes["Y"].host == worker
+    worker_trace = next(h for h in tr.hosts if h.host == worker)
+    assert worker_trace.vram_timeline[0].used_mb >= 14, "mid is resident on the worker from the start"
+    # residency ends after the last node of the tool (the executor kills the actor then)
+    release = next(p.t_ms for p in worker_trace.vram_timeline[1:] if p.used_mb < worker_trace.vram_timeline[0].used_mb)
+    assert release >= tr.nodes["Y"].end_ms - 1e-6
+    assert wide_ex.last_outputs == {"J": expected_outputs(sc, {t: s.value for t, s in TOOLS.items()})["J"]}
+
+
+def test_a_queued_node_larger_than_every_gpu_node_is_refused_before_running(wide_ex: RayExecutor) -> None:
+    sc = scenario([("A", "prep"), ("B", "big")], [("A", "B")],
+                  [card("prep", 20, has_gpu=False), card("big", 150, 35)], budget_mb=40)
+    with RayExecutor(sc, address=wide_ex.address) as ex:
+        tr = ex.run(Mapping({"A": C, "B": Q}))
+        assert tr.kind is InfeasibleKind.NEVER_ADMISSIBLE and "35" in tr.reason and not tr.nodes
+        assert ex.run(Mapping({"A": C, "B": C})).feasible
+
+
+# ---------------------------------------------------------------------------- failures
+def flaky(tmp_path: Path, **flags: str) -> Scenario:
+    register_tool(Spin("flaky", ms=30, mem_mb=2, value=7, **flags), replace=True)
+    return scenario([("A", "prep"), ("B", "flaky"), ("C", "join")], [("A", "B"), ("B", "C")],
+                    [card("prep", 20, has_gpu=False), card("flaky", 30, 4), card("join", 10, has_gpu=False)],
+                    budget_mb=30, name="flaky")
+
+
+@pytest.mark.parametrize(("flag", "placement", "kind", "words"), [
+    ("fail_flag", C, InfeasibleKind.TOOL_ERROR, "injected failure"),
+    ("crash_flag", C, InfeasibleKind.TOOL_ERROR, "died"),
+    ("crash_flag", G, InfeasibleKind.TOOL_ERROR, "died"),
+    ("fail_flag", Q, InfeasibleKind.TOOL_ERROR, "injected failure"),
+])
+def test_a_failure_ends_the_round_typed_and_the_next_round_runs(cluster: Cluster, tools: dict[str, Spin],
+                                                                 tmp_path: Path, flag: str, placement: str,
+                                                                 kind: InfeasibleKind, words: str) -> None:
+    trigger = tmp_path / "trigger.once"
+    sc = flaky(tmp_path, **{flag: str(trigger)})
+    try:
+        with RayExecutor(sc, address=cluster.address, timeout_s=60) as ex:
+            m = Mapping({"A": C, "B": placement, "C": C})
+            trigger.touch()
+            bad = ex.run(m)
+            assert bad.kind is kind and words in bad.reason, bad.reason
+            assert "A" in bad.nodes and "C" not in bad.nodes  # what finished before the failure is kept
+            good = ex.run(m)
+            assert good.feasible, good.reason
+            assert ex.last_outputs == {"C": 100000 + 7 + 1}
+    finally:
+        unregister_tool("flaky")
+
+
+def test_memory_over_the_card_is_an_oom_and_a_timeout_is_a_timeout(cluster: Cluster, tools: dict[str, Spin],
+                                                                   tmp_path: Path) -> None:
+    register_tool(Spin("hog", ms=30, mem_mb=1, run_mem_mb=300, value=1), replace=True)
+    slow = tmp_path / "slow.once"
+    register_tool(Spin("sleepy", ms=10, mem_mb=1, value=1, slow_flag=str(slow), slow_s=120), replace=True)
+    sc = scenario([("A", "hog"), ("B", "sleepy")], [("A", "B")], [card("hog", 30, 4), card("sleepy", 10, 4)],
+                  budget_mb=30, name="hog")
+    try:
+        with RayExecutor(sc, address=cluster.address, timeout_s=3) as ex:
+            oom = ex.run(Mapping({"A": Q, "B": C}))
+            assert oom.kind is InfeasibleKind.OOM and "over its card" in oom.reason, oom.reason
+            slow.touch()
+            t0 = time.monotonic()
+            late = ex.run(Mapping({"A": C, "B": C}))
+            assert late.kind is InfeasibleKind.TIMEOUT and "'B'" in late.reason, late.reason
+            assert time.monotonic() - t0 < 60, "the timeout fired long before the tool's 120 s sleep"
+            again = ex.run(Mapping({"A": C, "B": Q}))
+            assert again.feasible, again.reason
+    finally:
+        unregister_tool("hog")
+        unregister_tool("sleepy")
+
+
+def test_a_failed_round_is_recorded_and_the_run_goes_on(cluster: Cluster, tools: dict[str, Spin],
+                                                        tmp_path: Path) -> None:
+    trigger = tmp_path / "fail.once"
+    sc = flaky(tmp_path, fail_flag=str(trigger))
+    try:
+        trigger.touch()
+        with RayExecutor(sc, address=cluster.address, timeout_s=60) as ex, RunStore(tmp_path / "runs.sqlite") as st:
+            key = run_key(sc, "all-gpu", LoopConfig(rounds=3, seed=1),
+                          executor=ExecutorSpec("ray", {"address": cluster.address, "timeout_s": 60}))
+            result = run_recorded(key, store=st, executor=ex)
+            stored = load_result(st, result.run_id or "")
+        kinds = [r.trace.kind for r in stored.rounds]
+        assert kinds == [InfeasibleKind.TOOL_ERROR, None, None], kinds
+        assert all(r.trace.executor == "ray" for r in stored.rounds)
+        assert stored.rounds[1].trace.nodes["B"].host, "stored traces keep the Ray node of every node"
+    finally:
+        unregister_tool("flaky")
+
+
+# ---------------------------------------------------------------------------- queue semantics
+def test_ray_admits_queued_nodes_out_of_fifo_order_where_the_simulator_does_not(cluster: Cluster,
+                                                                               tools: dict[str, Spin]) -> None:
+    register_tool(Spin("res", ms=600, mem_mb=10, value=1), replace=True)
+    register_tool(Spin("large", ms=50, mem_mb=25, value=2), replace=True)
+    register_tool(Spin("small", ms=50, mem_mb=8, value=3), replace=True)
+    sc = scenario([("R", "res"), ("L", "large"), ("A", "prep"), ("S", "small"), ("J", "join")],
+                  [("A", "S"), ("R", "J"), ("L", "J"), ("S", "J")],
+                  [card("res", 600, 10), card("large", 50, 25), card("small", 50, 8), card("prep", 20, has_gpu=False),
+                   card("join", 10, has_gpu=False)], budget_mb=30, name="fifo")
+    m = Mapping({"R": G, "L": Q, "A": C, "S": Q, "J": C})
+    try:
+        sim = Simulator(sc, noise=False).run(m)
+        assert sim.feasible and not queue_inversions(sim.nodes)
+        assert sim.nodes["S"].admitted_ms >= sim.nodes["L"].admitted_ms, "FIFO: S waits behind L"
+        with RayExecutor(sc, address=cluster.address) as ex:
+            tr = ex.run(m)
+        check_ray_trace(sc, tr)
+        assert ("L", "S") in queue_inversions(tr.nodes)
+        assert any("FIFO" in n for n in tr.notes)
+        assert tr.nodes["S"].end_ms < tr.nodes["L"].admitted_ms
+    finally:
+        for name in ("res", "large", "small"):
+            unregister_tool(name)
+
+
+# ---------------------------------------------------------------------------- the CLI
+def _cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env or dict(os.environ), check=False)
+
+
+def test_cli_ray_address_runs_on_this_cluster(cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path) -> None:
+    head, worker = hosts_by_kind(wide_ex)
+    store = tmp_path / "runs.sqlite"
+    proc = _cli(["run", "rag_tiny", "--executor", "ray", "--ray-address", cluster.address, "--policy", "all-cpu",
+                 "--rounds", "1", "--json", "--store", str(store)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["executor"] == "ray" and out["rounds"][0]["feasible"]
+    with RunStore(store) as st:
+        trace = load_result(st, out["run_id"]).rounds[0].trace
+    assert {nt.host for nt in trace.nodes.values()} == {worker}
+    assert {h.host for h in trace.hosts} == {head, worker}
+    assert len(wide_ex.refresh_hosts()) == 2, "the CLI left the cluster it connected to running"
+
+
+def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: Cluster, wide_ex: RayExecutor,
+                                                                       tmp_path: Path) -> None:
+    local = Path(NS_DIR) / "local-ray"
+    out_trace, store = tmp_path / "trace.json", tmp_path / "runs.sqlite"
+    proc = _cli(["run", "rag_tiny", "--executor", "ray", "--policy", "oracle", "--rounds", "1", "--json",
+                 "--store", str(store), "--trace", str(out_trace), "-X", f"temp_dir={local}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["executor"] == "ray" and out["rounds"][0]["feasible"], out
+    with RunStore(store) as st:
+        trace = load_result(st, out["run_id"]).rounds[0].trace
+    assert len(trace.hosts) == 1 and trace.hosts[0].vram_budget_mb == 30, "one local node with the scenario's budget"
+    assert any(nt.placement is Placement.GPU_NOW for nt in trace.nodes.values())
+    events = json.loads(out_trace.read_text())["traceEvents"]
+    assert {e["args"]["name"].rsplit(" · ", 1)[-1] for e in events if e["ph"] == "M"} == {"CPU", "GPU"}
+    marker = str(local).encode()
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)]
+    assert not left, f"processes of the local cluster outlived the run: {left}"
+    assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+# ---------------------------------------------------------------------------- last: a node dies
+def test_a_dead_node_ends_the_round_and_later_rounds_are_refused_as_unavailable(cluster: Cluster,
+                                                                                wide_ex: RayExecutor,
+                                                                                tmp_path: Path) -> None:
+    slow = tmp_path / "slow"
+    register_tool(Spin("sleepy", ms=10, mem_mb=1, value=1, slow_flag=str(slow), slow_s=120), replace=True)
+    sc = scenario([("A", "sleepy")], [], [card("sleepy", 10, 4)], budget_mb=30, name="dies")
+    try:
+        with RayExecutor(sc, address=cluster.address, timeout_s=100) as ex:
+            slow.touch()
+
+            def kill_soon() -> None:
+                time.sleep(5)
+                cluster.kill("worker1")  # the whole node, abruptly, while A sleeps on it
+
+            killer = threading.Thread(target=kill_soon)
+            killer.start()
+            t0 = time.monotonic()
+            tr = ex.run(Mapping({"A": C}))
+            killer.join()
+            slow.unlink()
+            assert not tr.feasible and tr.kind in (InfeasibleKind.TOOL_ERROR, InfeasibleKind.UNAVAILABLE), tr.reason
+            assert time.monotonic() - t0 < 60, "the node's death ended the round long before its time limit"
+            cluster.processes.pop("worker1").wait(timeout=30)
+            deadline = time.monotonic() + 60
+            while len(ex.refresh_hosts()) > 1 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            after = ex.run(Mapping({"A": C}))
+            assert after.kind is InfeasibleKind.UNAVAILABLE and "CPU" in after.reason, after.reason
+            assert ex.run(Mapping({"A": Q})).feasible, "the head still runs GPU placements"
+    finally:
+        unregister_tool("sleepy")
