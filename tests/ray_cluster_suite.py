@@ -143,7 +143,7 @@ def test_rag_tiny_runs_under_several_mappings_and_keeps_every_invariant(cluster:
         json.dumps(events)
         slices = [e for e in events if e["ph"] == "X" and e.get("cat") in ("cpu", "gpu_now", "gpu_queue")]
         assert len(slices) == 2 * len(sc.workflow.node_ids)
-        names = {e["args"]["name"] for e in events if e["ph"] == "M"}
+        names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
         assert any("127.0.0.1" in n for n in names), f"processes are named by Ray node: {names}"
 
 
@@ -330,7 +330,7 @@ def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: 
     assert len(trace.hosts) == 1 and trace.hosts[0].vram_budget_mb == 30, "one local node with the scenario's budget"
     assert any(nt.placement is Placement.GPU_NOW for nt in trace.nodes.values())
     events = json.loads(out_trace.read_text())["traceEvents"]
-    assert {e["args"]["name"].rsplit(" · ", 1)[-1] for e in events if e["ph"] == "M"} == {"CPU", "GPU"}
+    assert {e["args"]["name"].rsplit(" · ", 1)[-1] for e in events if e["name"] == "process_name"} == {"CPU", "GPU"}
     marker = str(local).encode()
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)]
     assert not left, f"processes of the local cluster outlived the run: {left}"
