@@ -39,6 +39,7 @@ from typing import Any
 
 from hetsched.exec.base import ClosingExecutor
 from hetsched.exec.devices import CorePlan, available_cores, describe_cpu, describe_device, plan_cores, resolve_device
+from hetsched.exec.toolset import default_size, scenario_tools
 from hetsched.exec.worker import Reply, Worker, WorkerError, tool_bytes
 from hetsched.model import (
     Infeasibility,
@@ -51,8 +52,9 @@ from hetsched.model import (
     Trace,
     VramPoint,
 )
+from hetsched.model.trace import vram_steps
 from hetsched.tools.base import Device, DeviceKind, Tool, check_size
-from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
+from hetsched.tools.registry import import_tool_modules
 
 _EPS_MB = 1e-6
 DEVICE_SAMPLE_MS = 5.0
@@ -69,15 +71,6 @@ class _Task:
     worker: str
     deadline: float
     kind: str  # run | queue_run | unload
-
-
-def default_size(scenario: Scenario, device: Device | None) -> str:
-    """The size preset the cards were profiled at (``provenance.preset``), else full on CUDA and tiny
-    otherwise."""
-    presets = {c.provenance.preset for c in scenario.cards.values() if c.provenance.preset}
-    if len(presets) == 1:
-        return presets.pop()
-    return "full" if device is not None and device.kind is DeviceKind.CUDA else "tiny"
 
 
 class LocalExecutor(ClosingExecutor):
@@ -131,26 +124,14 @@ class LocalExecutor(ClosingExecutor):
         """How the CPU pool and the stand-in device share the cores."""
         self.device: Device | None = resolve_device(device, self.plan.device_threads)
         """Where GPU placements run (None: nowhere)."""
-        self.size = check_size(size) if size is not None else default_size(scenario, self.device)
+        cuda = self.device is not None and self.device.kind is DeviceKind.CUDA
+        self.size = check_size(size) if size is not None else default_size(scenario, cuda)
         """The tools' size preset."""
         self.timeout_s, self.timeout_factor, self.min_timeout_s = timeout_s, timeout_factor, min_timeout_s
         self.memory_slack, self.check_memory = memory_slack, check_memory
-        self.tools: dict[str, Tool] = {}
+        self.tools: dict[str, Tool] = scenario_tools(scenario, self.size)
         """The scenario's tools, by name."""
-        for name in scenario.workflow.tools:
-            try:
-                self.tools[name] = get_tool(name, self.size)
-            except InputError:
-                raise InputError(
-                    f"scenario {scenario.name!r}: tool {name!r} has no implementation to run; registered tools: "
-                    f"{', '.join(tool_names())} (and NAME_xK); register yours with hetsched.tools.register_tool "
-                    "and pass its module with --executor-option tool_modules=[\"my_module\"]"
-                ) from None
         self._bytes = {name: tool_bytes(tool) for name, tool in self.tools.items()}
-        for name, tool in self.tools.items():
-            if scenario.cards[name].has_gpu and not tool.has_gpu:
-                raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "
-                                 "no GPU implementation; set has_gpu: false on the card")
         cpu_cores = self.plan.cpu_cores
         # the CPU pool's memory is nobody's budget: no sampler thread competes with its tools
         self.cpu = Worker(Device(DeviceKind.CPU, 0, self.plan.cpu_threads), cpu_cores, "CPU pool", sample_ms=0.0)
@@ -607,19 +588,7 @@ class _Round:
                      notes=tuple(notes))
 
     def timeline(self) -> tuple[VramPoint, ...]:
-        used = sum(self.vram(t) for t in self.now_tools)
-        points = [VramPoint(0.0, used)]
-        # releases before admissions at equal times (an admission waits for the release it uses)
-        for t, delta in sorted(self.vram_events, key=lambda e: (max(0.0, e[0]), e[1] > 0)):
-            used += delta
-            t = max(0.0, t)
-            if abs(used) < _EPS_MB:
-                used = 0.0
-            if points[-1].t_ms == t:
-                points[-1] = VramPoint(t, used)
-            elif points[-1].used_mb != used:
-                points.append(VramPoint(t, used))
-        return tuple(points)
+        return vram_steps(self.vram_events, sum(self.vram(t) for t in self.now_tools), _EPS_MB)
 
 
 def _kind(reply: Reply) -> InfeasibleKind:

@@ -55,6 +55,7 @@ from hetsched.exec.devices import available_cores
 from hetsched.exec.ray_plan import RESOURCE_STEP, VRAM_RESOURCE, RayHost, RayPlan, node_budget_mb, place
 from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, WarmItem, run_node
 from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
+from hetsched.exec.toolset import default_size, scenario_tools
 from hetsched.model import (
     Infeasibility,
     InfeasibleKind,
@@ -65,7 +66,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.tools.base import Tool, check_size
-from hetsched.tools.registry import get_tool, import_tool_modules, tool_names
+from hetsched.tools.registry import import_tool_modules
 
 DEVICE_CHOICES = ("auto", "cuda", "standin")
 """``device`` option: where GPU placements run inside a Ray GPU node's worker."""
@@ -108,13 +109,6 @@ def _ray_tool_modules(tool: Tool) -> set[str]:
             continue
         mods.add(name)
     return mods
-
-
-def _default_size(scenario: Scenario, device: str) -> str:
-    presets = {c.provenance.preset for c in scenario.cards.values() if c.provenance.preset}
-    if len(presets) == 1:
-        return presets.pop()
-    return "full" if device == "cuda" else "tiny"
 
 
 @dataclass(frozen=True)
@@ -215,22 +209,10 @@ class RayExecutor(ClosingExecutor):
         self.standin_allowance_mb, self.warm = standin_allowance_mb, warm
         self.events, self.event_timeout_s, self.load_timeout_s = events, event_timeout_s, load_timeout_s
         import_tool_modules(list(tool_modules))
-        self.size = check_size(size) if size is not None else _default_size(scenario, device)
+        self.size = check_size(size) if size is not None else default_size(scenario, device == "cuda")
         """The tools' size preset."""
-        self.tools: dict[str, Tool] = {}
+        self.tools: dict[str, Tool] = scenario_tools(scenario, self.size)
         """The scenario's tools, by name."""
-        for tname in scenario.workflow.tools:
-            try:
-                self.tools[tname] = get_tool(tname, self.size)
-            except InputError:
-                raise InputError(
-                    f"scenario {scenario.name!r}: tool {tname!r} has no implementation to run; registered tools: "
-                    f"{', '.join(tool_names())} (and NAME_xK); register yours with hetsched.tools.register_tool "
-                    "and pass its module with --executor-option tool_modules=[\"my_module\"]"
-                ) from None
-            if scenario.cards[tname].has_gpu and not self.tools[tname].has_gpu:
-                raise InputError(f"scenario {scenario.name!r}: the card of {tname!r} says has_gpu, but the tool has "
-                                 "no GPU implementation; set has_gpu: false on the card")
         budget = scenario.machine.vram_budget_mb if vram_mb is None else vram_mb
         if budget <= 0:
             raise InputError(f"{where}: vram_mb must be > 0, got {budget}")

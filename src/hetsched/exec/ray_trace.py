@@ -29,6 +29,7 @@ from typing import Any
 
 from hetsched.exec.ray_plan import RayHost, RayPlan
 from hetsched.model import HostTrace, Infeasibility, NodeTrace, Placement, Scenario, Trace, VramPoint
+from hetsched.model.trace import vram_steps
 
 RES_MS = 1.0
 """Resolution of Ray's task state events (its state API floors them to whole milliseconds)."""
@@ -137,18 +138,7 @@ def node_traces(scenario: Scenario, plan: RayPlan, facts: RoundFacts) -> tuple[d
 
 def _steps(deltas: Sequence[tuple[float, float]]) -> tuple[VramPoint, ...]:
     """A step function from (time, +/-MB) changes; releases before admissions at equal times."""
-    used = 0.0
-    points = [VramPoint(0.0, 0.0)]
-    for t, d in sorted(deltas, key=lambda e: (max(0.0, e[0]), e[1] > 0)):
-        used += d
-        t = max(0.0, t)
-        if abs(used) < _EPS:
-            used = 0.0
-        if points[-1].t_ms == t:
-            points[-1] = VramPoint(t, used)
-        elif points[-1].used_mb != used:
-            points.append(VramPoint(t, used))
-    return tuple(points)
+    return vram_steps(deltas, 0.0, _EPS)
 
 
 def host_deltas(plan: RayPlan, nodes: AbcMapping[str, NodeTrace], facts: RoundFacts) -> dict[str, list[tuple[float,

@@ -6,6 +6,7 @@ monitor and the reports run unchanged on either. Part of the model package.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -163,6 +164,26 @@ class HostTrace:
         return cls(host=host, address=str(data.get("address", "")), cpus=float(data.get("cpus", 0.0)),
                    gpus=float(data.get("gpus", 0.0)), vram_budget_mb=float(data.get("vram_budget_mb", 0.0)),
                    vram_timeline=tuple(VramPoint(t, u) for t, u in data.get("vram_timeline", ())))
+
+
+def vram_steps(
+    changes: Iterable[tuple[float, float]], start_mb: float = 0.0, eps_mb: float = 1e-6
+) -> tuple[VramPoint, ...]:
+    """The VRAM step function of ``(time ms, +/- MB)`` changes from ``start_mb`` at t = 0: releases
+    before admissions at equal times (an admission waits for the release it uses), times before 0
+    clamped to 0, sums within ``eps_mb`` of 0 taken as 0, one point per change of value."""
+    used = start_mb
+    points = [VramPoint(0.0, used)]
+    for t, delta in sorted(changes, key=lambda e: (max(0.0, e[0]), e[1] > 0)):
+        used += delta
+        t = max(0.0, t)
+        if abs(used) < eps_mb:
+            used = 0.0
+        if points[-1].t_ms == t:
+            points[-1] = VramPoint(t, used)
+        elif points[-1].used_mb != used:
+            points.append(VramPoint(t, used))
+    return tuple(points)
 
 
 @dataclass(frozen=True)
