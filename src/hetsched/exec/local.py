@@ -39,7 +39,7 @@ from typing import Any
 
 from hetsched.exec.base import ClosingExecutor
 from hetsched.exec.devices import CorePlan, available_cores, describe_cpu, describe_device, plan_cores, resolve_device
-from hetsched.exec.toolset import default_size, scenario_tools
+from hetsched.exec.toolset import default_size, node_timeout_s, scenario_tools
 from hetsched.exec.worker import Reply, Worker, WorkerError, tool_bytes
 from hetsched.model import (
     Infeasibility,
@@ -225,14 +225,9 @@ class LocalExecutor(ClosingExecutor):
 
     # ------------------------------------------------------------------ one round
     def timeout_of(self, node: str, placement: Placement) -> float:
-        """Time limit of one node, seconds."""
-        if self.timeout_s is not None:
-            return self.timeout_s
-        card = self.scenario.card_of(node)
-        ms = card.cpu_ms if placement is Placement.CPU else (card.gpu_ms or card.cpu_ms)
-        if placement is Placement.GPU_QUEUE:
-            ms += card.load_ms
-        return max(self.min_timeout_s, self.timeout_factor * ms / 1000.0)
+        """Time limit of one node, seconds (:func:`~hetsched.exec.toolset.node_timeout_s`)."""
+        return node_timeout_s(self.scenario.card_of(node), placement, self.timeout_s, self.timeout_factor,
+                              self.min_timeout_s)
 
     def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
         """Execute one round for real; infeasible or failed rounds come back refused, with a typed reason."""

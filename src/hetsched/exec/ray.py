@@ -55,7 +55,7 @@ from hetsched.exec.devices import available_cores
 from hetsched.exec.ray_plan import RESOURCE_STEP, VRAM_RESOURCE, RayHost, RayPlan, node_budget_mb, place
 from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, WarmItem, run_node
 from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
-from hetsched.exec.toolset import default_size, scenario_tools
+from hetsched.exec.toolset import default_size, node_timeout_s, scenario_tools
 from hetsched.model import (
     Infeasibility,
     InfeasibleKind,
@@ -347,14 +347,9 @@ class RayExecutor(ClosingExecutor):
 
     # ------------------------------------------------------------------ one round
     def timeout_of(self, node: str, placement: Placement) -> float:
-        """Time limit of one node, seconds."""
-        if self.timeout_s is not None:
-            return self.timeout_s
-        card = self.scenario.card_of(node)
-        ms = card.cpu_ms if placement is Placement.CPU else (card.gpu_ms or card.cpu_ms)
-        if placement is Placement.GPU_QUEUE:
-            ms += card.load_ms
-        return max(self.min_timeout_s, self.timeout_factor * ms / 1000.0)
+        """Time limit of one node, seconds (:func:`~hetsched.exec.toolset.node_timeout_s`)."""
+        return node_timeout_s(self.scenario.card_of(node), placement, self.timeout_s, self.timeout_factor,
+                              self.min_timeout_s)
 
     def mem_limit_mb(self, tool: str) -> float | None:
         """Measured memory above which a GPU unit of ``tool`` is over its card (None: not watched)."""

@@ -6,7 +6,7 @@ Imports the model and the tool registry.
 
 from __future__ import annotations
 
-from hetsched.model import InputError, Scenario
+from hetsched.model import InputError, Placement, Scenario, ToolCard
 from hetsched.tools.base import Tool, check_size
 from hetsched.tools.registry import get_tool, tool_names
 
@@ -38,3 +38,16 @@ def scenario_tools(scenario: Scenario, size: str) -> dict[str, Tool]:
             raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "
                              "no GPU implementation; set has_gpu: false on the card")
     return tools
+
+
+def node_timeout_s(
+    card: ToolCard, placement: Placement, timeout_s: float | None, factor: float, min_timeout_s: float
+) -> float:
+    """Time limit of one node, seconds: ``timeout_s`` when given, else ``factor`` times the card's
+    latency on the placement (its load included for ``gpu_queue``), at least ``min_timeout_s``."""
+    if timeout_s is not None:
+        return timeout_s
+    ms = card.cpu_ms if placement is Placement.CPU else (card.gpu_ms or card.cpu_ms)
+    if placement is Placement.GPU_QUEUE:
+        ms += card.load_ms
+    return max(min_timeout_s, factor * ms / 1000.0)
