@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 Shapes = dict[str, dict[str, Any]]
@@ -44,23 +44,23 @@ def passage(doc_id: int, n_words: int = 60) -> str:
     return f"[doc {doc_id}] " + corpus_text(zlib.crc32(f"passage-{doc_id}".encode()), n_words)
 
 
+def leaves(inputs: Iterable[Any]) -> Iterator[Any]:
+    """Every value in the inputs that is not a list, tuple or dict (their items and values walked
+    into), in order; iterative, so nesting depth costs no recursion."""
+    stack: list[Any] = list(reversed(list(inputs)))
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list | tuple):
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            stack.extend(reversed(list(x.values())))
+        else:
+            yield x
+
+
 def strings_in(inputs: Iterable[Any]) -> list[str]:
     """Every string found in the inputs (inside lists, tuples and dict values too), in order."""
-    found: list[str] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, str):
-            found.append(x)
-        elif isinstance(x, list | tuple):
-            for y in x:
-                walk(y)
-        elif isinstance(x, dict):
-            for y in x.values():
-                walk(y)
-
-    for item in inputs:
-        walk(item)
-    return found
+    return [x for x in leaves(inputs) if isinstance(x, str)]
 
 
 def text_of(inputs: Sequence[Any], n_words: int, seed: int) -> str:
@@ -100,22 +100,12 @@ def tensors_in(inputs: Iterable[Any]) -> list[Any]:
     import torch
 
     found: list[Any] = []
-
-    def walk(x: Any) -> None:
+    for x in leaves(inputs):
         if isinstance(x, torch.Tensor):
             if x.is_floating_point():
                 found.append(x)
         elif isinstance(x, np.ndarray) and x.dtype.kind == "f":
             found.append(torch.from_numpy(x))
-        elif isinstance(x, list | tuple):
-            for y in x:
-                walk(y)
-        elif isinstance(x, dict):
-            for y in x.values():
-                walk(y)
-
-    for item in inputs:
-        walk(item)
     return found
 
 
