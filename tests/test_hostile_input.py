@@ -413,7 +413,11 @@ def mutated_docs(draw: st.DrawFn) -> Any:
             doc["machine"][draw(st.sampled_from(["cpu_cores", "vram_budget_mb", "gpu_kappa", "noise_cv", "name",
                                                  "pcie_mb_per_ms", "x"]))] = value
         elif where == "node" and isinstance(doc.get("nodes"), list):
-            doc["nodes"][draw(st.integers(0, 2))] = {"id": value, "tool": "t"} if draw(st.booleans()) else value
+            node = {"id": value, "tool": "t"} if draw(st.booleans()) else value
+            if doc["nodes"]:  # an earlier mutation may have replaced the list by a shorter one
+                doc["nodes"][draw(st.integers(0, len(doc["nodes"]) - 1))] = node
+            else:
+                doc["nodes"].append(node)
         elif where == "edge" and isinstance(doc.get("edges"), list):
             doc["edges"].append(value)
     return doc

@@ -46,7 +46,10 @@ def test_profiled_cards_measure_the_tools_and_say_where(tools: None, tmp_path: P
                                                           profiler=prof)}
     short, long_, text = (results[n].card for n in ("short", "long", "textonly"))
     assert long_.vram_mb == pytest.approx(30, abs=3) and short.vram_mb == pytest.approx(5, abs=3)
-    assert 2.5 < long_.cpu_ms / short.cpu_ms < 6.5 and 2.5 < long_.gpu_ms / short.gpu_ms < 6.5  # type: ignore[operator]
+    # each call spins its tool's milliseconds, so a median can only be longer (load makes it so, never
+    # shorter); no upper bound or ratio: those are wall-clock figures that a busy machine moves
+    for card, spin_ms in ((short, 10), (long_, 40), (text, 5)):
+        assert card.cpu_ms >= spin_ms and (card.gpu_ms is None or card.gpu_ms >= spin_ms), card
     assert text.gpu_ms is None and not text.has_gpu and text.vram_mb == 0
     assert all(c.cpu_threads == 1 and c.provenance.runs == 7 for c in (short, long_, text))
     for c in (short, long_):
