@@ -27,6 +27,7 @@ import operator
 import re
 import statistics
 import sys
+import time
 from collections import Counter
 from typing import Annotated, Any, TypedDict
 
@@ -106,7 +107,8 @@ def rerank(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
 
 
 def answer(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
-    return {"answer": tool(state["question"], state["ranked"], state["figures"]), "log": [f"answer on {tool.placement}"]}
+    return {"answer": tool(state["question"], state["ranked"], state["figures"]),
+            "log": [f"answer on {tool.placement}"]}
 
 
 def build_graph() -> Any:
@@ -139,10 +141,12 @@ def serve(policy: str, graph: Any) -> hlg.ScheduledGraph:
         library=data_dir() / "tools_tiny.yaml", cpu_cores=1, store=False)
 
 
-def main(requests: int = 12, compare: int = 5, as_json: bool = False) -> dict[str, Any]:
+def main(requests: int = 12, compare: int = 5, as_json: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Serve ``requests`` requests with the agentic policy, then ``compare`` interleaved requests of
+    the converged session and an all-GPU one; returns what it printed, as data."""
     graph = build_graph()
     out: dict[str, Any] = {"requests": [], "compare": []}
-    say = (lambda *a: None) if as_json else print
+    say = (lambda *a: None) if as_json or quiet else print
     with serve("agentic", graph) as agent:
         say(f"workflow read from the LangGraph graph: {len(agent.shape.tools)} nodes, edges "
             f"{', '.join(f'{u}->{v}' for u, v in agent.shape.edges)}")
@@ -160,10 +164,15 @@ def main(requests: int = 12, compare: int = 5, as_json: bool = False) -> dict[st
         with serve("all-gpu", graph) as gpu_first:
             for i in range(compare):  # interleaved, so both see the same machine load
                 q = {"question": QUESTIONS[i % len(QUESTIONS)]}
+                t0 = time.perf_counter()
                 agent.invoke(q)
+                t1 = time.perf_counter()
                 gpu_first.invoke(q)
+                t2 = time.perf_counter()
                 out["compare"].append({"converged_ms": agent.last.trace.e2e_ms,
-                                       "all_gpu_ms": gpu_first.last.trace.e2e_ms})
+                                       "converged_mapping": agent.last.mapping.compact(),
+                                       "all_gpu_ms": gpu_first.last.trace.e2e_ms,
+                                       "converged_wall_ms": (t1 - t0) * 1000, "all_gpu_wall_ms": (t2 - t1) * 1000})
             out["all_gpu"] = gpu_first.last.mapping.compact()
     conv = statistics.median(c["converged_ms"] for c in out["compare"])
     allg = statistics.median(c["all_gpu_ms"] for c in out["compare"])
@@ -171,7 +180,7 @@ def main(requests: int = 12, compare: int = 5, as_json: bool = False) -> dict[st
     say(f"all-GPU placement:   {out['all_gpu']}")
     say(f"E2E per request, median of {compare}: converged {conv:.1f} ms vs all-GPU {allg:.1f} ms "
         f"(all-GPU / converged = {allg / conv:.2f}x)")
-    if as_json:
+    if as_json and not quiet:
         print(json.dumps(out))
     return out
 

@@ -132,9 +132,17 @@ def test_loops_are_refused_naming_the_cycle_unless_folded() -> None:
 )
 def test_malformed_metadata_is_refused_naming_the_node(metadata: dict[str, Any], match: str) -> None:
     b = StateGraph(State)
-    b.add_node("a", _noop, metadata=metadata)
+    b.add_node("a", hlg.node(writes="out"), metadata=metadata)
     b.add_edge(START, "a")
     with pytest.raises(InputError, match=match):
+        hlg.read_graph(b.compile())
+
+
+def test_a_node_with_metadata_but_a_plain_function_is_refused() -> None:
+    b = StateGraph(State)
+    b.add_node("a", _noop, metadata=hlg.tool("bert_base"))  # would never call its tool
+    b.add_edge(START, "a")
+    with pytest.raises(InputError, match=r"node 'a' names hetsched tool 'bert_base'.*node\(fn\)"):
         hlg.read_graph(b.compile())
 
 
@@ -421,3 +429,30 @@ def test_ainvoke_serves_requests_from_asyncio() -> None:
     with hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=False) as app:
         assert asyncio.run(main(app)) == [2, 6, 10]
         assert len(app.session.rounds) == 3
+
+
+# ---------------------------------------------------------------------------- the example application
+def test_the_example_agent_runs_and_reports_its_placement_against_all_gpu(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    for module in ("torch", "transformers", "faiss"):
+        pytest.importorskip(module, reason=f"the example's built-in tools need {module}: pip install -e '.[tools]'")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "HETSCHED_STORE": str(tmp_path / "runs.sqlite")}
+    proc = subprocess.run([sys.executable, str(root / "examples" / "langgraph_agent.py"), "--requests", "4",
+                           "--compare", "2", "--json"], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    nodes = {"parse", "chunk", "embed", "search", "keywords", "figures", "rerank", "answer"}
+    assert [r["round"] for r in out["requests"]] == [0, 1, 2, 3]
+    for text in (out["converged"], out["all_gpu"], *(r["mapping"] for r in out["requests"])):
+        assert {pair.split("=")[0] for pair in text.split()} == nodes
+    # GPU-first: every GPU-capable tool resident; the CPU-only ones (PDF, chunker, the function tool) on the CPU
+    all_gpu = dict(pair.split("=") for pair in out["all_gpu"].split())
+    assert {n for n, p in all_gpu.items() if p == "cpu"} == {"parse", "chunk", "keywords"}
+    assert len(out["compare"]) == 2 and all(c["converged_ms"] > 0 and c["all_gpu_ms"] > 0 for c in out["compare"])

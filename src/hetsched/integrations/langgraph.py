@@ -2,8 +2,9 @@
 workflow, and each ``invoke``/``ainvoke`` of it is one request (one round) of an online
 :class:`hetsched.Session`, while LangGraph's own runtime drives the request.
 
-- **Reading** (:func:`read_graph`, :func:`workflow`): through LangGraph's public graph API only
-  (``compiled.get_graph()``: nodes, their ``metadata``, edges, conditional edges). A node takes part
+- **Reading** (:func:`read_graph`, :func:`workflow`): through LangGraph's graph API
+  (``compiled.get_graph()``: nodes, their ``metadata`` and runnables, edges, conditional edges;
+  the builder's ``branches`` only to refuse conditional edges that do not declare their targets). A node takes part
   when its metadata carries ``{"hetsched": {"tool": NAME}}`` (``add_node(..., metadata=tool(NAME))``);
   other nodes are plain LangGraph nodes, run as they are, and precedence is carried through them.
 - **Wrapping** (:func:`node`): a node built with ``node(fn)`` calls its tool through the
@@ -54,6 +55,7 @@ METADATA_KEY = "hetsched"
 _SPEC_KEYS = ("tool",)
 _START, _END = "__start__", "__end__"  # langgraph.constants.START / END (stable strings)
 LOOP_MODES = ("refuse", "fold")
+_MARK = "__hetsched_node__"
 
 
 def tool(name: str) -> dict[str, Any]:
@@ -106,6 +108,13 @@ def _spec_of(node_id: str, metadata: Any) -> str | None:
     return name
 
 
+def _unwrapped(data: Any) -> bool:
+    """True when a node's runnable visibly calls a plain function, not one built by :func:`node`
+    (False when the runnable does not show its function: it is given the benefit of the doubt)."""
+    fn = getattr(data, "func", None) or getattr(data, "afunc", None)
+    return inspect.isfunction(fn) and not getattr(fn, _MARK, False)
+
+
 def _undeclared_branches(graph: Any) -> list[tuple[str, str]]:
     """Conditional edges whose targets LangGraph cannot show (no path_map, no Literal annotation)."""
     builder = getattr(graph, "builder", None)
@@ -149,8 +158,12 @@ def read_graph(graph: Any, *, loops: str = "refuse") -> GraphShape:
         tool_name = _spec_of(node_id, getattr(g.nodes[node_id], "metadata", None))
         if tool_name is None:
             plain.append(node_id)
-        else:
-            tools[node_id] = tool_name
+            continue
+        if _unwrapped(getattr(g.nodes[node_id], "data", None)):
+            raise InputError(f"LangGraph node {node_id!r} names hetsched tool {tool_name!r} in its metadata, but its "
+                             "function does not run the tool: build it with hetsched.integrations.langgraph.node(fn) "
+                             "(fn(state, tool) calls tool(*inputs)) or node(reads=..., writes=...)")
+        tools[node_id] = tool_name
     if not tools:
         raise InputError("the LangGraph graph has no node with hetsched metadata; mark each node that runs a tool: "
                          "builder.add_node('embed', node(embed), metadata=tool('bert_base'))")
@@ -381,6 +394,7 @@ def _as_node(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     RunnableConfig, with the node's metadata, to a parameter so typed)."""
     fn.__name__ = name
     fn.__annotations__ = {"state": Any, "config": _config_type(), "return": Any}
+    setattr(fn, _MARK, True)
     return fn
 
 
