@@ -252,3 +252,53 @@ def test_in_process_failure_kinds() -> None:
         s.submit(1)
     assert info.value.trace is not None and info.value.trace.kind is InfeasibleKind.OOM
     assert Infeasibility(InfeasibleKind.OOM, "x").kind.label == "OOM"
+
+
+def test_a_gpu_now_node_called_concurrently_and_again_in_one_request() -> None:
+    # a LangGraph Send fan-out runs N copies of one node at once; a loop runs it again after that
+    loads: list[str] = []
+
+    def load(device: hs.Device) -> int:
+        loads.append(device.label)
+        return 3
+
+    spec = hs.function_tool("mul", lambda m, x: m * x, lambda m, x: m * x, load=load, cpu_ms=50, gpu_ms=1,
+                            vram_mb=100)
+    wf = hs.Workflow("fan").node("A", spec)
+    with hs.Session(wf, policy="all-gpu", store=False, executor_options=STANDIN) as s:
+        with s.begin_request() as req:
+            assert req.mapping["A"] is Placement.GPU_NOW
+            results: list[int] = []
+            threads = [threading.Thread(target=lambda i=i: results.append(req.run_node("A", [i]))) for i in range(5)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(results) == [0, 3, 6, 9, 12]
+            assert req.run_node("A", [10]) == 30  # after the tool was released: loaded again through the queue
+        rec = s.rounds[-1]
+        assert rec.trace.feasible and set(rec.trace.nodes) == {"A"}
+        assert loads.count("standin") >= 2
+
+
+def test_a_branch_not_taken_leaves_the_session_deciding() -> None:
+    with hs.Session(diamond(2000), executor_options=STANDIN, store=False) as s:
+        with s.begin_request() as req:  # R is never run (a conditional branch not taken)
+            a = req.run_node("src", [1])
+            left = req.run_node("L", [a])
+            req.run_node("join", [left, 0])
+        assert set(s.rounds[-1].trace.nodes) == {"src", "L", "join"}  # recorded as it ran
+        assert s.submit(1).outputs == {"join": 8}  # the next decision reads it without error
+
+
+def test_tools_are_prepared_once_before_their_first_load() -> None:
+    from hetsched.exec.inproc import InProcessExecutor
+    from hetsched.tools import FunctionTool
+
+    prepared: list[str] = []
+    tool = FunctionTool("p", lambda d: "h", lambda h, xs: h, prepare=lambda: prepared.append("p"), has_gpu=False)
+    wf = hs.Workflow("prep").node("A", hs.ToolSpec(tool, hs.ToolCard(name="p", cpu_ms=1, has_gpu=False)))
+    with InProcessExecutor(wf.scenario(), tools=wf.implementations, device="standin") as ex:
+        for _ in range(3):
+            assert ex.run(wf.scenario().uniform(Placement.CPU)).feasible
+    assert prepared == ["p"]

@@ -332,11 +332,13 @@ class Session:
         return proposal
 
     def _policy_history(self) -> list[RoundRecord]:
-        """The rounds the policy reads: the warm-start prior's first, then the session's, numbered in order."""
-        if self.prior is None or not self.prior.rounds:
-            return self._history
-        k = len(self.prior.rounds)
-        return [*self.prior.rounds, *(replace(r, round=r.round + k) for r in self._history)]
+        """The rounds the policy reads, numbered in order: the warm-start prior's first, then the
+        session's. A request that ran only part of the workflow (a conditional branch not taken, driven
+        node by node) is recorded as it ran but not shown to the policy: its trace lacks nodes the
+        monitor's estimates need, and a zero-length stand-in would be a measurement nobody made."""
+        rounds = [*(self.prior.rounds if self.prior is not None else ()),
+                  *(r for r in self._history if complete(self.scenario, r.trace))]
+        return [r if r.round == i else replace(r, round=i) for i, r in enumerate(rounds)]
 
     def _guard(self, proposal: Proposal, r: int) -> Proposal:
         """The proposal, or the best measured feasible mapping (all-CPU before any) when it cannot run."""
@@ -505,6 +507,11 @@ class Session:
     def __repr__(self) -> str:
         return (f"Session({self.scenario.name!r}, policy {self.policy.name!r}, executor {self.executor.name!r}, "
                 f"{len(self._history)} rounds" + (f", run {self.run_id}" if self.run_id else "") + ")")
+
+
+def complete(scenario: Scenario, trace: Trace) -> bool:
+    """True unless the trace is feasible and lacks a node (the request did not run all of the workflow)."""
+    return not trace.feasible or len(trace.nodes) == len(scenario.workflow.node_ids)
 
 
 class _Nothing:

@@ -27,8 +27,8 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator, Sequence
 from collections.abc import Mapping as MappingABC
-from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +98,8 @@ class InProcessExecutor(ClosingExecutor):
         size: size preset of registry tools (default ``tiny``).
         tool_modules: modules to import first (they register tools).
         max_threads: most nodes running at once.
+        device_threads: GPU-placed calls running at once on the stand-in device (default 1, as the
+            local executor's stand-in device and the cards profiled on it); CUDA is not limited.
     """
 
     name = "inproc"
@@ -111,6 +113,7 @@ class InProcessExecutor(ClosingExecutor):
         size: str = "tiny",
         tool_modules: Sequence[str] = (),
         max_threads: int = 32,
+        device_threads: int = 1,
     ) -> None:
         from hetsched.tools.registry import get_tool, tool_names
 
@@ -139,6 +142,11 @@ class InProcessExecutor(ClosingExecutor):
         self._cpu = Device(DeviceKind.CPU, 0, 1)
         self._cpu_handles: dict[str, Any] = {}
         self._cpu_lock = threading.Lock()
+        if device_threads < 1:
+            raise InputError(f"executor 'inproc': device_threads must be >= 1, got {device_threads}")
+        self._device_slots = threading.BoundedSemaphore(device_threads)
+        self._prepared: set[str] = set()
+        self._prepare_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, max_threads), thread_name_prefix="hetsched-node")
         self._closed = False
 
@@ -172,8 +180,26 @@ class InProcessExecutor(ClosingExecutor):
                     self.tools[name].unload(handle)
             self._cpu_handles.clear()
 
+    def prepare(self, tool: str) -> None:
+        """The tool's one-time, untimed set-up (``Tool.prepare``: a checkpoint, a data file), once per executor."""
+        with self._prepare_lock:
+            if tool not in self._prepared:
+                self.tools[tool].prepare()
+                self._prepared.add(tool)
+
+    @contextlib.contextmanager
+    def on_device(self) -> Iterator[None]:
+        """Hold one of the stand-in device's threads while a GPU-placed call runs (CUDA: no limit)."""
+        dev = self.device
+        if dev is None or dev.kind is not DeviceKind.STANDIN:
+            yield
+            return
+        with self._device_slots:
+            yield
+
     def cpu_handle(self, tool: str) -> Any:
         """The tool's CPU handle (loaded at first use and kept)."""
+        self.prepare(tool)
         with self._cpu_lock:
             if tool not in self._cpu_handles:
                 self._cpu_handles[tool] = self.tools[tool].load(self._cpu)
@@ -241,10 +267,13 @@ class Request:
         self.sc, self.wf = sc, sc.workflow
         self.budget = sc.machine.vram_budget_mb
         self.now_tools = sc.gpu_now_tools(mapping)
-        self._now_left = {t: 0 for t in self.now_tools}
+        # a gpu_now tool stays resident until each of its nodes has run once and no call of it is in
+        # flight; a node run again after that (a loop, a fan-out) loads it again through the FIFO
+        self._now_pending = {t: set() for t in self.now_tools}  # type: dict[str, set[str]]
         for n in self.wf.node_ids:
             if mapping[n] is Placement.GPU_NOW:
-                self._now_left[self.wf.tool_of[n]] += 1
+                self._now_pending[self.wf.tool_of[n]].add(n)
+        self._now_inflight = {t: 0 for t in self.now_tools}
         self._now_handles: dict[str, Any] = {}
         self._cond = threading.Condition()
         self._fifo: deque[object] = deque()
@@ -289,6 +318,8 @@ class Request:
             for n in self.wf.node_ids:
                 if self.mapping[n] is Placement.CPU:
                     self.ex.cpu_handle(self.wf.tool_of[n])
+            for tool in {*self.now_tools, *(self.wf.tool_of[n] for n in gpu_nodes)}:
+                self.ex.prepare(tool)
             for tool in self.now_tools:
                 assert self.ex.device is not None
                 self._used_device = True
@@ -322,15 +353,19 @@ class Request:
                 admitted = start = time.monotonic()
                 out = tool.run(self.ex.cpu_handle(tool_name), inputs)
                 end = time.monotonic()
-            elif p is Placement.GPU_NOW:
+            elif p is Placement.GPU_NOW and self._now_enter(tool_name):
                 self._used_device = True
                 admitted = start = time.monotonic()
-                out = tool.run(self._now_handles[tool_name], inputs)
-                end = time.monotonic()
-                self._now_done(tool_name, end)
-            else:
+                try:
+                    with self.ex.on_device():
+                        out = tool.run(self._now_handles[tool_name], inputs)
+                    end = time.monotonic()
+                finally:
+                    self._now_leave(tool_name, node, time.monotonic())
+            else:  # gpu_queue (or a gpu_now tool already released: loaded again through the FIFO)
                 self._used_device = True
                 need = self.sc.cards[tool_name].vram_mb
+                self.ex.prepare(tool_name)
                 admitted = self._admit(need, label)
                 try:
                     assert self.ex.device is not None
@@ -338,7 +373,8 @@ class Request:
                     start = time.monotonic()
                     load_ms = (start - admitted) * 1000.0
                     try:
-                        out = tool.run(handle, inputs)
+                        with self.ex.on_device():
+                            out = tool.run(handle, inputs)
                         end = time.monotonic()
                     finally:
                         tool.unload(handle)
@@ -364,11 +400,20 @@ class Request:
                                load_ms=old.load_ms + nt.load_ms)
             self._nodes[nt.node] = nt
 
-    def _now_done(self, tool: str, end: float) -> None:
+    def _now_enter(self, tool: str) -> bool:
+        """Start a call of a resident gpu_now tool; False when it was already released (queue it instead)."""
+        with self._cond:
+            if tool not in self._now_handles:
+                return False
+            self._now_inflight[tool] += 1
+            return True
+
+    def _now_leave(self, tool: str, node: str, end: float) -> None:
         handle = None
         with self._cond:
-            self._now_left[tool] -= 1
-            if self._now_left[tool] == 0 and tool in self._now_handles:
+            self._now_inflight[tool] -= 1
+            self._now_pending[tool].discard(node)
+            if not self._now_pending[tool] and self._now_inflight[tool] == 0 and tool in self._now_handles:
                 handle = self._now_handles.pop(tool)
         if handle is not None:
             self.ex.tools[tool].unload(handle)
