@@ -3,12 +3,13 @@
     bash scripts/quickstart.sh                 # once: installs hetsched with [tools] and [langgraph]
     .venv/bin/python examples/langgraph_agent.py [--requests 12] [--compare 5] [--json]
 
-The agent answers a question over a scanned report. It is an ordinary LangGraph graph: eight
-nodes, a parallel fan-out after chunking (embed -> search, keywords, figures), a fan-in at the
-reranker. Seven nodes run hetsched's built-in real tools (tiny preset: real PyTorch models with
-random weights, FAISS, a PDF parser); ``keywords`` runs a plain Python function turned into a
-tool with ``hs.function_tool``. Each node says which tool it runs through its LangGraph metadata
-(``metadata=hlg.tool("e5_large")``) and calls it through the ``tool`` it receives.
+The agent answers a question over a scanned report. It is an ordinary LangGraph graph: nine
+nodes, a parallel fan-out of four branches after chunking (embed -> search, keywords, scan,
+figures), fan-ins at the reranker and the answer. Eight nodes run hetsched's built-in real tools
+(tiny preset: real PyTorch models with random weights, FAISS, a PDF parser); ``keywords`` runs a
+plain Python function turned into a tool with ``hs.function_tool``. Each node says which tool it
+runs through its LangGraph metadata (``metadata=hlg.tool("e5_large")``) and calls it through the
+``tool`` it receives.
 
 ``ScheduledGraph`` reads the compiled graph through LangGraph's graph API into a hetsched
 workflow, and serves each ``invoke`` as one request of an online ``hs.Session``: LangGraph drives
@@ -41,7 +42,7 @@ except ImportError:  # pragma: no cover - the extra is missing
     sys.exit("this example needs LangGraph: pip install -e '.[langgraph]' (bash scripts/quickstart.sh installs it)")
 
 VRAM_BUDGET_MB = 64.0
-"""The stand-in device's budget: every GPU-capable tool fits at once (~46 MB), so all-GPU runs."""
+"""The stand-in device's budget: every GPU-capable tool fits at once (~54 MB), so all-GPU runs."""
 QUESTIONS = [
     "What drove the rise in GPU memory use this quarter?",
     "Which figures show the latency of the CPU pool?",
@@ -57,6 +58,7 @@ class AgentState(TypedDict, total=False):
     vectors: Any
     hits: Any
     keywords: list[str]
+    scanned: Any
     figures: Any
     ranked: Any
     answer: Any
@@ -97,12 +99,16 @@ def keywords(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
     return {"keywords": tool(state["question"], state["chunks"]), "log": [f"keywords on {tool.placement}"]}
 
 
+def scan(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
+    return {"scanned": tool(), "log": [f"scan on {tool.placement}"]}  # OCR of the report's scanned pages
+
+
 def figures(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
     return {"figures": tool(), "log": [f"figures on {tool.placement}"]}  # embeds the report's figure crops
 
 
 def rerank(state: AgentState, tool: hlg.ToolCall) -> dict[str, Any]:
-    return {"ranked": tool(state["question"], state["hits"], " ".join(state["keywords"])),
+    return {"ranked": tool(state["question"], state["hits"], state["scanned"], " ".join(state["keywords"])),
             "log": [f"rerank on {tool.placement}"]}
 
 
@@ -119,16 +125,18 @@ def build_graph() -> Any:
     g.add_node("embed", hlg.node(embed), metadata=hlg.tool("e5_large"))
     g.add_node("search", hlg.node(search), metadata=hlg.tool("vector_search"))
     g.add_node("keywords", hlg.node(keywords), metadata=hlg.tool("keywords"))
+    g.add_node("scan", hlg.node(scan), metadata=hlg.tool("ocr"))
     g.add_node("figures", hlg.node(figures), metadata=hlg.tool("clip_vit_b32"))
     g.add_node("rerank", hlg.node(rerank), metadata=hlg.tool("reranker"))
     g.add_node("answer", hlg.node(answer), metadata=hlg.tool("llama_1b"))
     g.add_edge(START, "parse")
     g.add_edge("parse", "chunk")
-    g.add_edge("chunk", "embed")      # the parallel fan-out: three branches after chunking
+    g.add_edge("chunk", "embed")      # the parallel fan-out: four branches after chunking
     g.add_edge("chunk", "keywords")
+    g.add_edge("chunk", "scan")
     g.add_edge("chunk", "figures")
     g.add_edge("embed", "search")
-    g.add_edge(["search", "keywords"], "rerank")
+    g.add_edge(["search", "keywords", "scan"], "rerank")
     g.add_edge(["rerank", "figures"], "answer")
     g.add_edge("answer", END)
     return g.compile()

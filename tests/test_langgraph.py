@@ -448,7 +448,7 @@ def test_the_example_agent_runs_and_reports_its_placement_against_all_gpu(tmp_pa
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    nodes = {"parse", "chunk", "embed", "search", "keywords", "figures", "rerank", "answer"}
+    nodes = {"parse", "chunk", "embed", "search", "keywords", "scan", "figures", "rerank", "answer"}
     assert [r["round"] for r in out["requests"]] == [0, 1, 2, 3]
     for text in (out["converged"], out["all_gpu"], *(r["mapping"] for r in out["requests"])):
         assert {pair.split("=")[0] for pair in text.split()} == nodes

@@ -37,7 +37,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetsched.builder import Workflow
 from hetsched.model import HetschedError, InputError
+from hetsched.session import Response, Session
+from hetsched.tools.functions import ToolSpec
 
 __all__ = [
     "METADATA_KEY",
@@ -280,7 +283,7 @@ def _topological(ranked: list[str], edges: list[tuple[str, str]]) -> list[str]:
 
 def workflow(graph: Any, *, name: str = "langgraph", vram_budget_mb: float, tools: Iterable[Any] = (),
              library: Any = None, mode: str = "three_way", cpu_cores: int | None = None,
-             loops: str = "refuse") -> Any:
+             loops: str = "refuse") -> Workflow:
     """The :class:`hetsched.Workflow` of a compiled LangGraph graph (see :func:`read_graph`).
 
     ``tools``: :class:`hetsched.ToolSpec` objects (``hs.function_tool(...)``) for node tools that are
@@ -292,14 +295,12 @@ def workflow(graph: Any, *, name: str = "langgraph", vram_budget_mb: float, tool
 
 
 def _build_workflow(shape: GraphShape, *, name: str, vram_budget_mb: float, tools: Iterable[Any], library: Any,
-                    mode: str, cpu_cores: int | None) -> Any:
-    import hetsched as hs
-
+                    mode: str, cpu_cores: int | None) -> Workflow:
     specs = {_tool_name(t): t for t in tools}
-    wf = hs.Workflow(name, vram_budget_mb=vram_budget_mb, tools=library, mode=mode, cpu_cores=cpu_cores)
+    wf = Workflow(name, vram_budget_mb=vram_budget_mb, tools=library, mode=mode, cpu_cores=cpu_cores)
     for node_id, tool_name in shape.tools.items():
         spec = specs.get(tool_name)
-        wf = wf.node(node_id, spec if isinstance(spec, hs.ToolSpec) else tool_name, after=shape.preds(node_id))
+        wf = wf.node(node_id, spec if isinstance(spec, ToolSpec) else tool_name, after=shape.preds(node_id))
     return wf
 
 
@@ -460,8 +461,6 @@ class ScheduledGraph:
     def __init__(self, graph: Any, *, vram_budget_mb: float, tools: Sequence[Any] = (), library: Any = None,
                  mode: str = "three_way", cpu_cores: int | None = None, name: str = "langgraph",
                  loops: str = "refuse", **session_options: Any) -> None:
-        import hetsched as hs
-
         self.graph = graph
         """The compiled LangGraph graph."""
         self.shape = read_graph(graph, loops=loops)
@@ -469,9 +468,9 @@ class ScheduledGraph:
         self.workflow = _build_workflow(self.shape, name=name, vram_budget_mb=vram_budget_mb, tools=tools,
                                         library=library, mode=mode, cpu_cores=cpu_cores)
         """The hetsched workflow (``hs.Workflow``) the session schedules."""
-        self.session: Any = hs.Session(self.workflow, tools=list(tools), **session_options)
+        self.session = Session(self.workflow, tools=list(tools), **session_options)
         """The online session: its mapping, run store and policy."""
-        self.last: Any = None
+        self.last: Response | None = None
         """The last finished request's response (``trace``, ``mapping``, ``round``...)."""
 
     @property
