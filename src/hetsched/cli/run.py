@@ -14,6 +14,7 @@ from rich.table import Table
 
 from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, EXIT_NO_RESULT, app, err, examples, fail, out, safe
 from hetsched.exec import Executor, executor_names, make_executor
+from hetsched.exec.measure import REFERENCE_REPEATS, measure_reference
 from hetsched.export import write_chrome_trace
 from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
@@ -45,9 +46,14 @@ def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
     return " ".join(parts)
 
 
-def reference_name(ref: Reference | None) -> str:
-    """``oracle`` or ``best-known`` (column headers)."""
-    return "reference" if ref is None else ref.kind.value
+def reference_name(ref: Reference | None, executor: str = "sim") -> str:
+    """Column headers: ``oracle`` or ``best-known`` on the simulator; on a real executor ``oracle
+    (measured)``, ``best measured``, or ``oracle (simulated)`` when nothing could be measured."""
+    if ref is None:
+        return "reference"
+    if executor != "sim" and ref.measured is None:
+        return f"{ref.kind.value} (simulated)"
+    return ref.compare_name
 
 
 def round_table(result: RunResult) -> Table:
@@ -56,10 +62,10 @@ def round_table(result: RunResult) -> Table:
     table = Table(title=f"{safe(result.policy)} on {safe(result.scenario.name)} ({safe(result.executor)})",
                   title_justify="left")
     table.add_column("round", justify="right")
-    table.add_column("mapping" if ref is None else f"mapping (* differs from {reference_name(ref)})")
+    table.add_column("mapping" if ref is None else f"mapping (* differs from {ref.kind.value})")
     table.add_column("E2E ms", justify="right")
     if ref is not None:
-        table.add_column(f"/ {reference_name(ref)}", justify="right")
+        table.add_column(f"/ {reference_name(ref, result.executor)}", justify="right")
     table.add_column("probes", justify="right")
     table.add_column("feasible / reason")
     for r in result.rounds:
@@ -67,7 +73,7 @@ def round_table(result: RunResult) -> Table:
         cells = [str(r.round), safe(mapping_text(r.mapping, None if ref is None else ref.mapping)),
                  "-" if e2e is None else f"{e2e:.1f}"]
         if ref is not None:
-            cells.append("-" if e2e is None else f"{e2e / ref.e2e_ms:.3f}")
+            cells.append("-" if e2e is None else f"{e2e / ref.compare_ms:.3f}")
         cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
@@ -352,6 +358,7 @@ def run(
         with make_executor(stored_key.executor, stored_key.scenario) as ex:
             describe_executor(ex, as_json)
             result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None, executor=ex)
+            _add_reference(result, choice, max_seconds, ex, store, as_json)
     else:
         if scenario is None:
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
@@ -380,11 +387,7 @@ def run(
                 with RunStore(store) as st:
                     run_id = st.create_run(key)
                 result = _stored_run(store, run_id, pol, as_json, executor=ex)
-    if choice is not ReferenceChoice.NONE:
-        result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
-        if result.run_id is not None and ref is not None:
-            with RunStore(store) as st:
-                st.set_reference(result.run_id, ref)
+            _add_reference(result, choice, max_seconds, ex, store, as_json)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
@@ -395,9 +398,15 @@ def run(
     if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
-        how = "noise-free" if result.executor == "sim" else "simulated from the cards; the rounds below are real"
+        how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
         out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
+        if ref.measured is not None and ref.measured_kind == "best measured":
+            out.print(f"the {ref.kind.value} mapping could not run on {safe(result.executor)}; ratios below are to "
+                      f"the run's best measured mapping, {safe(ref.measured.describe())}", soft_wrap=True)
+        elif ref.measured is not None:
+            out.print(f"{ref.kind.value} mapping measured on {safe(result.executor)}: {safe(ref.measured.describe())}"
+                      "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
@@ -405,11 +414,34 @@ def run(
     best = result.best_round
     if best is not None:
         e2e = best.trace.e2e_ms or 0.0
-        ratio = "" if ref is None else f" = {e2e / ref.e2e_ms:.3f} x {reference_name(ref)}"
+        ratio = "" if ref is None else f" = {e2e / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}"
         out.print(f"best round {best.round}: E2E {e2e:.1f} ms{ratio}")
+    deploy = result.deploy
+    if deploy is not None:
+        ratio = ("" if ref is None else
+                 f" = {deploy.median_ms / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}")
+        out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())}{ratio})",
+                  soft_wrap=True)
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)
+
+
+def _add_reference(result: RunResult, choice: ReferenceChoice, max_seconds: float, ex: Executor,
+                   store: Path | None, as_json: bool) -> None:
+    """Compute the report's reference (none with ``--reference none``); on a real executor, also
+    measure it there (:func:`~hetsched.exec.measure.measure_reference`); store it with the run."""
+    if choice is ReferenceChoice.NONE:
+        return
+    ref = reference(result.scenario, choice, max_seconds=max_seconds)
+    if ref is not None and ex.name != "sim" and result.rounds:
+        (err if as_json else out).print(f"measuring the {ref.kind.value} mapping on {safe(ex.name)} "
+                                        f"({REFERENCE_REPEATS} runs, the run's own included)", soft_wrap=True)
+        ref = measure_reference(ex, ref, result.rounds)
+    result.reference = ref
+    if result.run_id is not None and ref is not None:
+        with RunStore(store) as st:
+            st.set_reference(result.run_id, ref)
 
 
 def _exit_without_result(result: RunResult) -> None:
