@@ -19,7 +19,7 @@ from typing import Any
 
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import LoopConfig, Recorder, RunResult, continue_run, run_rounds
-from hetsched.model import SIM, ExecutorSpec, Reference, RoundRecord, RunKey, Scenario, ToolCard
+from hetsched.model import ExecutorSpec, InputError, Reference, RoundRecord, RunKey, Scenario, ToolCard
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, make_policy
 from hetsched.store import RunStore
@@ -42,16 +42,29 @@ def _scenario(scenario: Scenario | str | Path | Any) -> Scenario:
                     f"got {scenario!r}")
 
 
-def with_secret(options: dict[str, Any], api_key: str | None) -> Policy | None:
-    """The agentic policy built with an LLM API key given in code (never stored), or None when no key."""
-    if api_key is None:
+OnStart = Callable[[str, RunStore], None]
+"""Called with the run id and its store once the run is recorded, before its first round."""
+
+
+def with_secret(options: dict[str, Any], api_key: str | None, reach: dict[str, Any] | None = None) -> Policy | None:
+    """The agentic policy with an LLM API key (never stored, never put in the environment) and
+    connection settings (``timeout_s``, ``retries``: how to reach the server, not what the run is)
+    given in code, or None when there is neither or the decider is no LLM."""
+    from hetsched.llm import LLM_DECIDERS
+
+    if api_key is None and not reach:
         return None
-    from hetsched.llm import resolve_llm_config
+    if str(options.get("decider", "rules")).strip().lower() not in LLM_DECIDERS:
+        return None
     from hetsched.policies.agentic import Agentic
 
-    llm = resolve_llm_config({**(options.get("llm") or {}), "api_key": api_key})
+    llm = {**(options.get("llm") or {}), **(reach or {})}
+    if api_key is not None:
+        llm["api_key"] = api_key
+    from hetsched.llm import resolve_llm_config
+
     rest = {k: v for k, v in options.items() if k != "llm"}
-    return Agentic(llm=llm, **rest)
+    return Agentic(llm=resolve_llm_config(llm), **rest)
 
 
 def run(
@@ -63,19 +76,27 @@ def run(
     stop_after: int = 0,
     max_probes_per_round: int | None = None,
     options: dict[str, Any] | None = None,
-    executor: str | ExecutorSpec | Executor = "sim",
+    executor: str | ExecutorSpec = "sim",
     executor_options: dict[str, Any] | None = None,
+    running: Executor | None = None,
     store: str | Path | RunStore | bool | None = None,
     experiment: str = "",
+    on_start: OnStart | None = None,
     on_round: OnRound | None = None,
+    reference: str = "none",
+    max_seconds: float | None = None,
     llm_api_key: str | None = None,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``policy`` on ``scenario`` and return the result.
 
     ``store``: a path or :class:`~hetsched.store.RunStore` (None: the default store) records every
     round as it completes (continue an interrupted run with :func:`resume`); False records nothing.
-    ``executor``: ``sim`` (default), ``local``, ``ray``, ``inproc``, an ExecutorSpec, or an Executor
-    (then the caller closes it). ``llm_api_key`` reaches an LLM decider without being stored.
+    ``executor``: ``sim`` (default), ``local``, ``ray``, ``inproc`` or an ExecutorSpec, with
+    ``executor_options``; ``running``: an executor already built for it (reused, not closed).
+    ``reference``: compute one for the report after the run (``auto``, ``oracle``, ``best-known``;
+    default ``none``) and store it with the run. ``llm_api_key`` reaches an LLM decider without
+    being stored. On any exception (Ctrl-C included) the stored run is marked interrupted and keeps
+    its rounds.
     """
     sc = _scenario(scenario)
     opts = dict(options or {})
@@ -87,27 +108,28 @@ def run(
         pol = secret or make_policy(policy, **opts)
     config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after,
                         **({} if max_probes_per_round is None else {"max_probes_per_round": max_probes_per_round}))
-    own = not isinstance(executor, Executor)
-    if isinstance(executor, str | ExecutorSpec):
-        spec = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec(executor, executor_options or {})
-        ex: Executor = make_executor(spec, sc)
-    else:
-        spec, ex = ExecutorSpec(executor.name, {}), executor
+    spec = executor if isinstance(executor, ExecutorSpec) else ExecutorSpec(executor, executor_options or {})
+    ex = running if running is not None else make_executor(spec, sc)
     try:
         if store is False:
-            return run_rounds(sc, pol, config, executor=ex, recorder=on_round)
-        key = RunKey(scenario=sc, policy=pol.name, options=opts if not isinstance(policy, Policy) else {},
-                     config=config, executor=spec, experiment=experiment)
-        st, own_store = _store(store)
-        try:
-            run_id = st.create_run(key)
-            return continue_run(st, run_id, policy=pol, executor=ex, recorder=on_round)
-        finally:
-            if own_store:
-                st.close()
+            result = run_rounds(sc, pol, config, executor=ex, recorder=on_round)
+        else:
+            key = RunKey(scenario=sc, policy=pol.name, options=opts if not isinstance(policy, Policy) else {},
+                         config=config, executor=spec, experiment=experiment)
+            st, own_store = _store(store)
+            try:
+                run_id = st.create_run(key)
+                if on_start is not None:
+                    on_start(run_id, st)
+                result = continue_run(st, run_id, policy=pol, executor=ex, recorder=on_round)
+            finally:
+                if own_store:
+                    st.close()
+        _add_reference(result, reference, max_seconds, store, ex)  # measured there on a real executor
     finally:
-        if own:
+        if running is None:
             ex.close()
+    return result
 
 
 def resume(
@@ -116,21 +138,61 @@ def resume(
     store: str | Path | RunStore | None = None,
     rounds: int | None = None,
     policy: Policy | None = None,
-    executor: Executor | None = None,
+    running: Executor | None = None,
+    on_start: OnStart | None = None,
     on_round: Recorder | None = None,
+    reference: str = "none",
+    max_seconds: float | None = None,
     llm_api_key: str | None = None,
+    llm_reach: dict[str, Any] | None = None,
 ) -> RunResult:
     """Continue a stored run to its planned rounds (or to ``rounds``): the same scenario, policy,
-    options, executor and loop settings as it was started with (its :class:`~hetsched.model.RunKey`)."""
+    options, executor and loop settings as it was started with (its :class:`~hetsched.model.RunKey`).
+
+    ``llm_api_key`` and ``llm_reach`` (``timeout_s``, ``retries``) say how to reach an LLM decider's
+    server this time; they are not stored. ``running``: an executor built for the stored one (reused).
+    """
     st, own_store = _store(store)
     try:
-        if policy is None and llm_api_key is not None:
-            key = st.key(run_id)
-            policy = with_secret(dict(key.options), llm_api_key)
-        return continue_run(st, run_id, policy=policy, executor=executor, recorder=on_round, rounds=rounds)
+        info = st.readable(run_id)
+        if policy is None and (llm_api_key is not None or llm_reach):
+            from hetsched.llm import LLM_DECIDERS
+
+            if llm_reach and info.options.get("decider") not in LLM_DECIDERS:
+                raise InputError(f"LLM timeout and retries apply to LLM deciders; run {info.id} has none")
+            policy = with_secret(dict(info.options), llm_api_key, llm_reach)
+        if on_start is not None:
+            on_start(info.id, st)
+        result = continue_run(st, info.id, policy=policy, executor=running, recorder=on_round, rounds=rounds)
     finally:
         if own_store:
             st.close()
+    _add_reference(result, reference, max_seconds, store, running)
+    return result
+
+
+def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
+                   store: str | Path | RunStore | bool | None, ex: Executor | None = None) -> None:
+    """Compute the report's reference (unless ``none``) and store it with the run; on a real
+    executor ``ex``, the reference mapping is also measured there
+    (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
+    measurement."""
+    from hetsched.exec.measure import measure_reference
+    from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
+
+    if parse_reference_choice(choice) is ReferenceChoice.NONE:
+        return
+    ref = reference(result.scenario, choice, max_seconds=max_seconds)
+    if ref is not None and ex is not None and ex.name != "sim" and result.rounds:
+        ref = measure_reference(ex, ref, result.rounds)
+    result.reference = ref
+    if result.run_id is not None and ref is not None and store is not False:
+        st, own = _store(store)
+        try:
+            st.set_reference(result.run_id, ref)
+        finally:
+            if own:
+                st.close()
 
 
 def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
@@ -166,6 +228,4 @@ def _store(store: str | Path | RunStore | bool | None) -> tuple[RunStore, bool]:
     return RunStore(None if store in (None, True) else Path(str(store))), True
 
 
-__all__ = ["OnRound", "profile", "reference", "resume", "run", "with_secret"]
-
-_ = SIM  # the default executor's spec (re-exported by hetsched.model)
+__all__ = ["OnRound", "OnStart", "profile", "reference", "resume", "run", "with_secret"]
