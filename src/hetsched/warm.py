@@ -42,6 +42,9 @@ class Prior:
     """Ids of the runs the prior comes from."""
     why: str = ""
     """One line: where the mapping comes from."""
+    cards: dict[str, ToolCard] = field(default_factory=dict)
+    """Cards of the scenario with the measured behaviour of tools earlier runs measured (empty: none);
+    the policy plans with them."""
 
 
 def same_workflow(a: Scenario, b: Scenario) -> bool:
@@ -51,11 +54,14 @@ def same_workflow(a: Scenario, b: Scenario) -> bool:
 
 def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = None,
               exclude: str | None = None) -> Prior | None:
-    """The prior for ``scenario`` from ``store`` (runs of the same workflow, on ``executor`` when given),
-    or None when the store has none that applies."""
+    """The prior for ``scenario`` from ``store`` (runs on ``executor`` when given), or None when the
+    store has nothing that applies: runs of the same workflow give a mapping and rounds; failing
+    those, runs sharing tools give those tools' measured behaviour as cards."""
     planner = SimPlanner(scenario)
     rounds: list[RoundRecord] = []
     runs: list[str] = []
+    sharing: list[RoundRecord] = []
+    tools = set(scenario.workflow.tools)
     # compared by content, whatever the runs' scenario names: a renamed copy is the same workflow
     for info in store.runs(limit=MAX_RUNS_READ):
         if info.id == exclude or info.damage or info.rounds_done == 0:
@@ -67,6 +73,8 @@ def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = Non
         except Exception:  # an unreadable run is no evidence
             continue
         if not same_workflow(other, scenario):
+            if tools & set(other.workflow.tools):
+                sharing.extend(r for r in store.rounds(info.id) if r.trace.feasible)
             continue
         usable = [r for r in store.rounds(info.id) if r.trace.feasible and r.trace.e2e_ms is not None
                   and planner.infeasibility(r.mapping) is None]
@@ -74,7 +82,13 @@ def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = Non
             runs.append(info.id)
             rounds.extend(usable)
     if not rounds:
-        return None
+        if not sharing:
+            return None
+        cards = measured_cards(scenario, sharing)
+        if cards == dict(scenario.cards):
+            return None
+        changed = sorted(t for t in cards if cards[t] != scenario.cards[t])
+        return Prior(None, cards=cards, why=f"measured behaviour of tools {changed} from earlier runs")
     best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
     renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
     return Prior(best.mapping, renumbered, tuple(runs),
@@ -89,6 +103,8 @@ def measured_cards(scenario: Scenario, history: Sequence[RoundRecord]) -> dict[s
     gpu: dict[str, list[float]] = {}
     for r in history:
         for nt in r.trace.nodes.values():
+            if nt.tool not in scenario.cards:
+                continue
             if nt.placement is Placement.CPU:
                 cpu.setdefault(nt.tool, []).append(nt.run_ms)
             elif nt.placement is Placement.GPU_NOW:
