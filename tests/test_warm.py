@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import pytest
+
 import hetsched as hs
 from hetsched.model import Placement, Scenario
 from hetsched.sim import Simulator
@@ -55,11 +57,13 @@ def test_shared_tools_give_their_measured_behaviour(tmp_path: Path) -> None:
         prior = prior_for(st, other, executor="sim")
     assert prior is not None and prior.mapping is None and prior.cards
     with RunStore(store) as st:
-        rounds = [r for info in st.runs() for r in st.rounds(info.id)]
-    measured = [nt.run_ms for r in rounds for nt in r.trace.nodes.values() if nt.tool == first.tool]
-    assert len(measured) == 3  # all-CPU: one CPU run of the tool per request
-    assert prior.cards[first.tool].cpu_ms == statistics.median(measured)
-    assert prior.cards[first.tool].cpu_ms != sc.cards[first.tool].cpu_ms  # measured under contention and noise
+        info = st.runs()[0]
+        rounds = st.rounds(info.id)
+    model = Simulator(sc, noise=False)
+    ratios = [r.trace.nodes[first.id].run_ms / model.run(r.mapping, seed=0).nodes[first.id].run_ms for r in rounds]
+    assert len(ratios) == 3  # all-CPU: one CPU run of the tool per request
+    assert prior.cards[first.tool].cpu_ms == pytest.approx(sc.cards[first.tool].cpu_ms * statistics.median(ratios))
+    assert prior.cards[first.tool].cpu_ms != sc.cards[first.tool].cpu_ms  # measured with noise
     assert measured_cards(other, []) == dict(other.cards)
 
 
