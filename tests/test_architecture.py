@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "warm": {"model", "sim", "store"},
     "session": {"model", "exec", "tools", "policies", "sim", "store", "loop", "builder", "warm"},
     "api": BELOW_LOOP | {"loop", "builder", "warm", "session"},
+    "integrations": {"model", "tools", "builder", "session"},
     "bench": BELOW_LOOP | {"loop", "__init__", "builder", "warm", "session", "api"},
     "cli": BELOW_LOOP | {"loop", "bench", "__init__", "builder", "warm", "session", "api"},
 }
