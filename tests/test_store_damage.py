@@ -264,6 +264,46 @@ def test_damage_found_by_quick_check_is_quoted(tmp_path: Path) -> None:
     assert f"run store {path}" in message and ("quick_check" in message or "damaged" in message)
 
 
+def _damage_page(path: Path, name: str) -> None:
+    """Write a b-tree page header that makes no sense over the root page of table or index ``name``."""
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the main file
+        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+        root = raw.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
+    data = bytearray(path.read_bytes())
+    start = (root - 1) * page_size
+    data[start : start + 8] = b"\x0d\x00\x00\xff\xff\xff\xff\xff"
+    path.write_bytes(bytes(data))
+
+
+def test_one_damaged_page_never_hides_the_runs_that_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.sqlite"
+    ids = make_store(path, runs=3)
+    _damage_page(path, "runs_by_created")  # the index the listing's ORDER BY reads; show-run never does
+    code, out, err = cli(capsys, "runs", "--store", str(path), "--json")
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)] == ids[::-1]  # every run, newest first
+    assert "is damaged" in err and ".recover" in err and "still listed by `hetsched runs" not in err
+    code, out, _ = cli(capsys, "runs", "--store", str(path))
+    assert code == 0 and all(i in out for i in ids)
+    for run_id in ids:
+        assert cli(capsys, "show-run", run_id, "--store", str(path))[0] == 0
+    with RunStore(path, read_only=True) as store:  # the filters still apply
+        assert [i.id for i in store.runs(limit=1)] == ids[-1:]
+        assert store.runs(policy="no such policy") == []
+
+
+def test_a_damaged_page_of_the_rounds_marks_the_runs_it_hides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.sqlite"
+    ids = make_store(path, runs=3)
+    _damage_page(path, "sqlite_autoindex_rounds_1")  # the rounds of every run are counted through it
+    code, out, err = cli(capsys, "runs", "--store", str(path), "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert {r["id"] for r in listed} == set(ids)
+    assert all("its rounds cannot be read" in r["damage"] for r in listed)
+
+
 # ---------------------------------------------------------------- read-only files and folders
 def _read_only_script(folder: Path, commands: str) -> str:
     return textwrap.dedent(f"""

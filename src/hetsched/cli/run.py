@@ -20,6 +20,7 @@ from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import Policy, make_policy, policy_names
 from hetsched.sim.reference import (
     DEFAULT_SEARCH_SECONDS,
@@ -81,6 +82,18 @@ def check_output_file(path: Path, option: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+
+
+def check_store_folder(store: Path | None, option: str = "--store") -> None:
+    """Refuse (exit 2) a ``--store`` file whose folder does not exist, naming it: a typo in a folder
+    name must not create a new folder and a new, empty store there."""
+    if store is None:
+        return
+    folder = store.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
+                   "folder")
 
 
 def load(ref: str) -> Scenario:
@@ -150,8 +163,9 @@ def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, 
         except LLMUnreachableError as exc:
             done = st.run(info.id).rounds_done
             err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
             err.print(f"run {info.id} stopped with its {done} stored rounds; once the server answers, continue it "
-                      f"with: {safe(hint)}", soft_wrap=True)
+                      f"with: {safe(hint)}{again}", soft_wrap=True)
             raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
@@ -229,8 +243,10 @@ def run(
     policy: str = typer.Option(
         "all-gpu", "--policy", "-p", metavar="NAME", help=f"One of: {', '.join(policy_names())}."
     ),
-    rounds: int = typer.Option(20, "--rounds", "-r", min=1, metavar="N", help="Rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Run seed (noise, randomized policies)."),
+    rounds: int = typer.Option(20, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", help="Rounds to run."),
+    seed: int = typer.Option(
+        0, "--seed", "-s", min=0, max=MAX_SEED, metavar="N", help="Run seed (noise, randomized policies)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write every round's schedule as Chrome trace-event JSON."
@@ -245,8 +261,9 @@ def run(
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
     stop_after: int = typer.Option(
-        0, "--stop-after", min=0, metavar="N", help="Stop early once the mapping is unchanged for this many rounds "
-        "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
+        0, "--stop-after", min=0, max=MAX_ROUNDS, metavar="N",
+        help="Stop early once the mapping is unchanged for this many rounds and the policy has converged "
+        "(agentic: no unexplored probe left in budget); 0 = never.",
     ),
     decider: str | None = typer.Option(
         None, "--decider", metavar="NAME", show_default="rules",
@@ -327,6 +344,7 @@ def run(
     check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
+    check_store_folder(store)
     if resume is not None:
         given = [p for p in ctx.command.params if p.name not in RESUME_MAY_SET and _given(ctx, p.name)]
         if given:
@@ -378,7 +396,13 @@ def run(
                 key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
                              stop_after=stop_after, executor=spec)
                 with RunStore(store) as st:
-                    run_id = st.create_run(key)
+                    # the same run tried before that recorded no round (its LLM server never answered, Ctrl-C
+                    # during round 1): continue it, so failed attempts leave no pile of empty runs
+                    empty = st.find_run(key)
+                    if empty is not None and empty.rounds_done == 0 and not empty.live_elsewhere and not empty.damage:
+                        run_id = empty.id
+                    else:
+                        run_id = st.create_run(key)
                 result = _stored_run(store, run_id, pol, as_json, executor=ex)
     if choice is not ReferenceChoice.NONE:
         result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)

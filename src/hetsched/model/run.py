@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.model.errors import InputError
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.model.scenario import Scenario
 
 
@@ -88,6 +89,12 @@ class RunKey:
     def __post_init__(self) -> None:
         if self.rounds < 1:
             raise InputError(f"rounds must be >= 1, got {self.rounds}")
+        if self.rounds > MAX_ROUNDS:
+            raise InputError(f"rounds must be <= {MAX_ROUNDS:,}, got {self.rounds}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise InputError(f"seed must be between 0 and {MAX_SEED} (a signed 64-bit integer), got {self.seed}")
         if self.stop_after < 0:
             raise InputError(f"stop_after must be >= 0, got {self.stop_after}")
+        if self.stop_after > MAX_ROUNDS:
+            raise InputError(f"stop_after must be <= {MAX_ROUNDS:,}, got {self.stop_after}")
         object.__setattr__(self, "options", _json_ready(dict(self.options), f"policy {self.policy!r} options"))
