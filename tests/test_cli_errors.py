@@ -337,3 +337,32 @@ def test_piped_show_keeps_long_tool_names_whole(capsys: pytest.CaptureFixture[st
     assert code == 0, err
     card_lines = [line for line in out.splitlines() if line.startswith(name)]
     assert card_lines and "10" in card_lines[0]
+
+
+# ---------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_on_bench_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out_dir = tmp_path / "out"
+    args = ["bench", "--scenario", "chain", "-p", "all-gpu", "--seeds", "400", "-r", "5", "-j", "1",
+            "--no-progress", "--reference", "oracle", "-o", str(out_dir)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "hetsched", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    store = out_dir / "runs.sqlite"
+    deadline = time.monotonic() + 240
+    finished = 0
+    while finished < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if store.exists():
+            with RunStore(store, read_only=True) as st:
+                finished = len(st.runs(status="finished"))
+    assert finished >= 2 and proc.poll() is None, "the bench did not get going"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    text = " ".join(err.split())
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted:" in text and str(store) in text
+    assert "of 400 runs finished and are kept" in text and "resume with hetsched bench --scenario chain" in text

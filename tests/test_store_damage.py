@@ -130,6 +130,32 @@ def test_a_real_full_filesystem_stops_the_run_with_a_clear_message(tmp_path: Pat
     assert f"--resume {run['id']}" in err and 0 < run["rounds_done"] < 60
 
 
+@needs_root_mounts
+def test_a_tiny_full_disk_and_a_read_only_disk_are_named_as_such(tmp_path: Path) -> None:
+    full, ro, out = tmp_path / "full", tmp_path / "ro", tmp_path / "out"
+    for folder in (full, ro, out):
+        folder.mkdir()
+    script = textwrap.dedent(f"""
+        set -u
+        mount -t tmpfs -o size=8k tmpfs {full} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {full}/runs.sqlite >/dev/null 2>{out}/full.err
+        echo $? > {out}/full.rc
+        mount -t tmpfs -o size=1m tmpfs {ro} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {ro}/runs.sqlite >/dev/null 2>&1 || exit 98
+        mount -o remount,ro {ro} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {ro}/runs.sqlite >/dev/null 2>{out}/ro.err
+        echo $? > {out}/ro.rc
+        """)
+    proc = _in_namespace(script)
+    if proc.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    for name, said in (("full", "is full"), ("ro", "read-only file system")):
+        err = " ".join((out / f"{name}.err").read_text().split())
+        assert (out / f"{name}.rc").read_text().strip() == "2", err
+        assert said in err and "permissions" not in err and "Traceback" not in err, err
+
+
 # ---------------------------------------------------------------- damaged files and rows
 def test_random_bytes_in_a_stored_value_mark_that_run_and_spare_the_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
