@@ -15,7 +15,9 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
@@ -266,10 +268,88 @@ def test_a_worker_that_dies_mid_round_is_a_tool_error_and_is_restarted(tmp_path:
             flag.touch()
             trace = ex.run(m(A=C, B=G))
             assert trace.kind is InfeasibleKind.TOOL_ERROR and "stand-in device worker process died" in trace.reason
+            assert "(killed by SIGKILL (signal 9))" in trace.reason  # how it died, never "exit code None"
             assert "['B']" in trace.reason and set(trace.nodes) == {"A"}
             flag.unlink()
             check_trace(sc, ex.run(m(A=C, B=G)))  # a fresh device worker took over
             assert ex.gpu is not None and ex.gpu.pid != old
+    finally:
+        for t in made:
+            unregister_tool(t.name)
+
+
+def bounded(fn: Callable[[], Trace], limit_s: float = 300.0) -> Trace:
+    """``fn()``, or a failure when it has not returned within ``limit_s`` (a hang, not a slow machine:
+    the rounds it runs take a few seconds)."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(fn)
+        try:
+            return future.result(timeout=limit_s)
+        except FutureTimeout:
+            raise AssertionError(f"the round did not end within {limit_s:g} s: the executor hangs") from None
+
+
+def test_a_tool_that_hangs_on_its_first_call_is_a_timeout_and_later_rounds_run(tmp_path: Path) -> None:
+    flag = tmp_path / "hang"
+    made = [Worker("steady", ms=5, mem_mb=1, value=1, has_gpu=False),
+            Worker("sleeper", ms=5, mem_mb=1, value=2, slow_flag=str(flag), slow_s=3600)]
+    for t in made:
+        register_tool(t, replace=True)
+    try:
+        sc = scenario([("A", "steady"), ("B", "sleeper")], [("A", "B")],
+                      [card("steady", 5, has_gpu=False), card("sleeper", 5, 2)])
+        flag.touch()  # the warm-up call before the first round hangs
+        for device_node in (C, G):
+            ex = LocalExecutor(sc, timeout_s=1.0)
+            try:
+                # each worker that prepares the tool meets the hang in its warm-up once (the CPU pool
+                # prepares every tool): a timeout naming the warm-up, then the tool is not warmed again
+                warmups: list[str] = []
+                for _ in range(3):
+                    trace = bounded(lambda: ex.run(m(A=C, B=device_node)))  # noqa: B023
+                    assert trace.kind is InfeasibleKind.TIMEOUT, trace.reason
+                    if "warming up" not in trace.reason:
+                        break
+                    assert "warming up tool 'sleeper'" in trace.reason and "time limit of 1 s" in trace.reason
+                    warmups.append(trace.reason)
+                assert len(warmups) == (1 if device_node is C else 2), warmups
+                # the next round meets the hang in the node itself: a timeout too, with what finished kept
+                assert "node 'B' (sleeper" in trace.reason and "time limit of 1 s" in trace.reason, trace.reason
+                assert set(trace.nodes) == {"A"}
+                flag.unlink()
+                check_trace(sc, bounded(lambda: ex.run(m(A=C, B=device_node))))  # noqa: B023
+                flag.touch()
+            finally:
+                ex.close()
+    finally:
+        for t in made:
+            unregister_tool(t.name)
+
+
+def test_a_segfault_while_warming_up_is_a_tool_error_naming_the_signal(tmp_path: Path) -> None:
+    flag = tmp_path / "crash"
+    made = [Worker("steady", ms=5, mem_mb=1, value=1, has_gpu=False),
+            Worker("segv", ms=5, mem_mb=1, value=2, crash_flag=str(flag), crash="segv")]
+    for t in made:
+        register_tool(t, replace=True)
+    try:
+        sc = scenario([("A", "steady"), ("B", "segv")], [("A", "B")],
+                      [card("steady", 5, has_gpu=False), card("segv", 5, 2)])
+        with LocalExecutor(sc) as ex:
+            flag.touch()
+            # the CPU pool prepares every tool, the device its GPU tools: each dies once in its warm-up
+            for where in ("CPU pool", "stand-in device"):
+                trace = ex.run(m(A=C, B=G))
+                assert trace.kind is InfeasibleKind.TOOL_ERROR, trace.reason
+                assert f"warming up tool 'segv' on the {where}" in trace.reason
+                assert f"the {where} worker process died (killed by SIGSEGV (signal 11))" in trace.reason
+            # not warmed up again: the round that runs it meets the crash, typed, with what finished kept
+            trace = ex.run(m(A=C, B=G))
+            assert trace.kind is InfeasibleKind.TOOL_ERROR and "killed by SIGSEGV" in trace.reason, trace.reason
+            assert "while running nodes ['B']" in trace.reason and set(trace.nodes) == {"A"}
+            flag.unlink()
+            check_trace(sc, ex.run(m(A=C, B=G)))  # fresh workers took over
+            check_trace(sc, ex.run(m(A=C, B=C)))
     finally:
         for t in made:
             unregister_tool(t.name)
@@ -331,8 +411,8 @@ edges: [A -> B]
 """
 
 
-def cli(*args: str, **kw: object) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+def cli(*args: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.Popen:
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     return subprocess.Popen([sys.executable, "-m", "hetsched", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
 
@@ -378,6 +458,44 @@ def test_ctrl_c_during_a_real_run_then_resume_gives_the_remaining_rounds(tmp_pat
         assert [r.round for r in rounds] == list(range(6))
         assert rounds[: len(kept)] == kept  # the stored rounds are untouched
         assert all(r.trace.feasible and r.trace.executor == "local" for r in rounds)
+
+
+def test_a_cli_run_with_a_tool_that_hangs_ends_with_typed_timeouts(tmp_path: Path) -> None:
+    path = tmp_path / "hang.yaml"
+    path.write_text(SCENARIO_YAML.replace("slow_", "hang_").replace("400", "5"))
+    flag, store = tmp_path / "hang", tmp_path / "runs.sqlite"
+    flag.touch()
+    args = ["run", str(path), "--executor", "local", "-X", 'tool_modules=["tests.hangtools"]', "-X", "timeout_s=1",
+            "--policy", "all-cpu", "--rounds", "2", "--store", str(store), "--reference", "none"]
+    hang = {"HETSCHED_TEST_HANG_FLAG": str(flag)}
+
+    def finish(proc: subprocess.Popen) -> str:
+        try:
+            _, err = proc.communicate(timeout=300)  # before the fix: the warm-up call waited for ever
+        finally:
+            proc.kill()
+        return str(err)
+
+    proc = cli(*args, env=hang)
+    err = finish(proc)
+    assert proc.returncode == 3 and "all 2 rounds were infeasible (timeout)" in err, err
+    with RunStore(store) as st:
+        [info] = st.runs()
+        rounds = st.rounds(info.id)
+        assert [r.trace.kind for r in rounds] == [InfeasibleKind.TIMEOUT] * 2
+        assert "warming up tool 'hang_a'" in rounds[0].trace.reason
+    # --resume builds a fresh executor, which warms up again: bounded too
+    proc = cli("run", "--resume", info.id, "--rounds", "3", "--store", str(store), "--reference", "none", env=hang)
+    err = finish(proc)
+    assert proc.returncode == 3, err
+    flag.unlink()
+    proc = cli("run", "--resume", info.id, "--rounds", "4", "--store", str(store), "--reference", "none", env=hang)
+    err = finish(proc)
+    assert proc.returncode == 0, err
+    with RunStore(store) as st:
+        rounds = st.rounds(info.id)
+        assert [r.trace.kind for r in rounds] == [InfeasibleKind.TIMEOUT] * 3 + [None]
+        assert "warming up tool 'hang_a'" in rounds[2].trace.reason
 
 
 def test_bench_accepts_the_local_executor(tmp_path: Path) -> None:

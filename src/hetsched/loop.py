@@ -31,6 +31,7 @@ from hetsched.model import (
     SIM,
     ExecutorSpec,
     InputError,
+    LoopConfig,
     Mapping,
     Planner,
     Probe,
@@ -41,42 +42,16 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
 from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore, StoreError
 
-DEFAULT_MAX_PROBES_PER_ROUND = 64
-"""The loop's own cap on probes in one round, whatever a policy asks (a safety net; policies
-keep their own, smaller budgets)."""
-
 
 def round_seed(seed: int, round_index: int, probe_index: int = -1) -> int:
     """Seed of one execution: distinct per (run seed, round, probe), stable across versions."""
     return (seed * 1_000_003 + round_index * 1_009 + probe_index + 1) & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """How a run is driven."""
-
-    rounds: int = 20
-    """Rounds to run (an upper bound when ``stop_after`` is set)."""
-    seed: int = 0
-    """Run seed; rounds and probes derive theirs from it."""
-    stop_after: int = 0
-    """Stop early once the mapping has been unchanged for this many rounds and the policy says
-    it has converged (0: never stop early)."""
-    max_probes_per_round: int = DEFAULT_MAX_PROBES_PER_ROUND
-    """Most probes the loop executes in one round, whatever the policy asks (0: no probes)."""
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if self.stop_after < 0:
-            raise ValueError(f"stop_after must be >= 0, got {self.stop_after}")
-        if self.max_probes_per_round < 0:
-            raise ValueError(f"max_probes_per_round must be >= 0, got {self.max_probes_per_round}")
 
 
 @dataclass
@@ -256,9 +231,9 @@ def run_key(
     executor: ExecutorSpec = SIM,
     experiment: str = "",
 ) -> RunKey:
-    """The :class:`~hetsched.model.RunKey` of a run driven with ``config`` (its rounds, seed, early stop)."""
-    return RunKey(scenario=scenario, policy=policy, options=dict(options or {}), seed=config.seed,
-                  rounds=config.rounds, stop_after=config.stop_after, executor=executor, experiment=experiment)
+    """The :class:`~hetsched.model.RunKey` of a run driven with ``config`` (every one of its fields)."""
+    return RunKey(scenario=scenario, policy=policy, options=dict(options or {}), config=config, executor=executor,
+                  experiment=experiment)
 
 
 def run_recorded(
@@ -322,7 +297,7 @@ def continue_run(
         raise InputError(
             f"run {run_id} was executed by {key.executor.name!r}; cannot continue it with {executor.name!r}"
         )
-    config = LoopConfig(rounds=planned, seed=key.seed, stop_after=key.stop_after)
+    config = replace(key.config, rounds=planned)  # every stored loop setting, the planned rounds updated
     store.claim(run_id)
     write = store.recorder(run_id)
 

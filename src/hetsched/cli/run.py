@@ -5,29 +5,42 @@ best-known mapping, or none)."""
 from __future__ import annotations
 
 import json
-import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
-from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, EXIT_NO_RESULT, app, err, examples, fail, out, safe
+from hetsched import api
+from hetsched.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_LLM_UNREACHABLE,
+    EXIT_NO_RESULT,
+    app,
+    err,
+    examples,
+    fail,
+    out,
+    plain_table,
+    safe,
+)
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
-from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
-from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
+from hetsched.loop import RunResult
+from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenario
 from hetsched.model.files import load_scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
-from hetsched.policies import Policy, make_policy, policy_names
+from hetsched.policies import make_policy, policy_names
 from hetsched.sim.reference import (
     DEFAULT_SEARCH_SECONDS,
-    ReferenceChoice,
     check_max_seconds,
     parse_reference_choice,
-    reference,
 )
 from hetsched.store import RunStore
 
@@ -134,39 +147,77 @@ timeout and retries say how to reach the server, not what the run is, and the re
 budget only shape the report: they apply to this session only)."""
 
 
-def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None,
-                executor: Executor | None = None) -> RunResult:
-    """Drive a stored run (just created, or resumed); Ctrl-C marks it interrupted and says how
-    to continue it."""
-    with RunStore(store) as st:
-        info = st.run(run_id)
-        hint = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
-        console = err if as_json else out
+PROGRESS_AFTER_S = 5.0
+"""A round running this long (s) gets a progress line on stderr, and again each time its time doubles."""
 
-        def say(text: str) -> None:
-            console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
 
-        if info.rounds_done:
-            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
-                f"{safe(st.path)}")
-        else:
-            say(f"run {info.id} recorded in {safe(st.path)}")
-        if info.status == "finished" and rounds in (None, info.rounds_planned):
-            say(f"run {info.id} was already finished; nothing to run")
-        try:
-            return continue_run(st, info.id, policy=policy, rounds=rounds, executor=executor)
-        except KeyboardInterrupt:
-            done = st.run(info.id).rounds_done
-            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
-                      soft_wrap=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except LLMUnreachableError as exc:
-            done = st.run(info.id).rounds_done
-            err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
-            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
-            err.print(f"run {info.id} stopped with its {done} stored rounds; once the server answers, continue it "
-                      f"with: {safe(hint)}{again}", soft_wrap=True)
-            raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
+def round_line(r: RoundRecord, planned: int | None = None) -> str:
+    """One round as a line, printed as soon as it completes (plain text: escape before rich output)."""
+    of = f"/{planned}" if planned else ""
+    what = f"E2E {r.trace.e2e_ms:.1f} ms" if r.trace.feasible and r.trace.e2e_ms is not None else \
+        f"infeasible: {r.trace.reason}"
+    probes = f", {len(r.probes)} probes" if r.probes else ""
+    return f"round {r.round}{of}: {what}{probes}  {mapping_text(r.mapping)}"
+
+
+class RoundStream:
+    """Prints each round's line as it completes (``on_round``), and on stderr a progress line for a
+    round that runs long; keeps the rounds it saw."""
+
+    def __init__(self, console: Console, planned: int | None = None) -> None:
+        self.console, self.planned = console, planned
+        self.rounds: list[RoundRecord] = []
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="hetsched-progress", daemon=True)
+
+    def __enter__(self) -> RoundStream:
+        self._since = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def __call__(self, record: RoundRecord) -> None:
+        with self._lock:
+            self.rounds.append(record)
+            self._since = time.monotonic()
+            self.console.print(safe(round_line(record, self.planned)), soft_wrap=True)
+
+    def _tick(self) -> None:
+        wait = PROGRESS_AFTER_S
+        seen = self._since
+        while not self._stop.wait(min(0.5, PROGRESS_AFTER_S / 4)):
+            with self._lock:
+                if self._since != seen:  # a round completed: the next one starts its own clock
+                    seen, wait = self._since, PROGRESS_AFTER_S
+                elapsed = time.monotonic() - self._since
+                if elapsed >= wait:
+                    nxt = self.rounds[-1].round + 1 if self.rounds else None
+                    which = "the first round" if nxt is None else f"round {nxt}"
+                    err.print(f"{which} running for {elapsed:.0f} s...", soft_wrap=True)
+                    wait *= 2
+
+
+def _interrupted(console: Console, result: RunResult, run_id: str | None, hint: str) -> typer.Exit:
+    """On Ctrl-C: print the rounds done (a table) and how to continue; the exit to raise (130)."""
+    if result.rounds:  # linear in the rounds (a long run may have thousands): plain_table, not rich's Table
+        console.print(f"rounds done ({len(result.rounds)}):", soft_wrap=True)
+        rows = [(str(r.round), "-" if r.trace.e2e_ms is None else f"{r.trace.e2e_ms:.1f}", str(len(r.probes)),
+                 "yes" if r.trace.feasible else f"no: {r.trace.reason}", mapping_text(r.mapping))
+                for r in result.rounds]
+        console.print(plain_table(["round", "E2E ms", "probes", "feasible / reason", "mapping"], rows,
+                                  right=["round", "E2E ms", "probes"]), soft_wrap=True)
+    done = len(result.rounds)
+    if run_id is None:
+        err.print(f"interrupted after {done} rounds (not stored: --no-store)", soft_wrap=True)
+    else:
+        err.print(f"interrupted: run {run_id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
+                  soft_wrap=True)
+    return typer.Exit(EXIT_INTERRUPTED)
 
 
 LLM_FLAGS = {"timeout_s": "--llm-timeout"}
@@ -192,9 +243,6 @@ def _agentic_options(
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
         return {}
-    if llm_api_key is not None:
-        # handed over through the environment, so the run store never records the key
-        os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
     options: dict[str, Any] = {"decider": decider or "rules", "cold_start": cold_start}
     if llm:
         options["llm"] = llm
@@ -262,8 +310,8 @@ def run(
     ),
     stop_after: int = typer.Option(
         0, "--stop-after", min=0, max=MAX_ROUNDS, metavar="N",
-        help="Stop early once the mapping is unchanged for this many rounds and the policy has converged "
-        "(agentic: no unexplored probe left in budget); 0 = never.",
+        help="Stop early once the mapping is unchanged for this many rounds "
+        "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
     ),
     decider: str | None = typer.Option(
         None, "--decider", metavar="NAME", show_default="rules",
@@ -344,7 +392,27 @@ def run(
     check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
-    check_store_folder(store)
+    if not no_store:
+        check_store_folder(store)
+    console = err if as_json else out
+
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
+
+    state: dict[str, Any] = {"run_id": None, "hint": ""}
+
+    def started(run_id: str, st: RunStore) -> None:
+        info = st.run(run_id)
+        state["run_id"] = info.id
+        state["hint"] = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
+        if info.rounds_done:
+            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
+                f"{safe(st.path)}")
+        else:
+            say(f"run {info.id} recorded in {safe(st.path)}")
+        if state.get("finished"):
+            say(f"run {info.id} was already finished; nothing to run")
+
     if resume is not None:
         given = [p for p in ctx.command.params if p.name not in RESUME_MAY_SET and _given(ctx, p.name)]
         if given:
@@ -355,60 +423,46 @@ def run(
         if no_store:
             raise fail("--resume reads the run store; it cannot be combined with --no-store")
         rounds_given = _given(ctx, "rounds")
-        if llm_api_key is not None:  # never stored, so given again on resume; reaches the decider via the env
-            os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
+        reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
         with RunStore(store, create=False) as st:
             info = st.readable(resume)
-            reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
-            resumed = dict(info.options)
-            if reach:  # not stored: the run's options stay what it was started with
-                if info.options.get("decider") not in LLM_DECIDERS:
-                    raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
-                resumed["llm"] = {**(resumed.get("llm") or {}), **reach}
-            pol = make_policy(info.policy, **resumed)
+            if reach and info.options.get("decider") not in LLM_DECIDERS:
+                raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
             stored_key = st.key(info.id)
-        with make_executor(stored_key.executor, stored_key.scenario) as ex:
+            state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
+        sc, policy_name = stored_key.scenario, stored_key.policy
+        with make_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
-            result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None, executor=ex)
+            with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
+                result = _drive(lambda: api.resume(
+                    info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
+                    on_round=stream, llm_api_key=llm_api_key, llm_reach=reach, reference=choice.value,
+                    max_seconds=max_seconds), stream, sc, policy_name, ex.name,
+                    store, state, console)
     else:
         if scenario is None:
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
         sc = load(scenario)
-        options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
-        options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
-        pol = make_policy(policy, **options)
+        options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget)
+        policy_name = make_policy(policy, **options).name  # a bad option fails before anything runs
         executor_options = parse_executor_options(executor_option)
         if ray_address is not None:
             if executor.strip().lower() != "ray":
                 raise fail(f"--ray-address {ray_address} is for --executor ray, not --executor {executor}")
             executor_options["address"] = ray_address
         spec = ExecutorSpec(executor, executor_options)
-        config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
         # a missing extra, tool or device fails here, before a run is stored
         with make_executor(spec, sc) as ex:
             describe_executor(ex, as_json)
-            if no_store:
-                result = run_rounds(sc, pol, config, executor=ex)
-            else:
-                key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
-                             stop_after=stop_after, executor=spec)
-                with RunStore(store) as st:
-                    # the same run tried before that recorded no round (its LLM server never answered, Ctrl-C
-                    # during round 1): continue it, so failed attempts leave no pile of empty runs
-                    empty = st.find_run(key)
-                    if empty is not None and empty.rounds_done == 0 and not empty.live_elsewhere and not empty.damage:
-                        run_id = empty.id
-                    else:
-                        run_id = st.create_run(key)
-                result = _stored_run(store, run_id, pol, as_json, executor=ex)
-    if choice is not ReferenceChoice.NONE:
-        result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
-        if result.run_id is not None and ref is not None:
-            with RunStore(store) as st:
-                st.set_reference(result.run_id, ref)
+            with RoundStream(console, rounds) as stream:
+                result = _drive(lambda: api.run(
+                    sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
+                    executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
+                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds),
+                    stream, sc, policy_name, ex.name, store, state, console)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
@@ -434,6 +488,32 @@ def run(
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)
+
+
+def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, policy: str, executor: str,
+           store: Path | None, state: dict[str, Any], console: Console) -> RunResult:
+    """Run ``go`` (an api.run / api.resume call); Ctrl-C prints the rounds done and exits 130, an
+    unreachable LLM server says how to continue and exits 69."""
+    try:
+        return go()
+    except KeyboardInterrupt:
+        run_id = state["run_id"]
+        rounds = stream.rounds
+        if run_id is not None:
+            with RunStore(store) as st:
+                rounds = st.rounds(run_id)  # the stored rounds, earlier sessions' included
+        partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
+        raise _interrupted(console, partial, run_id, state["hint"]) from None
+    except LLMUnreachableError as exc:
+        err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+        run_id = state["run_id"]
+        if run_id is not None:
+            with RunStore(store) as st:
+                done = st.run(run_id).rounds_done
+            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
+            err.print(f"run {run_id} stopped with its {done} stored rounds; once the server answers, continue it "
+                      f"with: {safe(state['hint'])}{again}", soft_wrap=True)
+        raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
 def _exit_without_result(result: RunResult) -> None:

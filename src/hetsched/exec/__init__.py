@@ -2,7 +2,8 @@
 
 - ``sim``: the discrete-event simulator (``hetsched.sim``), noisy by default;
 - ``local``: real tools on this machine (``hetsched.exec.local``, extra ``[tools]``);
-- ``ray``: real tools on a Ray cluster (``hetsched.exec.ray``, extra ``[ray]``).
+- ``ray``: real tools on a Ray cluster (``hetsched.exec.ray``, extra ``[ray]``);
+- ``inproc``: real tools in this process, threads (``hetsched.exec.inproc``; what a Session uses).
 
 Executors load lazily, like policies, so a heavy extra is imported only when its executor is
 used. Imports the model, the simulator and (lazily) the tools; never policies or the loop.
@@ -22,6 +23,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "sim": ("hetsched.sim.engine:Simulator", ""),
     "local": ("hetsched.exec.local:LocalExecutor", "tools"),
     "ray": ("hetsched.exec.ray:RayExecutor", "ray"),
+    "inproc": ("hetsched.exec.inproc:InProcessExecutor", ""),
 }
 """name -> ("module:Class", the extra that provides its dependencies)."""
 

@@ -10,7 +10,7 @@ from hetsched.model.history import Attempt, DecisionRecord, Probe, ProbeRequest,
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, PLACEMENTS, THREE_WAY, Mapping, Placement, parse_placement
 from hetsched.model.planning import Planner, Reference, ReferenceKind
-from hetsched.model.run import SIM, ExecutorSpec, RunKey
+from hetsched.model.run import SIM, ExecutorSpec, LoopConfig, RunKey
 from hetsched.model.scenario import Mode, Scenario
 from hetsched.model.trace import HostTrace, Infeasibility, InfeasibleKind, NodeTrace, Trace, VramPoint
 from hetsched.model.workflow import Edge, Node, Workflow
@@ -30,6 +30,7 @@ __all__ = [
     "Infeasibility",
     "InfeasibleKind",
     "InputError",
+    "LoopConfig",
     "Machine",
     "Mapping",
     "MappingError",

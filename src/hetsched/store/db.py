@@ -177,6 +177,8 @@ class RunInfo:
     """For a ``running`` run on this host: does another process hold its lock (is it being driven)?
     None when it cannot be told (another host, this very process, not running)."""
     damage: str = ""
+    max_probes_per_round: int = 64
+    """The loop's cap on probes in one round (``LoopConfig.max_probes_per_round``)."""
     """What could not be read back from the run's row ('' when it reads back whole): the file was
     damaged or edited by hand; such a run is listed, but cannot be shown or resumed."""
 
@@ -233,7 +235,8 @@ class StoredRun:
 
 _ROW_COLUMNS = """
     runs.id, runs.experiment, runs.scenario_name, runs.scenario_sha256, runs.policy, runs.options_json,
-    runs.seed, runs.rounds_planned, runs.stop_after, runs.status, runs.status_reason, runs.executor,
+    runs.seed, runs.rounds_planned, runs.stop_after, runs.max_probes_per_round, runs.status, runs.status_reason,
+    runs.executor,
     runs.executor_options_json, runs.hetsched_version, runs.created_at, runs.updated_at, runs.reference_json,
     runs.pid, runs.host"""
 _INFO_COLUMNS = _ROW_COLUMNS + """,
@@ -552,6 +555,7 @@ class RunStore:
             host=host,
             driver_alive=self._driver_alive(run_id, status, pid, host),
             damage="; ".join(problems),
+            max_probes_per_round=value("max_probes_per_round", int, 64),
         )
         return info
 
@@ -576,12 +580,12 @@ class RunStore:
                 with self._write("recording a new run") as conn:
                     conn.execute(
                         "INSERT INTO runs (id, experiment, scenario_name, scenario_json, scenario_sha256, policy, "
-                        "options_json, seed, rounds_planned, stop_after, status, executor, executor_options_json, "
-                        "hetsched_version, pid, host, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                        "options_json, seed, rounds_planned, stop_after, max_probes_per_round, status, executor, "
+                        "executor_options_json, hetsched_version, pid, host, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                         (run_id, key.experiment, key.scenario.name, sc_json, sha256(sc_json), key.policy, opts,
-                         key.seed, key.rounds, key.stop_after, key.executor.name, exec_opts, __version__,
-                         os.getpid(), socket.gethostname(), now, now),
+                         key.seed, key.rounds, key.stop_after, key.max_probes_per_round, key.executor.name, exec_opts,
+                         __version__, os.getpid(), socket.gethostname(), now, now),
                     )
             except sqlite3.IntegrityError:  # id collision: draw another
                 continue
@@ -788,10 +792,10 @@ class RunStore:
         sc_hash = sha256(scenario_json(key.scenario))
         rows = self._read(
             f"SELECT {_INFO_COLUMNS} FROM runs WHERE experiment = ? AND scenario_name = ? AND scenario_sha256 = ? "
-            "AND policy = ? AND seed = ? AND rounds_planned = ? AND stop_after = ? AND executor = ? "
-            "ORDER BY created_at DESC, rowid DESC",
+            "AND policy = ? AND seed = ? AND rounds_planned = ? AND stop_after = ? AND max_probes_per_round = ? "
+            "AND executor = ? ORDER BY created_at DESC, rowid DESC",
             (key.experiment, key.scenario.name, sc_hash, key.policy, key.seed, key.rounds, key.stop_after,
-             key.executor.name),
+             key.max_probes_per_round, key.executor.name),
         )
         want = canonical(public_options(key.options))
         want_exec = canonical(public_options(key.executor.options))
@@ -824,6 +828,7 @@ class RunStore:
             seed=info.seed,
             rounds=info.rounds_planned,
             stop_after=info.stop_after,
+            max_probes_per_round=info.max_probes_per_round,
             executor=info.executor,
             experiment=info.experiment,
         )
