@@ -70,7 +70,7 @@ def test_numbers_out_of_range_are_refused_before_anything_runs(capsys: pytest.Ca
 def test_the_library_refuses_a_seed_or_rounds_that_cannot_be_stored() -> None:
     with pytest.raises(InputError, match=r"seed must be between 0 and 9223372036854775807"):
         RunKey(scenario=CHAIN, policy="all-gpu", seed=MAX_SEED + 1)
-    with pytest.raises(InputError, match=r"rounds must be <= 1,000,000"):
+    with pytest.raises(InputError, match=r"rounds must be <= 1,000,000,000"):
         RunKey(scenario=CHAIN, policy="all-gpu", rounds=10**20)
     RunKey(scenario=CHAIN, policy="all-gpu", seed=MAX_SEED)  # the largest storable seed is accepted
 

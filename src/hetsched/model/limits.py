@@ -40,7 +40,7 @@ MAX_AMPLIFICATION = 1_000_000
 """Largest k of an amplified tool (``NAME_xK``, ``amplification: K``)."""
 MAX_RUNS = 1_000_000_000
 """Largest profiled run count in a card's provenance."""
-MAX_ROUNDS = 1_000_000
+MAX_ROUNDS = 1_000_000_000
 """Most rounds a run may plan (a round is at least one execution of the workflow)."""
 MAX_SEED = 2**63 - 1
 """Largest run seed: seeds are stored as SQLite integers (signed 64-bit); the smallest is 0."""
