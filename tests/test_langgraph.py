@@ -456,3 +456,4 @@ def test_the_example_agent_runs_and_reports_its_placement_against_all_gpu(tmp_pa
     all_gpu = dict(pair.split("=") for pair in out["all_gpu"].split())
     assert {n for n, p in all_gpu.items() if p == "cpu"} == {"parse", "chunk", "keywords"}
     assert len(out["compare"]) == 2 and all(c["converged_ms"] > 0 and c["all_gpu_ms"] > 0 for c in out["compare"])
+    assert out["predicted_converged_ms"] > 0 and out["predicted_all_gpu_ms"] > 0  # both feasible on the cards

@@ -9,9 +9,11 @@ need no [tools] extra; tests/test_real_tools.py runs the built-in torch tools.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +32,7 @@ from hetsched.exec import make_executor
 from hetsched.exec.local import LocalExecutor
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded, run_rounds
 from hetsched.model import ExecutorSpec, InfeasibleKind, InputError, Mapping, Mode, Placement, Trace
+from hetsched.model.measured import deploy_choice, executions, measured_mappings, settling
 from hetsched.policies import make_policy
 from hetsched.store import RunStore
 from hetsched.tools import register_tool, unregister_tool
@@ -399,6 +402,57 @@ def test_policies_run_through_the_loop_on_the_local_executor(tools: dict[str, Wo
                         check_trace(sc, trace)
 
 
+def test_agentic_on_the_local_executor_stops_exploring_within_the_measured_noise(tools: dict[str, Worker]) -> None:
+    sc = rag()
+    with LocalExecutor(sc) as ex:
+        result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=14), executor=ex)
+    stopped = 0
+    for i, r in enumerate(result.rounds):
+        state = settling(result.rounds[:i])  # what the policy saw before round i
+        if state.exploring:
+            continue
+        stopped += 1
+        chosen = state.contender or state.best
+        assert chosen is not None and r.mapping == chosen.mapping, (i, r.proposal.rationale)
+        assert not r.probes  # no more what-if probes once exploring stopped
+        assert ("settled" if state.settled else "exploring stopped") in r.proposal.rationale
+    deploy = result.deploy
+    assert deploy is not None and deploy == deploy_choice(executions(result.rounds))
+    assert all(deploy.median_ms <= m.median_ms for m in measured_mappings(executions(result.rounds)))
+    # on the simulator the rule is off unless asked for: its rounds are the policy's as before
+    plain = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=6))
+    assert not any("settled" in r.proposal.rationale or "exploring stopped" in r.proposal.rationale
+                   for r in plain.rounds)
+
+
+def test_a_real_run_measures_its_reference_and_ends_with_the_mapping_to_deploy(tmp_path: Path) -> None:
+    path = tmp_path / "quick.yaml"
+    path.write_text(SCENARIO_YAML.replace("400", "20"))
+    store = tmp_path / "runs.sqlite"
+    base = ["run", str(path), "--executor", "local", "-X", 'tool_modules=["tests.slowtools"]', "--policy", "all-cpu",
+            "--rounds", "2", "--store", str(store)]
+    proc = cli(*base, "--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    measured = data["reference"]["measured"]
+    assert measured["kind"] in ("reference mapping", "best measured") and len(measured["runs_ms"]) >= 1
+    if measured["kind"] == "reference mapping":
+        assert measured["mapping"] == data["reference"]["mapping"] and len(measured["runs_ms"]) == 3
+    deploy = data["deploy"]
+    assert deploy["mapping"] == {"A": "cpu", "B": "cpu"} and deploy["runs_ms"] == [r["e2e_ms"] for r in data["rounds"]]
+    assert deploy["median_ms"] == statistics.median(deploy["runs_ms"]) and deploy["spread"] is not None
+    with RunStore(store) as st:
+        [info] = st.runs()
+        assert info.reference is not None and info.reference.measured is not None  # stored with the run
+        assert st.export(info.id)["deploy"] == deploy
+    proc = cli(*base, env={"COLUMNS": "250"})
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "(simulated from the cards, not measured)" in out and "deploy: A:cpu B:cpu" in out
+    assert "/ oracle (measured)" in out or "/ best measured" in out
+
+
 SCENARIO_YAML = """
 name: slow_chain
 mode: three_way
@@ -511,6 +565,12 @@ def test_bench_accepts_the_local_executor(tmp_path: Path) -> None:
         assert len(infos) == 2 and {i.executor.name for i in infos} == {"local"}
         for info in infos:
             assert all(r.trace.executor == "local" and r.trace.feasible for r in st.rounds(info.id))
+    # the report says which figures were measured and which are simulated from the cards
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "Measured on local: the mapping to deploy, against the best measured mapping" in report
+    assert "Measured and simulated (a real executor)" in report
+    assert "E2E of the best-found mapping / oracle E2E (noise-free; 1.000 = oracle) [simulated from the cards]" in report
+    assert "oracle E2E ms (simulated)" in report
     proc = cli("bench", "--executor", "local", "--jobs", "2", "--scenario", str(path))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "one run at a time" in err

@@ -131,10 +131,10 @@ def run(
             finally:
                 if own_store:
                     st.close()
+        _add_reference(result, reference, max_seconds, store, ex)  # measured there on a real executor
     finally:
         if running is None:
             ex.close()
-    _add_reference(result, reference, max_seconds, store)
     return result
 
 
@@ -173,18 +173,25 @@ def resume(
     finally:
         if own_store:
             st.close()
-    _add_reference(result, reference, max_seconds, store)
+    _add_reference(result, reference, max_seconds, store, running)
     return result
 
 
 def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
-                   store: str | Path | RunStore | bool | None) -> None:
-    """Compute the report's reference (unless ``none``) and store it with the run."""
+                   store: str | Path | RunStore | bool | None, ex: Executor | None = None) -> None:
+    """Compute the report's reference (unless ``none``) and store it with the run; on a real
+    executor ``ex``, the reference mapping is also measured there
+    (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
+    measurement."""
+    from hetsched.exec.measure import measure_reference
     from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
 
     if parse_reference_choice(choice) is ReferenceChoice.NONE:
         return
-    result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
+    ref = reference(result.scenario, choice, max_seconds=max_seconds)
+    if ref is not None and ex is not None and ex.name != "sim" and result.rounds:
+        ref = measure_reference(ex, ref, result.rounds)
+    result.reference = ref
     if result.run_id is not None and ref is not None and store is not False:
         st, own = _store(store)
         try:

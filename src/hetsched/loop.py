@@ -42,6 +42,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
@@ -78,6 +79,12 @@ class RunResult:
         return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
 
     @property
+    def deploy(self) -> MeasuredMapping | None:
+        """The mapping to deploy: the lowest median E2E over its executions in the run's rounds and
+        probes, with its spread over repeats (:func:`~hetsched.model.measured.deploy_choice`)."""
+        return deploy_choice(executions(self.rounds))
+
+    @property
     def feasible_rounds(self) -> int:
         """Rounds whose mapping ran to completion."""
         return sum(1 for r in self.rounds if r.trace.feasible)
@@ -104,8 +111,9 @@ class RunResult:
         """The ``hetsched run --json`` object.
 
         ``oracle`` is the exact optimum when the reference is the oracle, else null; ``reference``
-        says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``), or
-        is null when none was.
+        says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``, and
+        ``measured`` on a real executor), or is null when none was; ``deploy`` is the mapping to
+        deploy with its spread over repeats (:attr:`deploy`), null when no round ran to completion.
         """
         ref = self.reference
         return {
@@ -116,6 +124,7 @@ class RunResult:
             "oracle": {"mapping": ref.mapping.to_dict(), "e2e_ms": ref.e2e_ms} if ref is not None and ref.exact
             else None,
             "reference": None if ref is None else ref.to_dict(),
+            "deploy": None if self.deploy is None else self.deploy.to_dict(),
             "notes": list(self.notes),
             "rounds": [
                 {
@@ -168,7 +177,7 @@ def run_rounds(
     planner = planner or SimPlanner(scenario)
     rounds: list[RoundRecord] = list(history)
     ctx = PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, planner=planner,
-                        probes=config.max_probes_per_round > 0)
+                        probes=config.max_probes_per_round > 0, measured=executor.name != SIM.name)
     policy.reset(ctx)
     result = RunResult(scenario, policy.name, rounds, executor=executor.name)
     # a continued history may end exactly where the uninterrupted run would have stopped early

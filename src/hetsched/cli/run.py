@@ -59,9 +59,14 @@ def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
     return " ".join(parts)
 
 
-def reference_name(ref: Reference | None) -> str:
-    """``oracle`` or ``best-known`` (column headers)."""
-    return "reference" if ref is None else ref.kind.value
+def reference_name(ref: Reference | None, executor: str = "sim") -> str:
+    """Column headers: ``oracle`` or ``best-known`` on the simulator; on a real executor ``oracle
+    (measured)``, ``best measured``, or ``oracle (simulated)`` when nothing could be measured."""
+    if ref is None:
+        return "reference"
+    if executor != "sim" and ref.measured is None:
+        return f"{ref.kind.value} (simulated)"
+    return ref.compare_name
 
 
 def round_table(result: RunResult) -> Table:
@@ -70,10 +75,10 @@ def round_table(result: RunResult) -> Table:
     table = Table(title=f"{safe(result.policy)} on {safe(result.scenario.name)} ({safe(result.executor)})",
                   title_justify="left")
     table.add_column("round", justify="right")
-    table.add_column("mapping" if ref is None else f"mapping (* differs from {reference_name(ref)})")
+    table.add_column("mapping" if ref is None else f"mapping (* differs from {ref.kind.value})")
     table.add_column("E2E ms", justify="right")
     if ref is not None:
-        table.add_column(f"/ {reference_name(ref)}", justify="right")
+        table.add_column(f"/ {reference_name(ref, result.executor)}", justify="right")
     table.add_column("probes", justify="right")
     table.add_column("feasible / reason")
     for r in result.rounds:
@@ -81,7 +86,7 @@ def round_table(result: RunResult) -> Table:
         cells = [str(r.round), safe(mapping_text(r.mapping, None if ref is None else ref.mapping)),
                  "-" if e2e is None else f"{e2e:.1f}"]
         if ref is not None:
-            cells.append("-" if e2e is None else f"{e2e / ref.e2e_ms:.3f}")
+            cells.append("-" if e2e is None else f"{e2e / ref.compare_ms:.3f}")
         cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
@@ -473,9 +478,15 @@ def run(
     if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
-        how = "noise-free" if result.executor == "sim" else "simulated from the cards; the rounds below are real"
+        how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
         out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
+        if ref.measured is not None and ref.measured_kind == "best measured":
+            out.print(f"the {ref.kind.value} mapping could not run on {safe(result.executor)}; ratios below are to "
+                      f"the run's best measured mapping, {safe(ref.measured.describe())}", soft_wrap=True)
+        elif ref.measured is not None:
+            out.print(f"{ref.kind.value} mapping measured on {safe(result.executor)}: {safe(ref.measured.describe())}"
+                      "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
@@ -483,8 +494,14 @@ def run(
     best = result.best_round
     if best is not None:
         e2e = best.trace.e2e_ms or 0.0
-        ratio = "" if ref is None else f" = {e2e / ref.e2e_ms:.3f} x {reference_name(ref)}"
+        ratio = "" if ref is None else f" = {e2e / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}"
         out.print(f"best round {best.round}: E2E {e2e:.1f} ms{ratio}")
+    deploy = result.deploy
+    if deploy is not None:
+        ratio = ("" if ref is None else
+                 f" = {deploy.median_ms / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}")
+        out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())}{ratio})",
+                  soft_wrap=True)
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)

@@ -47,6 +47,7 @@ from hetsched.model import (
     Scenario,
     UnknownNameError,
 )
+from hetsched.model.measured import deploy_choice, executions
 from hetsched.store.codec import (
     DamagedValue,
     StoreError,
@@ -892,9 +893,11 @@ class RunStore:
     def export(self, run_id: str) -> dict[str, Any]:
         """The whole run as one JSON-ready object (``hetsched show-run --json``)."""
         stored = self.load(run_id)
+        deploy = deploy_choice(executions(stored.rounds))
         return {
             "run": stored.info.to_dict(),
             "scenario": stored.scenario.model_dump(mode="json"),
+            "deploy": None if deploy is None else deploy.to_dict(),
             "rounds": [round_to_dict(r) for r in stored.rounds],
         }
 
