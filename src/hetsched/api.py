@@ -118,7 +118,13 @@ def run(
                          config=config, executor=spec, experiment=experiment)
             st, own_store = _store(store)
             try:
-                run_id = st.create_run(key)
+                # the same run tried before that recorded no round (its LLM server never answered, Ctrl-C in
+                # round 1) is continued, so failed attempts leave one empty run, not one each
+                empty = st.find_run(key)
+                if empty is not None and empty.rounds_done == 0 and not empty.live_elsewhere and not empty.damage:
+                    run_id = empty.id
+                else:
+                    run_id = st.create_run(key)
                 if on_start is not None:
                     on_start(run_id, st)
                 result = continue_run(st, run_id, policy=pol, executor=ex, recorder=on_round)

@@ -189,8 +189,8 @@ class Session:
             and executor in the same store continues its stored rounds (None: always a new run).
         explore: how much exploration live traffic pays (:class:`Explore`; default off).
         seed: the run seed (probe sampling, simulator noise, randomized policies).
-        warm_start: start a new session from what the store knows of the same workflow
-            (:mod:`hetsched.warm`); default True.
+        warm_start: start a new session of an adaptive policy (agentic, ucb1) from what the store knows of
+            the same workflow or its tools (:mod:`hetsched.warm`); default True.
     """
 
     def __init__(
@@ -280,10 +280,15 @@ class Session:
             else:
                 self.run_id = self.store.create_run(key)
             self._write = self.store.recorder(self.run_id)
-        if warm_start and not self._history and self.store is not None:
+        if warm_start and self.policy.adaptive and not self._history and self.store is not None:
             from hetsched.warm import prior_for
 
             self.prior = prior_for(self.store, self.scenario, executor=self.executor.name, exclude=self.run_id)
+            if self.prior is not None and self.prior.cards:  # plan with the tools' measured behaviour
+                planned = self.scenario.model_copy(update={"cards": self.prior.cards})
+                self.policy.reset(PolicyContext(scenario=planned, seed=seed, rounds=SESSION_ROUNDS,
+                                                planner=SimPlanner(planned, seed=seed),
+                                                probes=self.explore.mode != "off"))
 
     # ------------------------------------------------------------------ state
     @property

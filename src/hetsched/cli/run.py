@@ -35,6 +35,7 @@ from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
 from hetsched.sim.reference import (
     DEFAULT_SEARCH_SECONDS,
@@ -99,6 +100,18 @@ def check_output_file(path: Path, option: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+
+
+def check_store_folder(store: Path | None, option: str = "--store") -> None:
+    """Refuse (exit 2) a ``--store`` file whose folder does not exist, naming it: a typo in a folder
+    name must not create a new folder and a new, empty store there."""
+    if store is None:
+        return
+    folder = store.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
+                   "folder")
 
 
 def load(ref: str) -> Scenario:
@@ -283,8 +296,10 @@ def run(
     policy: str = typer.Option(
         "all-gpu", "--policy", "-p", metavar="NAME", help=f"One of: {', '.join(policy_names())}."
     ),
-    rounds: int = typer.Option(20, "--rounds", "-r", min=1, metavar="N", help="Rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Run seed (noise, randomized policies)."),
+    rounds: int = typer.Option(20, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", help="Rounds to run."),
+    seed: int = typer.Option(
+        0, "--seed", "-s", min=0, max=MAX_SEED, metavar="N", help="Run seed (noise, randomized policies)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write every round's schedule as Chrome trace-event JSON."
@@ -299,7 +314,8 @@ def run(
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
     stop_after: int = typer.Option(
-        0, "--stop-after", min=0, metavar="N", help="Stop early once the mapping is unchanged for this many rounds "
+        0, "--stop-after", min=0, max=MAX_ROUNDS, metavar="N",
+        help="Stop early once the mapping is unchanged for this many rounds "
         "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
     ),
     decider: str | None = typer.Option(
@@ -381,6 +397,8 @@ def run(
     check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
+    if not no_store:
+        check_store_folder(store)
     console = err if as_json else out
 
     def say(text: str) -> None:
@@ -509,8 +527,9 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
         if run_id is not None:
             with RunStore(store) as st:
                 done = st.run(run_id).rounds_done
+            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
             err.print(f"run {run_id} stopped with its {done} stored rounds; once the server answers, continue it "
-                      f"with: {safe(state['hint'])}", soft_wrap=True)
+                      f"with: {safe(state['hint'])}{again}", soft_wrap=True)
         raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
