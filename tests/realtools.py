@@ -44,12 +44,12 @@ class Worker(Tool):
 
     def __init__(self, name: str, ms: float = 10.0, mem_mb: float = 1.0, value: int = 1, *, has_gpu: bool = True,
                  load_ms: float = 0.0, log: str = "", fail_flag: str = "", slow_flag: str = "",
-                 slow_s: float = 5.0, run_mem_mb: float = 0.0, crash_flag: str = "") -> None:
+                 slow_s: float = 5.0, run_mem_mb: float = 0.0, crash_flag: str = "", crash: str = "kill") -> None:
         super().__init__("tiny")
         self.name, self.ms, self.mem_mb, self.value = name, ms, mem_mb, value
         self.has_gpu, self.load_delay_ms, self.log = has_gpu, load_ms, log
         self.fail_flag, self.slow_flag, self.slow_s, self.run_mem_mb = fail_flag, slow_flag, slow_s, run_mem_mb
-        self.crash_flag = crash_flag
+        self.crash_flag, self.crash = crash_flag, crash
         self.description = f"test tool: {ms:g} ms of CPU, {mem_mb:g} MB"
 
     def _event(self, what: str, device: Device) -> None:
@@ -65,7 +65,11 @@ class Worker(Tool):
 
     def run(self, handle: Any, inputs: Sequence[Any]) -> Any:
         if self.crash_flag and os.path.exists(self.crash_flag):
-            os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-call (a segfault would too)
+            if self.crash == "segv":  # a real segmentation fault: read address 0
+                import ctypes
+
+                ctypes.string_at(0)
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker process dies mid-call
         if self.fail_flag and os.path.exists(self.fail_flag):
             raise RuntimeError(f"{self.name}: injected failure")
         if self.slow_flag and os.path.exists(self.slow_flag):

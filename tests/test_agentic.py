@@ -454,13 +454,18 @@ def test_cli_agentic_flags_refused_for_other_policies(capsys: pytest.CaptureFixt
 def test_recorded_options_hold_no_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
+    from hetsched.api import with_secret
     from hetsched.cli import run as run_cli
 
     monkeypatch.setenv("HETSCHED_LLM_API_KEY", "before")  # restored after the test
     options = run_cli._agentic_options("agentic", "openai", False, {"base_url": "http://x/v1", "model": None},
                                        "sk-secret", None)
-    assert "sk-secret" not in json.dumps(options) and os.environ["HETSCHED_LLM_API_KEY"] == "sk-secret"
+    assert "sk-secret" not in json.dumps(options)
     assert options == {"decider": "openai", "cold_start": False, "llm": {"base_url": "http://x/v1"}}
+    # the key reaches the decider in code, never through the environment
+    policy = with_secret(options, "sk-secret")
+    assert policy is not None and policy.decider.config.api_key == "sk-secret"  # type: ignore[attr-defined]
+    assert os.environ["HETSCHED_LLM_API_KEY"] == "before"
 
 
 def test_cold_start_reask_hides_card_vram() -> None:

@@ -28,8 +28,13 @@ ALLOWED: dict[str, set[str]] = {
     "export": {"model"},
     "policies": {"model", "monitor", "llm"},
     "loop": {"model", "policies", "monitor", "exec", "sim", "store"},
-    "bench": BELOW_LOOP | {"loop", "__init__"},
-    "cli": BELOW_LOOP | {"loop", "bench", "__init__"},
+    "builder": {"model", "tools"},
+    "warm": {"model", "sim", "store"},
+    "session": {"model", "exec", "tools", "policies", "sim", "store", "loop", "builder", "warm"},
+    "api": BELOW_LOOP | {"loop", "builder", "warm", "session"},
+    "integrations": {"model", "tools", "builder", "session"},
+    "bench": BELOW_LOOP | {"loop", "__init__", "builder", "warm", "session", "api"},
+    "cli": BELOW_LOOP | {"loop", "bench", "__init__", "builder", "warm", "session", "api"},
 }
 
 

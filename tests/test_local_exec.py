@@ -9,13 +9,17 @@ need no [tools] extra; tests/test_real_tools.py runs the built-in torch tools.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,7 @@ from hetsched.exec import make_executor
 from hetsched.exec.local import LocalExecutor
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded, run_rounds
 from hetsched.model import ExecutorSpec, InfeasibleKind, InputError, Mapping, Mode, Placement, Trace
+from hetsched.model.measured import deploy_choice, executions, measured_mappings, settling
 from hetsched.policies import make_policy
 from hetsched.store import RunStore
 from hetsched.tools import register_tool, unregister_tool
@@ -266,10 +271,88 @@ def test_a_worker_that_dies_mid_round_is_a_tool_error_and_is_restarted(tmp_path:
             flag.touch()
             trace = ex.run(m(A=C, B=G))
             assert trace.kind is InfeasibleKind.TOOL_ERROR and "stand-in device worker process died" in trace.reason
+            assert "(killed by SIGKILL (signal 9))" in trace.reason  # how it died, never "exit code None"
             assert "['B']" in trace.reason and set(trace.nodes) == {"A"}
             flag.unlink()
             check_trace(sc, ex.run(m(A=C, B=G)))  # a fresh device worker took over
             assert ex.gpu is not None and ex.gpu.pid != old
+    finally:
+        for t in made:
+            unregister_tool(t.name)
+
+
+def bounded(fn: Callable[[], Trace], limit_s: float = 300.0) -> Trace:
+    """``fn()``, or a failure when it has not returned within ``limit_s`` (a hang, not a slow machine:
+    the rounds it runs take a few seconds)."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(fn)
+        try:
+            return future.result(timeout=limit_s)
+        except FutureTimeout:
+            raise AssertionError(f"the round did not end within {limit_s:g} s: the executor hangs") from None
+
+
+def test_a_tool_that_hangs_on_its_first_call_is_a_timeout_and_later_rounds_run(tmp_path: Path) -> None:
+    flag = tmp_path / "hang"
+    made = [Worker("steady", ms=5, mem_mb=1, value=1, has_gpu=False),
+            Worker("sleeper", ms=5, mem_mb=1, value=2, slow_flag=str(flag), slow_s=3600)]
+    for t in made:
+        register_tool(t, replace=True)
+    try:
+        sc = scenario([("A", "steady"), ("B", "sleeper")], [("A", "B")],
+                      [card("steady", 5, has_gpu=False), card("sleeper", 5, 2)])
+        flag.touch()  # the warm-up call before the first round hangs
+        for device_node in (C, G):
+            ex = LocalExecutor(sc, timeout_s=1.0)
+            try:
+                # each worker that prepares the tool meets the hang in its warm-up once (the CPU pool
+                # prepares every tool): a timeout naming the warm-up, then the tool is not warmed again
+                warmups: list[str] = []
+                for _ in range(3):
+                    trace = bounded(lambda: ex.run(m(A=C, B=device_node)))  # noqa: B023
+                    assert trace.kind is InfeasibleKind.TIMEOUT, trace.reason
+                    if "warming up" not in trace.reason:
+                        break
+                    assert "warming up tool 'sleeper'" in trace.reason and "time limit of 1 s" in trace.reason
+                    warmups.append(trace.reason)
+                assert len(warmups) == (1 if device_node is C else 2), warmups
+                # the next round meets the hang in the node itself: a timeout too, with what finished kept
+                assert "node 'B' (sleeper" in trace.reason and "time limit of 1 s" in trace.reason, trace.reason
+                assert set(trace.nodes) == {"A"}
+                flag.unlink()
+                check_trace(sc, bounded(lambda: ex.run(m(A=C, B=device_node))))  # noqa: B023
+                flag.touch()
+            finally:
+                ex.close()
+    finally:
+        for t in made:
+            unregister_tool(t.name)
+
+
+def test_a_segfault_while_warming_up_is_a_tool_error_naming_the_signal(tmp_path: Path) -> None:
+    flag = tmp_path / "crash"
+    made = [Worker("steady", ms=5, mem_mb=1, value=1, has_gpu=False),
+            Worker("segv", ms=5, mem_mb=1, value=2, crash_flag=str(flag), crash="segv")]
+    for t in made:
+        register_tool(t, replace=True)
+    try:
+        sc = scenario([("A", "steady"), ("B", "segv")], [("A", "B")],
+                      [card("steady", 5, has_gpu=False), card("segv", 5, 2)])
+        with LocalExecutor(sc) as ex:
+            flag.touch()
+            # the CPU pool prepares every tool, the device its GPU tools: each dies once in its warm-up
+            for where in ("CPU pool", "stand-in device"):
+                trace = ex.run(m(A=C, B=G))
+                assert trace.kind is InfeasibleKind.TOOL_ERROR, trace.reason
+                assert f"warming up tool 'segv' on the {where}" in trace.reason
+                assert f"the {where} worker process died (killed by SIGSEGV (signal 11))" in trace.reason
+            # not warmed up again: the round that runs it meets the crash, typed, with what finished kept
+            trace = ex.run(m(A=C, B=G))
+            assert trace.kind is InfeasibleKind.TOOL_ERROR and "killed by SIGSEGV" in trace.reason, trace.reason
+            assert "while running nodes ['B']" in trace.reason and set(trace.nodes) == {"A"}
+            flag.unlink()
+            check_trace(sc, ex.run(m(A=C, B=G)))  # fresh workers took over
+            check_trace(sc, ex.run(m(A=C, B=C)))
     finally:
         for t in made:
             unregister_tool(t.name)
@@ -291,7 +374,7 @@ def test_bad_options_and_unknown_tools_are_input_errors(tools: dict[str, Worker]
         make_executor("local", sc, device="tpu")
     with pytest.raises(InputError, match=r"cuda.*standin"):
         make_executor("local", sc, device="cuda")  # no CUDA here
-    with pytest.raises(InputError, match="bad options"):
+    with pytest.raises(InputError, match="executor 'local' has no option 'nonsense'; accepted: device"):
         make_executor("local", sc, nonsense=1)
     unregister_tool("rank")
     with pytest.raises(InputError, match=r"tool 'rank' has no implementation to run; registered tools: .*embed"):
@@ -319,6 +402,57 @@ def test_policies_run_through_the_loop_on_the_local_executor(tools: dict[str, Wo
                         check_trace(sc, trace)
 
 
+def test_agentic_on_the_local_executor_stops_exploring_within_the_measured_noise(tools: dict[str, Worker]) -> None:
+    sc = rag()
+    with LocalExecutor(sc) as ex:
+        result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=14), executor=ex)
+    stopped = 0
+    for i, r in enumerate(result.rounds):
+        state = settling(result.rounds[:i])  # what the policy saw before round i
+        if state.exploring:
+            continue
+        stopped += 1
+        chosen = state.contender or state.best
+        assert chosen is not None and r.mapping == chosen.mapping, (i, r.proposal.rationale)
+        assert not r.probes  # no more what-if probes once exploring stopped
+        assert ("settled" if state.settled else "exploring stopped") in r.proposal.rationale
+    deploy = result.deploy
+    assert deploy is not None and deploy == deploy_choice(executions(result.rounds))
+    assert all(deploy.median_ms <= m.median_ms for m in measured_mappings(executions(result.rounds)))
+    # on the simulator the rule is off unless asked for: its rounds are the policy's as before
+    plain = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=6))
+    assert not any("settled" in r.proposal.rationale or "exploring stopped" in r.proposal.rationale
+                   for r in plain.rounds)
+
+
+def test_a_real_run_measures_its_reference_and_ends_with_the_mapping_to_deploy(tmp_path: Path) -> None:
+    path = tmp_path / "quick.yaml"
+    path.write_text(SCENARIO_YAML.replace("400", "20"))
+    store = tmp_path / "runs.sqlite"
+    base = ["run", str(path), "--executor", "local", "-X", 'tool_modules=["tests.slowtools"]', "--policy", "all-cpu",
+            "--rounds", "2", "--store", str(store)]
+    proc = cli(*base, "--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    data = json.loads(out)
+    measured = data["reference"]["measured"]
+    assert measured["kind"] in ("reference mapping", "best measured") and len(measured["runs_ms"]) >= 1
+    if measured["kind"] == "reference mapping":
+        assert measured["mapping"] == data["reference"]["mapping"] and len(measured["runs_ms"]) == 3
+    deploy = data["deploy"]
+    assert deploy["mapping"] == {"A": "cpu", "B": "cpu"} and deploy["runs_ms"] == [r["e2e_ms"] for r in data["rounds"]]
+    assert deploy["median_ms"] == statistics.median(deploy["runs_ms"]) and deploy["spread"] is not None
+    with RunStore(store) as st:
+        [info] = st.runs()
+        assert info.reference is not None and info.reference.measured is not None  # stored with the run
+        assert st.export(info.id)["deploy"] == deploy
+    proc = cli(*base, env={"COLUMNS": "250"})
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "(simulated from the cards, not measured)" in out and "deploy: A:cpu B:cpu" in out
+    assert "/ oracle (measured)" in out or "/ best measured" in out
+
+
 SCENARIO_YAML = """
 name: slow_chain
 mode: three_way
@@ -331,8 +465,8 @@ edges: [A -> B]
 """
 
 
-def cli(*args: str, **kw: object) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+def cli(*args: str, env: dict[str, str] | None = None, **kw: object) -> subprocess.Popen:
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     return subprocess.Popen([sys.executable, "-m", "hetsched", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)  # type: ignore[call-overload]
 
@@ -380,6 +514,44 @@ def test_ctrl_c_during_a_real_run_then_resume_gives_the_remaining_rounds(tmp_pat
         assert all(r.trace.feasible and r.trace.executor == "local" for r in rounds)
 
 
+def test_a_cli_run_with_a_tool_that_hangs_ends_with_typed_timeouts(tmp_path: Path) -> None:
+    path = tmp_path / "hang.yaml"
+    path.write_text(SCENARIO_YAML.replace("slow_", "hang_").replace("400", "5"))
+    flag, store = tmp_path / "hang", tmp_path / "runs.sqlite"
+    flag.touch()
+    args = ["run", str(path), "--executor", "local", "-X", 'tool_modules=["tests.hangtools"]', "-X", "timeout_s=1",
+            "--policy", "all-cpu", "--rounds", "2", "--store", str(store), "--reference", "none"]
+    hang = {"HETSCHED_TEST_HANG_FLAG": str(flag)}
+
+    def finish(proc: subprocess.Popen) -> str:
+        try:
+            _, err = proc.communicate(timeout=300)  # before the fix: the warm-up call waited for ever
+        finally:
+            proc.kill()
+        return str(err)
+
+    proc = cli(*args, env=hang)
+    err = finish(proc)
+    assert proc.returncode == 3 and "all 2 rounds were infeasible (timeout)" in err, err
+    with RunStore(store) as st:
+        [info] = st.runs()
+        rounds = st.rounds(info.id)
+        assert [r.trace.kind for r in rounds] == [InfeasibleKind.TIMEOUT] * 2
+        assert "warming up tool 'hang_a'" in rounds[0].trace.reason
+    # --resume builds a fresh executor, which warms up again: bounded too
+    proc = cli("run", "--resume", info.id, "--rounds", "3", "--store", str(store), "--reference", "none", env=hang)
+    err = finish(proc)
+    assert proc.returncode == 3, err
+    flag.unlink()
+    proc = cli("run", "--resume", info.id, "--rounds", "4", "--store", str(store), "--reference", "none", env=hang)
+    err = finish(proc)
+    assert proc.returncode == 0, err
+    with RunStore(store) as st:
+        rounds = st.rounds(info.id)
+        assert [r.trace.kind for r in rounds] == [InfeasibleKind.TIMEOUT] * 3 + [None]
+        assert "warming up tool 'hang_a'" in rounds[2].trace.reason
+
+
 def test_bench_accepts_the_local_executor(tmp_path: Path) -> None:
     path = tmp_path / "slow.yaml"
     path.write_text(SCENARIO_YAML.replace("400", "20"))
@@ -393,6 +565,12 @@ def test_bench_accepts_the_local_executor(tmp_path: Path) -> None:
         assert len(infos) == 2 and {i.executor.name for i in infos} == {"local"}
         for info in infos:
             assert all(r.trace.executor == "local" and r.trace.feasible for r in st.rounds(info.id))
+    # the report says which figures were measured and which are simulated from the cards
+    report = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    assert "Measured on local: the mapping to deploy, against the best measured mapping" in report
+    assert "Measured and simulated (a real executor)" in report
+    assert "E2E of the best-found mapping / oracle E2E (noise-free; 1.000 = oracle) [simulated from the cards]" in report
+    assert "oracle E2E ms (simulated)" in report
     proc = cli("bench", "--executor", "local", "--jobs", "2", "--scenario", str(path))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "one run at a time" in err

@@ -31,6 +31,7 @@ from hetsched.model import (
     SIM,
     ExecutorSpec,
     InputError,
+    LoopConfig,
     Mapping,
     Planner,
     Probe,
@@ -41,42 +42,17 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
+from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
 from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore, StoreError
 
-DEFAULT_MAX_PROBES_PER_ROUND = 64
-"""The loop's own cap on probes in one round, whatever a policy asks (a safety net; policies
-keep their own, smaller budgets)."""
-
 
 def round_seed(seed: int, round_index: int, probe_index: int = -1) -> int:
     """Seed of one execution: distinct per (run seed, round, probe), stable across versions."""
     return (seed * 1_000_003 + round_index * 1_009 + probe_index + 1) & 0x7FFFFFFF
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    """How a run is driven."""
-
-    rounds: int = 20
-    """Rounds to run (an upper bound when ``stop_after`` is set)."""
-    seed: int = 0
-    """Run seed; rounds and probes derive theirs from it."""
-    stop_after: int = 0
-    """Stop early once the mapping has been unchanged for this many rounds and the policy says
-    it has converged (0: never stop early)."""
-    max_probes_per_round: int = DEFAULT_MAX_PROBES_PER_ROUND
-    """Most probes the loop executes in one round, whatever the policy asks (0: no probes)."""
-
-    def __post_init__(self) -> None:
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if self.stop_after < 0:
-            raise ValueError(f"stop_after must be >= 0, got {self.stop_after}")
-        if self.max_probes_per_round < 0:
-            raise ValueError(f"max_probes_per_round must be >= 0, got {self.max_probes_per_round}")
 
 
 @dataclass
@@ -101,6 +77,12 @@ class RunResult:
         """The feasible round with the lowest measured E2E (the first on ties)."""
         ok = [r for r in self.rounds if r.trace.feasible and r.trace.e2e_ms is not None]
         return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
+
+    @property
+    def deploy(self) -> MeasuredMapping | None:
+        """The mapping to deploy: the lowest median E2E over its executions in the run's rounds and
+        probes, with its spread over repeats (:func:`~hetsched.model.measured.deploy_choice`)."""
+        return deploy_choice(executions(self.rounds))
 
     @property
     def feasible_rounds(self) -> int:
@@ -129,8 +111,9 @@ class RunResult:
         """The ``hetsched run --json`` object.
 
         ``oracle`` is the exact optimum when the reference is the oracle, else null; ``reference``
-        says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``), or
-        is null when none was.
+        says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``, and
+        ``measured`` on a real executor), or is null when none was; ``deploy`` is the mapping to
+        deploy with its spread over repeats (:attr:`deploy`), null when no round ran to completion.
         """
         ref = self.reference
         return {
@@ -141,6 +124,7 @@ class RunResult:
             "oracle": {"mapping": ref.mapping.to_dict(), "e2e_ms": ref.e2e_ms} if ref is not None and ref.exact
             else None,
             "reference": None if ref is None else ref.to_dict(),
+            "deploy": None if self.deploy is None else self.deploy.to_dict(),
             "notes": list(self.notes),
             "rounds": [
                 {
@@ -193,7 +177,7 @@ def run_rounds(
     planner = planner or SimPlanner(scenario)
     rounds: list[RoundRecord] = list(history)
     ctx = PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, planner=planner,
-                        probes=config.max_probes_per_round > 0)
+                        probes=config.max_probes_per_round > 0, measured=executor.name != SIM.name)
     policy.reset(ctx)
     result = RunResult(scenario, policy.name, rounds, executor=executor.name)
     # a continued history may end exactly where the uninterrupted run would have stopped early
@@ -256,9 +240,9 @@ def run_key(
     executor: ExecutorSpec = SIM,
     experiment: str = "",
 ) -> RunKey:
-    """The :class:`~hetsched.model.RunKey` of a run driven with ``config`` (its rounds, seed, early stop)."""
-    return RunKey(scenario=scenario, policy=policy, options=dict(options or {}), seed=config.seed,
-                  rounds=config.rounds, stop_after=config.stop_after, executor=executor, experiment=experiment)
+    """The :class:`~hetsched.model.RunKey` of a run driven with ``config`` (every one of its fields)."""
+    return RunKey(scenario=scenario, policy=policy, options=dict(options or {}), config=config, executor=executor,
+                  experiment=experiment)
 
 
 def run_recorded(
@@ -322,7 +306,7 @@ def continue_run(
         raise InputError(
             f"run {run_id} was executed by {key.executor.name!r}; cannot continue it with {executor.name!r}"
         )
-    config = LoopConfig(rounds=planned, seed=key.seed, stop_after=key.stop_after)
+    config = replace(key.config, rounds=planned)  # every stored loop setting, the planned rounds updated
     store.claim(run_id)
     write = store.recorder(run_id)
 

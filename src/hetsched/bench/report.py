@@ -89,18 +89,36 @@ GUIDE: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """'How to read this report', shipped inside the report (pip users have no docs/ folder)."""
 
+REAL_GUIDE: tuple[str, tuple[str, ...]] = ("Measured and simulated (a real executor)", (
+    "The rounds and probes of these runs ran for real on the executor named above: their E2E figures are "
+    "measurements (noisy), and so is the 'Measured' table, the one to read first: each run's mapping to deploy "
+    "(lowest median measured E2E, with its spread over repeats) against the best measured mapping of its "
+    "scenario, which is the measured reference.",
+    "Everything called oracle, 'true' or noise-free (the oracle mapping and its E2E, E2E ratios, rounds to the "
+    "oracle, regret, convergence, the Gantt and VRAM figures) is simulated from the cards; the titles of those "
+    "tables say [simulated from the cards]. The cards may have been profiled on another machine or device, so "
+    "a simulated ratio can be far from what the executor measures.",
+    "`hetsched run --executor local|ray` measures the reference mapping itself on the executor (3 runs) and "
+    "divides by that measurement, labelled '(measured)'; it ends with the mapping to deploy.",
+))
+"""The guide's section for runs on a real executor (added before the others)."""
 
-def _guide_html() -> str:
+
+def _guide(executor: str = "sim") -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return GUIDE if executor == "sim" else (REAL_GUIDE, *GUIDE)
+
+
+def _guide_html(executor: str = "sim") -> str:
     parts = ['<h2 id="how-to-read">How to read this report</h2>']
-    for title, items in GUIDE:
+    for title, items in _guide(executor):
         parts.append(f"<h3>{html.escape(title)}</h3><ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items)
                      + "</ul>")
     return "\n".join(parts)
 
 
-def _guide_markdown() -> list[str]:
+def _guide_markdown(executor: str = "sim") -> list[str]:
     lines = ["## How to read this report", ""]
-    for title, items in GUIDE:
+    for title, items in _guide(executor):
         lines += [f"### {title}", "", *(f"- {i}" for i in items), ""]
     return lines
 
@@ -132,8 +150,9 @@ _SHOWN_NODES = 24
 
 
 def _scenario_rows(data: BenchData) -> Table:
-    t = Table("scenarios", "Scenarios", ["scenario", "mode", "nodes", "budget MB", "cores", "oracle", "oracle E2E ms",
-                                         "shows"])
+    real = data.meta.get("executor", "sim") != "sim"
+    t = Table("scenarios", "Scenarios", ["scenario", "mode", "nodes", "budget MB", "cores", "oracle",
+                                         "oracle E2E ms (simulated)" if real else "oracle E2E ms", "shows"])
     for s in data.scenario_names():
         sc = data.scenarios[s]
         runs = [r for r in data.runs if r.scenario == s]
@@ -182,7 +201,8 @@ def write_report(data: BenchData, out: Path) -> dict[str, Path]:
     md.append("## Figures\n")
     for caption, path in figures:
         md.append(f"![{caption}](figures/{path.name})\n")
-    md += _guide_markdown()
+    executor = str(data.meta.get("executor", "sim"))
+    md += _guide_markdown(executor)
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
 
     parts = [
@@ -202,7 +222,7 @@ def write_report(data: BenchData, out: Path) -> dict[str, Path]:
         b64 = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{b64}">'
                      f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-    parts.append(_guide_html())
+    parts.append(_guide_html(executor))
     parts.append("</body></html>\n")
     report = out / "report.html"
     report.write_text("\n".join(parts), encoding="utf-8")

@@ -350,8 +350,66 @@ def reference_note(data: BenchData) -> str:
             "ratio below 1 is possible.")
 
 
+SIMULATED = " [simulated from the cards]"
+"""Suffix of the title of every table whose oracle or noise-free figures are simulated, in a report
+of runs on a real executor."""
+
+
+def _measured_runs(run: RunSummary) -> dict[str, list[float]]:
+    """A run's feasible measured E2Es (rounds and probes) by mapping code, in order."""
+    by_code: dict[str, list[float]] = {}
+    for rnd in run.rounds:
+        for p in rnd.probes:
+            if p.e2e_ms is not None:
+                by_code.setdefault(p.code, []).append(p.e2e_ms)
+        if rnd.feasible and rnd.e2e_ms is not None:
+            by_code.setdefault(rnd.code, []).append(rnd.e2e_ms)
+    return by_code
+
+
+def _deploy(run: RunSummary) -> tuple[str, list[float]] | None:
+    """The mapping to deploy of one run: lowest median measured E2E (ties: more runs), with its runs."""
+    by_code = _measured_runs(run)
+    if not by_code:
+        return None
+    return min(by_code.items(), key=lambda kv: (statistics.median(kv[1]), -len(kv[1])))
+
+
+def table_measured(data: BenchData) -> Table:
+    """On a real executor: each run's mapping to deploy, measured, against the best measured of its
+    scenario (the measured reference: every figure in it was measured on the executor)."""
+    executor = str(data.meta.get("executor", "sim")).split("[")[0]  # the name, without its options
+    t = Table("measured", f"Measured on {executor}: the mapping to deploy, against the best measured mapping",
+              ["scenario", *data.labels])
+    for s in data.scenario_names():
+        deploys = {lb: [d for d in (_deploy(r) for r in data.cell(s, lb)) if d is not None] for lb in data.labels}
+        medians = [statistics.median(runs) for ds in deploys.values() for _, runs in ds]
+        best = min(medians) if medians else None
+        row = [s]
+        for lb in data.labels:
+            ds = deploys[lb]
+            if not ds or best is None:
+                row.append(infeasible_text(data.cell(s, lb)) if data.cell(s, lb) else "-")
+                continue
+            med = statistics.fmean(statistics.median(runs) for _, runs in ds)
+            spreads = [(max(runs) - min(runs)) / statistics.median(runs) for _, runs in ds if len(runs) > 1]
+            spread = f" ±{50 * statistics.fmean(spreads):.0f}%" if spreads else " (once)"
+            row.append(f"{med:.1f} ms{spread} = {med / best:.2f}x")
+        t.rows.append(row)
+    t.notes += [
+        "Measured: per run, the mapping to deploy is the one with the lowest median measured E2E over its "
+        "executions (rounds and probes); the cell is that median (mean over seeds), ± half its spread (max - min) "
+        "over repeats, '(once)' when it ran once, and its ratio to the best measured: the lowest such median of "
+        "any policy on the scenario (the measured reference; 1.00x = the best measured).",
+        "Every other table's oracle and noise-free figures are simulated from the cards (titles marked "
+        "[simulated from the cards]); the cards may have been profiled on another machine.",
+    ]
+    return t
+
+
 def all_tables(data: BenchData) -> list[Table]:
-    """Every table of the report, in order."""
+    """Every table of the report, in order (on a real executor, the measured table first, and the
+    tables built on simulated figures say so in their titles)."""
     tables: list[Table | None] = [
         table4(data), table5(data), table5_all(data), table_e2e(data), table_rounds_to_oracle(data),
         table_regret(data), table_regret(data, with_probes=True), table_probes(data), table_llm(data),
@@ -361,6 +419,11 @@ def all_tables(data: BenchData) -> list[Table]:
     if note:
         for t in out:
             t.notes.append(note)
+    if data.meta.get("executor", "sim") != "sim":
+        for t in out:
+            if t.key not in ("probes", "llm"):
+                t.title += SIMULATED
+        out.insert(0, table_measured(data))
     return out
 
 

@@ -5,28 +5,42 @@ best-known mapping, or none)."""
 from __future__ import annotations
 
 import json
-import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
-from hetsched.cli.app import EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, EXIT_NO_RESULT, app, err, examples, fail, out, safe
+from hetsched import api
+from hetsched.cli.app import (
+    EXIT_INTERRUPTED,
+    EXIT_LLM_UNREACHABLE,
+    EXIT_NO_RESULT,
+    app,
+    err,
+    examples,
+    fail,
+    out,
+    plain_table,
+    safe,
+)
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
-from hetsched.loop import LoopConfig, RunResult, continue_run, run_rounds
-from hetsched.model import ExecutorSpec, Mapping, Reference, RunKey, Scenario
+from hetsched.loop import RunResult
+from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenario
 from hetsched.model.files import load_scenario
-from hetsched.policies import Policy, make_policy, policy_names
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
+from hetsched.policies import make_policy, policy_names
 from hetsched.sim.reference import (
     DEFAULT_SEARCH_SECONDS,
-    ReferenceChoice,
     check_max_seconds,
     parse_reference_choice,
-    reference,
 )
 from hetsched.store import RunStore
 
@@ -45,9 +59,14 @@ def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
     return " ".join(parts)
 
 
-def reference_name(ref: Reference | None) -> str:
-    """``oracle`` or ``best-known`` (column headers)."""
-    return "reference" if ref is None else ref.kind.value
+def reference_name(ref: Reference | None, executor: str = "sim") -> str:
+    """Column headers: ``oracle`` or ``best-known`` on the simulator; on a real executor ``oracle
+    (measured)``, ``best measured``, or ``oracle (simulated)`` when nothing could be measured."""
+    if ref is None:
+        return "reference"
+    if executor != "sim" and ref.measured is None:
+        return f"{ref.kind.value} (simulated)"
+    return ref.compare_name
 
 
 def round_table(result: RunResult) -> Table:
@@ -56,10 +75,10 @@ def round_table(result: RunResult) -> Table:
     table = Table(title=f"{safe(result.policy)} on {safe(result.scenario.name)} ({safe(result.executor)})",
                   title_justify="left")
     table.add_column("round", justify="right")
-    table.add_column("mapping" if ref is None else f"mapping (* differs from {reference_name(ref)})")
+    table.add_column("mapping" if ref is None else f"mapping (* differs from {ref.kind.value})")
     table.add_column("E2E ms", justify="right")
     if ref is not None:
-        table.add_column(f"/ {reference_name(ref)}", justify="right")
+        table.add_column(f"/ {reference_name(ref, result.executor)}", justify="right")
     table.add_column("probes", justify="right")
     table.add_column("feasible / reason")
     for r in result.rounds:
@@ -67,7 +86,7 @@ def round_table(result: RunResult) -> Table:
         cells = [str(r.round), safe(mapping_text(r.mapping, None if ref is None else ref.mapping)),
                  "-" if e2e is None else f"{e2e:.1f}"]
         if ref is not None:
-            cells.append("-" if e2e is None else f"{e2e / ref.e2e_ms:.3f}")
+            cells.append("-" if e2e is None else f"{e2e / ref.compare_ms:.3f}")
         cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
@@ -81,6 +100,18 @@ def check_output_file(path: Path, option: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+
+
+def check_store_folder(store: Path | None, option: str = "--store") -> None:
+    """Refuse (exit 2) a ``--store`` file whose folder does not exist, naming it: a typo in a folder
+    name must not create a new folder and a new, empty store there."""
+    if store is None:
+        return
+    folder = store.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
+                   "folder")
 
 
 def load(ref: str) -> Scenario:
@@ -121,38 +152,77 @@ timeout and retries say how to reach the server, not what the run is, and the re
 budget only shape the report: they apply to this session only)."""
 
 
-def _stored_run(store: Path | None, run_id: str, policy: Policy, as_json: bool, rounds: int | None = None,
-                executor: Executor | None = None) -> RunResult:
-    """Drive a stored run (just created, or resumed); Ctrl-C marks it interrupted and says how
-    to continue it."""
-    with RunStore(store) as st:
-        info = st.run(run_id)
-        hint = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
-        console = err if as_json else out
+PROGRESS_AFTER_S = 5.0
+"""A round running this long (s) gets a progress line on stderr, and again each time its time doubles."""
 
-        def say(text: str) -> None:
-            console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
 
-        if info.rounds_done:
-            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
-                f"{safe(st.path)}")
-        else:
-            say(f"run {info.id} recorded in {safe(st.path)}")
-        if info.status == "finished" and rounds in (None, info.rounds_planned):
-            say(f"run {info.id} was already finished; nothing to run")
-        try:
-            return continue_run(st, info.id, policy=policy, rounds=rounds, executor=executor)
-        except KeyboardInterrupt:
-            done = st.run(info.id).rounds_done
-            err.print(f"interrupted: run {info.id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
-                      soft_wrap=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except LLMUnreachableError as exc:
-            done = st.run(info.id).rounds_done
-            err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
-            err.print(f"run {info.id} stopped with its {done} stored rounds; once the server answers, continue it "
-                      f"with: {safe(hint)}", soft_wrap=True)
-            raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
+def round_line(r: RoundRecord, planned: int | None = None) -> str:
+    """One round as a line, printed as soon as it completes (plain text: escape before rich output)."""
+    of = f"/{planned}" if planned else ""
+    what = f"E2E {r.trace.e2e_ms:.1f} ms" if r.trace.feasible and r.trace.e2e_ms is not None else \
+        f"infeasible: {r.trace.reason}"
+    probes = f", {len(r.probes)} probes" if r.probes else ""
+    return f"round {r.round}{of}: {what}{probes}  {mapping_text(r.mapping)}"
+
+
+class RoundStream:
+    """Prints each round's line as it completes (``on_round``), and on stderr a progress line for a
+    round that runs long; keeps the rounds it saw."""
+
+    def __init__(self, console: Console, planned: int | None = None) -> None:
+        self.console, self.planned = console, planned
+        self.rounds: list[RoundRecord] = []
+        self._lock = threading.Lock()
+        self._since = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, name="hetsched-progress", daemon=True)
+
+    def __enter__(self) -> RoundStream:
+        self._since = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def __call__(self, record: RoundRecord) -> None:
+        with self._lock:
+            self.rounds.append(record)
+            self._since = time.monotonic()
+            self.console.print(safe(round_line(record, self.planned)), soft_wrap=True)
+
+    def _tick(self) -> None:
+        wait = PROGRESS_AFTER_S
+        seen = self._since
+        while not self._stop.wait(min(0.5, PROGRESS_AFTER_S / 4)):
+            with self._lock:
+                if self._since != seen:  # a round completed: the next one starts its own clock
+                    seen, wait = self._since, PROGRESS_AFTER_S
+                elapsed = time.monotonic() - self._since
+                if elapsed >= wait:
+                    nxt = self.rounds[-1].round + 1 if self.rounds else None
+                    which = "the first round" if nxt is None else f"round {nxt}"
+                    err.print(f"{which} running for {elapsed:.0f} s...", soft_wrap=True)
+                    wait *= 2
+
+
+def _interrupted(console: Console, result: RunResult, run_id: str | None, hint: str) -> typer.Exit:
+    """On Ctrl-C: print the rounds done (a table) and how to continue; the exit to raise (130)."""
+    if result.rounds:  # linear in the rounds (a long run may have thousands): plain_table, not rich's Table
+        console.print(f"rounds done ({len(result.rounds)}):", soft_wrap=True)
+        rows = [(str(r.round), "-" if r.trace.e2e_ms is None else f"{r.trace.e2e_ms:.1f}", str(len(r.probes)),
+                 "yes" if r.trace.feasible else f"no: {r.trace.reason}", mapping_text(r.mapping))
+                for r in result.rounds]
+        console.print(plain_table(["round", "E2E ms", "probes", "feasible / reason", "mapping"], rows,
+                                  right=["round", "E2E ms", "probes"]), soft_wrap=True)
+    done = len(result.rounds)
+    if run_id is None:
+        err.print(f"interrupted after {done} rounds (not stored: --no-store)", soft_wrap=True)
+    else:
+        err.print(f"interrupted: run {run_id} keeps its {done} stored rounds; continue it with: {safe(hint)}",
+                  soft_wrap=True)
+    return typer.Exit(EXIT_INTERRUPTED)
 
 
 LLM_FLAGS = {"timeout_s": "--llm-timeout"}
@@ -178,9 +248,6 @@ def _agentic_options(
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
         return {}
-    if llm_api_key is not None:
-        # handed over through the environment, so the run store never records the key
-        os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
     options: dict[str, Any] = {"decider": decider or "rules", "cold_start": cold_start}
     if llm:
         options["llm"] = llm
@@ -229,8 +296,10 @@ def run(
     policy: str = typer.Option(
         "all-gpu", "--policy", "-p", metavar="NAME", help=f"One of: {', '.join(policy_names())}."
     ),
-    rounds: int = typer.Option(20, "--rounds", "-r", min=1, metavar="N", help="Rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Run seed (noise, randomized policies)."),
+    rounds: int = typer.Option(20, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", help="Rounds to run."),
+    seed: int = typer.Option(
+        0, "--seed", "-s", min=0, max=MAX_SEED, metavar="N", help="Run seed (noise, randomized policies)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write every round's schedule as Chrome trace-event JSON."
@@ -245,7 +314,8 @@ def run(
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
     stop_after: int = typer.Option(
-        0, "--stop-after", min=0, metavar="N", help="Stop early once the mapping is unchanged for this many rounds "
+        0, "--stop-after", min=0, max=MAX_ROUNDS, metavar="N",
+        help="Stop early once the mapping is unchanged for this many rounds "
         "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
     ),
     decider: str | None = typer.Option(
@@ -327,6 +397,27 @@ def run(
     check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
+    if not no_store:
+        check_store_folder(store)
+    console = err if as_json else out
+
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True)  # keep ids and paths on one line, copy-pastable
+
+    state: dict[str, Any] = {"run_id": None, "hint": ""}
+
+    def started(run_id: str, st: RunStore) -> None:
+        info = st.run(run_id)
+        state["run_id"] = info.id
+        state["hint"] = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
+        if info.rounds_done:
+            say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
+                f"{safe(st.path)}")
+        else:
+            say(f"run {info.id} recorded in {safe(st.path)}")
+        if state.get("finished"):
+            say(f"run {info.id} was already finished; nothing to run")
+
     if resume is not None:
         given = [p for p in ctx.command.params if p.name not in RESUME_MAY_SET and _given(ctx, p.name)]
         if given:
@@ -337,54 +428,46 @@ def run(
         if no_store:
             raise fail("--resume reads the run store; it cannot be combined with --no-store")
         rounds_given = _given(ctx, "rounds")
-        if llm_api_key is not None:  # never stored, so given again on resume; reaches the decider via the env
-            os.environ["HETSCHED_LLM_API_KEY"] = llm_api_key
+        reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
         with RunStore(store, create=False) as st:
             info = st.readable(resume)
-            reach = {k: v for k, v in (("timeout_s", llm_timeout), ("retries", llm_retries)) if v is not None}
-            resumed = dict(info.options)
-            if reach:  # not stored: the run's options stay what it was started with
-                if info.options.get("decider") not in LLM_DECIDERS:
-                    raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
-                resumed["llm"] = {**(resumed.get("llm") or {}), **reach}
-            pol = make_policy(info.policy, **resumed)
+            if reach and info.options.get("decider") not in LLM_DECIDERS:
+                raise fail(f"--llm-timeout and --llm-retries apply to LLM deciders; run {info.id} has none")
             stored_key = st.key(info.id)
-        with make_executor(stored_key.executor, stored_key.scenario) as ex:
+            state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
+        sc, policy_name = stored_key.scenario, stored_key.policy
+        with make_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
-            result = _stored_run(store, info.id, pol, as_json, rounds=rounds if rounds_given else None, executor=ex)
+            with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
+                result = _drive(lambda: api.resume(
+                    info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
+                    on_round=stream, llm_api_key=llm_api_key, llm_reach=reach, reference=choice.value,
+                    max_seconds=max_seconds), stream, sc, policy_name, ex.name,
+                    store, state, console)
     else:
         if scenario is None:
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
         sc = load(scenario)
-        options: dict[str, Any] = {}  # make_policy keyword options; recorded with the run
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
-        options.update(_agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget))
-        pol = make_policy(policy, **options)
+        options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget)
+        policy_name = make_policy(policy, **options).name  # a bad option fails before anything runs
         executor_options = parse_executor_options(executor_option)
         if ray_address is not None:
             if executor.strip().lower() != "ray":
                 raise fail(f"--ray-address {ray_address} is for --executor ray, not --executor {executor}")
             executor_options["address"] = ray_address
         spec = ExecutorSpec(executor, executor_options)
-        config = LoopConfig(rounds=rounds, seed=seed, stop_after=stop_after)
         # a missing extra, tool or device fails here, before a run is stored
         with make_executor(spec, sc) as ex:
             describe_executor(ex, as_json)
-            if no_store:
-                result = run_rounds(sc, pol, config, executor=ex)
-            else:
-                key = RunKey(scenario=sc, policy=pol.name, options=options, seed=seed, rounds=rounds,
-                             stop_after=stop_after, executor=spec)
-                with RunStore(store) as st:
-                    run_id = st.create_run(key)
-                result = _stored_run(store, run_id, pol, as_json, executor=ex)
-    if choice is not ReferenceChoice.NONE:
-        result.reference = ref = reference(result.scenario, choice, max_seconds=max_seconds)
-        if result.run_id is not None and ref is not None:
-            with RunStore(store) as st:
-                st.set_reference(result.run_id, ref)
+            with RoundStream(console, rounds) as stream:
+                result = _drive(lambda: api.run(
+                    sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
+                    executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
+                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds),
+                    stream, sc, policy_name, ex.name, store, state, console)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
@@ -395,9 +478,15 @@ def run(
     if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
-        how = "noise-free" if result.executor == "sim" else "simulated from the cards; the rounds below are real"
+        how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
         out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
+        if ref.measured is not None and ref.measured_kind == "best measured":
+            out.print(f"the {ref.kind.value} mapping could not run on {safe(result.executor)}; ratios below are to "
+                      f"the run's best measured mapping, {safe(ref.measured.describe())}", soft_wrap=True)
+        elif ref.measured is not None:
+            out.print(f"{ref.kind.value} mapping measured on {safe(result.executor)}: {safe(ref.measured.describe())}"
+                      "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
@@ -405,11 +494,43 @@ def run(
     best = result.best_round
     if best is not None:
         e2e = best.trace.e2e_ms or 0.0
-        ratio = "" if ref is None else f" = {e2e / ref.e2e_ms:.3f} x {reference_name(ref)}"
+        ratio = "" if ref is None else f" = {e2e / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}"
         out.print(f"best round {best.round}: E2E {e2e:.1f} ms{ratio}")
+    deploy = result.deploy
+    if deploy is not None:
+        ratio = ("" if ref is None else
+                 f" = {deploy.median_ms / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}")
+        out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())}{ratio})",
+                  soft_wrap=True)
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)
+
+
+def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, policy: str, executor: str,
+           store: Path | None, state: dict[str, Any], console: Console) -> RunResult:
+    """Run ``go`` (an api.run / api.resume call); Ctrl-C prints the rounds done and exits 130, an
+    unreachable LLM server says how to continue and exits 69."""
+    try:
+        return go()
+    except KeyboardInterrupt:
+        run_id = state["run_id"]
+        rounds = stream.rounds
+        if run_id is not None:
+            with RunStore(store) as st:
+                rounds = st.rounds(run_id)  # the stored rounds, earlier sessions' included
+        partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
+        raise _interrupted(console, partial, run_id, state["hint"]) from None
+    except LLMUnreachableError as exc:
+        err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+        run_id = state["run_id"]
+        if run_id is not None:
+            with RunStore(store) as st:
+                done = st.run(run_id).rounds_done
+            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
+            err.print(f"run {run_id} stopped with its {done} stored rounds; once the server answers, continue it "
+                      f"with: {safe(state['hint'])}{again}", soft_wrap=True)
+        raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 
 def _exit_without_result(result: RunResult) -> None:

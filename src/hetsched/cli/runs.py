@@ -12,10 +12,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, examples, fail, out, safe
+from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.cli.run import mapping_text
 from hetsched.model import Mapping, RoundRecord
+from hetsched.model.measured import deploy_choice, executions
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
+from hetsched.store.db import recovery_hint
 
 STORE_DEFAULT = "$HETSCHED_STORE, else runs.sqlite in the user data dir"
 """How the --store default is shown in help."""
@@ -97,6 +99,10 @@ def runs_command(
         return
     with RunStore(path, create=False, read_only=True) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
+        hurt = st.damage_found
+    if hurt:  # the listing read around a damaged page: say so, on stderr (stdout stays the list)
+        err.print(f"[yellow]warning:[/] run store {safe(str(path))} is damaged ({safe(hurt)}); the runs below are "
+                  f"those that read back, read one by one. {safe(recovery_hint(path, listed=False))}", soft_wrap=True)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos]))
         return
@@ -112,7 +118,7 @@ def runs_command(
     for i in infos:
         best = _ms(i.best_e2e_ms)
         if i.best_e2e_ms is not None and i.reference is not None:
-            best += f" ({i.best_e2e_ms / i.reference.e2e_ms:.2f}x)"
+            best += f" ({i.best_e2e_ms / i.reference.compare_ms:.2f}x)"
         # the decider is what tells agentic runs apart; every option is in `hetsched show-run`
         opts = f":{safe(str(i.options['decider']))}" if "decider" in i.options else ""
         opts += " (cold)" if i.options.get("cold_start") else ""
@@ -168,9 +174,18 @@ def show_run(
               f"created {safe(_when(info.created_at))}  updated {safe(_when(info.updated_at))}"
               + (f"  experiment {safe(info.experiment)}" if info.experiment else ""))
     if ref is not None:
+        how = "noise-free" if info.executor.name == "sim" else "simulated from the cards, not measured"
         out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))} ({_code(ref.mapping, None)})  "
-                  f"E2E {ref.e2e_ms:.1f} ms (noise-free)")
+                  f"E2E {ref.e2e_ms:.1f} ms ({how})")
+        if ref.measured is not None:
+            what = f"the {ref.kind.value} mapping" if ref.measured_kind != "best measured" else \
+                f"the {ref.kind.value} mapping could not run; the best measured mapping"
+            out.print(f"{what} measured on {safe(info.executor.name)}: {safe(ref.measured.describe())}",
+                      soft_wrap=True)
     out.print(_rounds_table(info, stored.rounds))
+    deploy = deploy_choice(executions(stored.rounds))
+    if deploy is not None:
+        out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())})", soft_wrap=True)
     notes = dict.fromkeys(n for r in stored.rounds for t in (r.trace, *(p.trace for p in r.probes)) for n in t.notes)
     for note in notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
@@ -187,7 +202,7 @@ def _code(mapping: Mapping, reference: Mapping | None) -> str:
 def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
     nodes = " ".join(rounds[0].mapping) if rounds else ""
     ref = info.reference
-    ratio_col = "/ref" if ref is None else f"/{ref.kind.value}"
+    ratio_col = "/ref" if ref is None else f"/{ref.compare_name}"
     out.print(f"rounds; mapping letters per node {safe(_cut(nodes, 2000))}: C cpu, G gpu_now, Q gpu_queue"
               + ("" if ref is None else f"; * differs from the {ref.kind.value}"))
     table = Table(box=None, pad_edge=False, header_style="bold underline")
@@ -204,7 +219,7 @@ def _rounds_table(info: RunInfo, rounds: list[RoundRecord]) -> Table:
             str(r.round),
             _code(r.mapping, None if ref is None else ref.mapping),
             _ms(e2e),
-            "-" if e2e is None or ref is None else f"{e2e / ref.e2e_ms:.3f}",
+            "-" if e2e is None or ref is None else f"{e2e / ref.compare_ms:.3f}",
             str(len(r.probes)),
             "yes" if r.trace.feasible else f"[red]no[/]: {safe(_cut(r.trace.reason, 40))}",
             decider,

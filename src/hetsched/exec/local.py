@@ -61,6 +61,10 @@ DEVICE_SAMPLE_MS = 5.0
 """How often the device worker samples its memory for the watch, ms (each sample costs ~0.1 ms)."""
 MEMORY_SLACK_FLOOR_MB = 16.0
 """The least slack of the measured-memory watch, MB (see :meth:`LocalExecutor.memory_limit_mb`)."""
+PREPARE_TIMEOUT_S = 900.0
+"""Time limit of a tool's one-time preparation in a fresh worker (imports, downloads), seconds."""
+CONTROL_TIMEOUT_S = 60.0
+"""Time limit of the executor's own requests to a worker (round start and end, memory figures), seconds."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class LocalExecutor(ClosingExecutor):
             label = "stand-in device" if self.device.kind is DeviceKind.STANDIN else self.device.label
             self.gpu = Worker(self.device, cores, label, sample_ms=DEVICE_SAMPLE_MS)
         self._unprepared: dict[tuple[str, str], str] = {}
+        self._cold: set[tuple[str, str]] = set()  # (worker, tool) whose warm-up ran past its time limit
         self._cpu_loaded: set[str] = set()
         self.last_outputs: dict[str, Any] = {}
         """Outputs of the sink nodes of the last round that finished."""
@@ -204,20 +209,62 @@ class LocalExecutor(ClosingExecutor):
             self._ensure(self.gpu)
 
     def _ensure(self, worker: Worker) -> None:
+        """Start ``worker`` if it is not running and prepare its tools, one call each, each bounded:
+        ``prepare`` (imports, one-time set-up) by ``PREPARE_TIMEOUT_S``, the warm-up call (load, run
+        once, unload) by the tool's time limit. A tool whose warm-up ran past it is not warmed again
+        (the round that runs it meets the node's own time limit); the worker is killed and the
+        WorkerError (kind ``timeout``) refuses this round. A worker that dies raises WorkerError
+        (kind ``tool_error``, saying the signal or exit code), and that tool is not warmed up again
+        either."""
         if worker.alive:
             return
         worker.start()
         if worker is self.cpu:
             self._cpu_loaded.clear()
-            tools = list(self._bytes.values())
+            names = list(self._bytes)
         else:
-            tools = [b for n, b in self._bytes.items() if self.tools[n].has_gpu]
-        reply = worker.call("prepare", tools=tools)
+            names = [n for n in self._bytes if self.tools[n].has_gpu]
+        for name in names:
+            self._prepare_one(worker, name)
+
+    def _prepare_one(self, worker: Worker, name: str) -> None:
+        doing = f"preparing tool {name!r} on the {worker.label}"
+        try:
+            reply = worker.call("prepare", timeout=PREPARE_TIMEOUT_S, tools=[self._bytes[name]], warm=False)
+        except WorkerError as exc:
+            raise WorkerError(f"{doing}: {exc}", exc.kind) from None
         if not reply.ok:
             worker.kill()
-            raise WorkerError(f"preparing the tools in the {worker.label} failed: {reply.detail}")
-        for name, why in reply.data.get("failed", {}).items():
+            raise WorkerError(f"{doing} failed: {reply.detail}")
+        why = reply.data.get("failed", {}).get(name)
+        if why is not None:
             self._unprepared[(worker.label, name)] = why
+            return
+        if (worker.label, name) in self._cold:
+            return
+        limit = self.warm_timeout_s(name, worker is self.cpu)
+        try:
+            worker.call("warm", timeout=limit, tool=self._bytes[name])
+        except WorkerError as exc:
+            # not warmed up again: a tool that hangs or kills its worker must not keep every round
+            # from starting; the round that runs it meets the same fault as a typed node failure
+            self._cold.add((worker.label, name))
+            if exc.kind is InfeasibleKind.TIMEOUT:
+                raise WorkerError(f"warming up tool {name!r} on the {worker.label} (one load and call before the "
+                                  f"first round) ran past its time limit of {limit:g} s; the worker was restarted and "
+                                  "the tool is not warmed up again", InfeasibleKind.TIMEOUT) from None
+            raise WorkerError(f"warming up tool {name!r} on the {worker.label}: {exc}; the tool is not warmed up "
+                              "again", exc.kind) from None
+
+    def warm_timeout_s(self, tool: str, cpu: bool) -> float:
+        """Time limit of a tool's warm-up call (one load and one call), seconds: its node time limit on
+        the CPU, or as a ``gpu_queue`` node (load included) on the device."""
+        return self.timeout_of_tool(tool, Placement.CPU if cpu else Placement.GPU_QUEUE)
+
+    def timeout_of_tool(self, tool: str, placement: Placement) -> float:
+        """Time limit of a node running ``tool`` on ``placement``, seconds."""
+        return node_timeout_s(self.scenario.cards[tool], placement, self.timeout_s, self.timeout_factor,
+                              self.min_timeout_s)
 
     def pids(self) -> list[int]:
         """Process ids of the running workers (for tests and diagnostics)."""
@@ -254,7 +301,7 @@ class LocalExecutor(ClosingExecutor):
             if gpu_nodes and self.gpu is not None:
                 self._ensure(self.gpu)
         except WorkerError as exc:
-            return refuse(InfeasibleKind.UNAVAILABLE, str(exc))
+            return refuse(exc.kind, str(exc))
         for n in sc.workflow.node_ids:
             worker = self.gpu if mapping[n].on_gpu else self.cpu
             why = self._unprepared.get((worker.label, sc.workflow.tool_of[n])) if worker is not None else None
@@ -331,33 +378,34 @@ class _Round:
         for tool in cpu_tools:
             if tool in ex._cpu_loaded:
                 continue
-            reply = ex.cpu.call("load", key=tool, tool=ex._bytes[tool])
+            reply = ex.cpu.call("load", timeout=ex.timeout_of_tool(tool, Placement.CPU), key=tool, tool=ex._bytes[tool])
             if not reply.ok:
                 self.fail(_kind(reply), f"loading {tool} on the CPU pool failed: {reply.detail}")
                 return False
             ex._cpu_loaded.add(tool)
         if ex.cpu.alive:
-            ex.cpu.call("round_start", limit_mb=None, rebase=False)
+            ex.cpu.call("round_start", timeout=CONTROL_TIMEOUT_S, limit_mb=None, rebase=False)
         self.held_mb = sum(self.vram(t) for t in self.now_tools)
         gpu = self.workers.get("gpu")
         if gpu is None or not gpu.alive or not any(self.mapping[n].on_gpu for n in self.wf.node_ids):
             return True
         limit = ex.memory_limit_mb() if ex.check_memory else None
         self.touched_device = True
-        gpu.call("round_start", limit_mb=None, rebase=True)
+        gpu.call("round_start", timeout=CONTROL_TIMEOUT_S, limit_mb=None, rebase=True)
         for tool in self.now_tools:
-            reply = gpu.call("load", key=f"now:{tool}", tool=ex._bytes[tool])
+            reply = gpu.call("load", timeout=ex.timeout_of_tool(tool, Placement.GPU_NOW), key=f"now:{tool}",
+                             tool=ex._bytes[tool])
             if not reply.ok:
                 self.fail(_kind(reply), f"loading gpu_now tool {tool} on the {gpu.label} failed: {reply.detail}")
                 return False
         if limit is not None and self.now_tools:
-            used = float(gpu.call("stats").data["in_use_mb"])
+            used = float(gpu.call("stats", timeout=CONTROL_TIMEOUT_S).data["in_use_mb"])
             if used > limit + _EPS_MB:
                 self.fail(InfeasibleKind.OOM, f"the gpu_now tools {list(self.now_tools)} measure {used:.1f} MB on the "
                           f"{gpu.label} after loading, over the {self.budget:g} MB budget (limit {limit:.1f} MB with "
                           "slack): their cards under-state their memory")
                 return False
-        gpu.call("round_start", limit_mb=limit, rebase=False)
+        gpu.call("round_start", timeout=CONTROL_TIMEOUT_S, limit_mb=limit, rebase=False)
         return True
 
     # -- dispatch
@@ -506,7 +554,7 @@ class _Round:
                 warmed = self.warm()
             except WorkerError as exc:  # a worker died or stopped answering while loading
                 self.broken |= {name for name, w in self.workers.items() if w.started and not w.alive}
-                self.fail(InfeasibleKind.TOOL_ERROR, f"before the round started: {exc}")
+                self.fail(exc.kind, f"before the round started: {exc}")
                 warmed = False
             if warmed:
                 self.t0 = ex.last_t0 = time.monotonic()

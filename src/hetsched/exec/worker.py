@@ -2,7 +2,7 @@
 :class:`~hetsched.tools.runtime.ToolRuntime` and running tool calls concurrently on its threads.
 
 The parent talks to a worker over a pipe with small request messages (load, run, queue_run,
-unload, prepare, bench, round_start, round_end, stats, exit); every reply carries the request
+unload, prepare, warm, bench, round_start, round_end, stats, exit); every reply carries the request
 id, and the worker's memory watch can send an unsolicited ``oom`` event. Clocks are
 ``time.monotonic()`` (CLOCK_MONOTONIC, shared by all processes of the machine), so the parent
 can place the worker's start and end times on its own time line.
@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetsched.model import HetschedError, InputError
+from hetsched.model import HetschedError, InfeasibleKind, InputError
 from hetsched.tools.base import Device, DeviceKind, Tool
 from hetsched.tools.runtime import PeakSampler, ToolRuntime, to_host
 
@@ -40,7 +40,26 @@ START_TIMEOUT_S = 120.0
 
 
 class WorkerError(HetschedError):
-    """A worker process could not be started or stopped answering."""
+    """A worker process could not be started, died, or stopped answering; ``kind`` types it for a
+    refused round: ``unavailable`` (it could not start), ``tool_error`` (it died), ``timeout`` (it
+    did not answer within the time limit, and was killed)."""
+
+    def __init__(self, message: str, kind: InfeasibleKind = InfeasibleKind.TOOL_ERROR) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def describe_exit(code: int | None) -> str:
+    """How a process ended, in words: ``killed by SIGSEGV (signal 11)`` or ``exit code 3``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            return f"killed by signal {-code}"
+        return f"killed by {name} (signal {-code})"
+    return f"exit code {code}"
 
 
 @dataclass
@@ -146,12 +165,19 @@ class _Child:
                 failed[tool.name] = _describe(exc)
                 continue
             if warm:
-                key = f"warm:{tool.name}"
-                with contextlib.suppress(Exception):
-                    self.runtime.load(key, tool)
-                    self.runtime.run(key, [])
-                self.runtime.unload(key)
+                self.cmd_warm(blob)
         return {"failed": failed}
+
+    def cmd_warm(self, tool: bytes) -> dict[str, Any]:
+        """Load, run once and unload a prepared tool (see :meth:`cmd_prepare`); a failing call is
+        not reported here: the round that runs the tool reports it."""
+        t = self.tool(tool)
+        key = f"warm:{t.name}"
+        with contextlib.suppress(Exception):
+            self.runtime.load(key, t)
+            self.runtime.run(key, [])
+        self.runtime.unload(key)
+        return {}
 
     def cmd_load(self, key: str, tool: bytes) -> dict[str, Any]:
         loaded = self.runtime.load(key, self.tool(tool))
@@ -349,17 +375,27 @@ class Worker:
         self._proc, self._conn, self.inbox = proc, parent, []
         if not parent.poll(START_TIMEOUT_S):
             self.kill()
-            raise WorkerError(f"the {self.label} worker process did not start within {START_TIMEOUT_S:.0f} s")
+            raise WorkerError(f"the {self.label} worker process did not start within {START_TIMEOUT_S:.0f} s",
+                              InfeasibleKind.UNAVAILABLE)
         try:
             kind, _, data, err, detail = pickle.loads(parent.recv_bytes())
         except (EOFError, OSError):
-            code = proc.exitcode
+            code = self._exit_code()
             self.kill()
-            raise WorkerError(f"the {self.label} worker process exited while starting (exit code {code})") from None
+            raise WorkerError(f"the {self.label} worker process exited while starting ({describe_exit(code)})",
+                              InfeasibleKind.UNAVAILABLE) from None
         if kind != "ready" or err:
             self.kill()
-            raise WorkerError(f"the {self.label} worker process failed to start: {detail}")
+            raise WorkerError(f"the {self.label} worker process failed to start: {detail}", InfeasibleKind.UNAVAILABLE)
         self.meter = str(data.get("meter", ""))
+
+    def _exit_code(self, wait_s: float = 5.0) -> int | None:
+        """The exit code of a process whose pipe has closed: it is exiting, so reap it (at most
+        ``wait_s``) before reading the code, which is None until then."""
+        if self._proc is None:
+            return None
+        self._proc.join(wait_s)
+        return self._proc.exitcode
 
     def kill(self) -> None:
         """Stop the process now (SIGKILL after a short SIGTERM grace); idempotent."""
@@ -393,7 +429,7 @@ class Worker:
     def submit(self, cmd: str, **args: Any) -> int:
         """Send a request; returns its id (the reply comes through :meth:`receive` or :meth:`call`)."""
         if self._conn is None:
-            raise WorkerError(f"the {self.label} worker is not running")
+            raise WorkerError(f"the {self.label} worker is not running", InfeasibleKind.UNAVAILABLE)
         req_id = next(self._ids)
         try:
             self._conn.send_bytes(dumps((req_id, cmd, args)))
@@ -417,8 +453,9 @@ class Worker:
                     out.append(Reply(req_id, not err, data, err, detail))
                 wait = 0.0
         except (EOFError, OSError):
-            code = None if self._proc is None else self._proc.exitcode
-            out.append(Reply(None, False, {}, "died", f"the {self.label} worker process died (exit code {code})"))
+            code = self._exit_code()
+            out.append(Reply(None, False, {}, "died",
+                             f"the {self.label} worker process died ({describe_exit(code)})"))
             self.kill()
         return out
 
@@ -434,9 +471,10 @@ class Worker:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if left is not None and left == 0.0:
                     self.kill()
-                    raise WorkerError(f"the {self.label} worker did not answer {cmd!r} within {timeout:.0f} s")
+                    raise WorkerError(f"the {self.label} worker did not answer {cmd!r} within {timeout:g} s",
+                                      InfeasibleKind.TIMEOUT)
                 if self._conn is None:
-                    raise WorkerError(f"the {self.label} worker is not running")
+                    raise WorkerError(f"the {self.label} worker is not running", InfeasibleKind.UNAVAILABLE)
                 ready = mpc.wait([self._conn], timeout=left if left is not None else 1.0)
                 if not ready:
                     continue

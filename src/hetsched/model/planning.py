@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from hetsched.model.mapping import Mapping
+from hetsched.model.measured import MeasuredMapping
 from hetsched.model.trace import Infeasibility
 
 
@@ -40,6 +41,12 @@ class Reference:
     """A proven lower bound on the optimum's E2E (equal to ``e2e_ms`` for the oracle)."""
     seconds: float = 0.0
     """Time the search took."""
+    measured: MeasuredMapping | None = None
+    """On a real executor: what the run's executor measured for a reference (``measured_kind``);
+    ratios of a real run divide by its median, never by the simulated ``e2e_ms``."""
+    measured_kind: str = ""
+    """``reference mapping`` (this reference's mapping executed on the run's executor) or ``best
+    measured`` (the run's best measured mapping, when the reference mapping could not run there)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ReferenceKind(self.kind))
@@ -66,23 +73,43 @@ class Reference:
         gap = self.gap
         return "best-known" if gap is None else f"best-known (within {100 * gap:.1f}% of the lower bound)"
 
+    @property
+    def compare_ms(self) -> float:
+        """What ratios divide by: the measured median when measured, else the simulated E2E."""
+        return self.measured.median_ms if self.measured is not None else self.e2e_ms
+
+    @property
+    def compare_name(self) -> str:
+        """Column name of the ratios: ``oracle``, ``oracle (measured)`` or ``best measured``."""
+        if self.measured is None:
+            return self.kind.value
+        return "best measured" if self.measured_kind == "best measured" else f"{self.kind.value} (measured)"
+
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}`` for JSON."""
-        return {
+        """``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}`` for JSON; measured on a real executor,
+        also ``measured`` (:meth:`MeasuredMapping.to_dict` plus ``kind``, ``reference mapping`` or
+        ``best measured``)."""
+        out: dict[str, Any] = {
             "kind": self.kind.value,
             "mapping": self.mapping.to_dict(),
             "e2e_ms": self.e2e_ms,
             "lower_bound_ms": self.lower_bound_ms,
         }
+        if self.measured is not None:
+            out["measured"] = {**self.measured.to_dict(), "kind": self.measured_kind}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Reference:
         """Inverse of :meth:`to_dict`."""
+        measured = data.get("measured")
         return cls(
             ReferenceKind(data["kind"]),
             Mapping(data["mapping"]),
             float(data["e2e_ms"]),
             None if data.get("lower_bound_ms") is None else float(data["lower_bound_ms"]),
+            measured=None if measured is None else MeasuredMapping.from_dict(measured),
+            measured_kind="" if measured is None else str(measured.get("kind", "reference mapping")),
         )
 
 

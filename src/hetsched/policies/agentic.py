@@ -30,6 +30,7 @@ from hetsched.llm import LLM_DECIDERS, Decider, DecisionContext, LLMConfig, make
 from hetsched.llm.evidence import fallback_mapping
 from hetsched.llm.validate import check_mapping
 from hetsched.model import DecisionRecord, InputError, Probe, ProbeRequest, Proposal, RoundRecord
+from hetsched.model.measured import Settling, settling
 from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
 
@@ -45,6 +46,10 @@ class Agentic(Policy):
             merged over the environment and config file (``resolve_llm_config``).
         probe_budget: shortcut for ``monitor.probes_per_run``.
         probes_per_round: shortcut for ``monitor.probes_per_round``.
+        settle: apply the stopping rule (:func:`~hetsched.model.measured.settling`): once new
+            mappings stop beating the best by more than the measured noise, no more probes or new
+            mappings; repeat the best and the mappings measured within its noise, then settle on the
+            best measured one. Default: on for real executors, off on the simulator.
         decider_options: passed to the decider's constructor (e.g. ``responses`` for ``scripted``).
     """
 
@@ -59,9 +64,12 @@ class Agentic(Policy):
         llm: LLMConfig | dict[str, Any] | None = None,
         probe_budget: int | None = None,
         probes_per_round: int | None = None,
+        settle: bool | None = None,
         **decider_options: Any,
     ) -> None:
         super().__init__()
+        self.settle = settle
+        self._settle = bool(settle)
         cfg = monitor if isinstance(monitor, MonitorConfig) else MonitorConfig.from_dict(monitor or {})
         if probe_budget is not None:
             cfg = replace(cfg, probes_per_run=probe_budget)
@@ -92,9 +100,17 @@ class Agentic(Policy):
     def reset(self, ctx: PolicyContext) -> None:
         super().reset(ctx)
         self._monitor = Monitor(ctx.scenario, self.monitor_config, cards_visible=not self.cold_start)
+        self._settle = ctx.measured if self.settle is None else self.settle
+
+    def settling(self, history: Sequence[RoundRecord]) -> Settling | None:
+        """Where the run stands on the stopping rule (None when the rule is off)."""
+        return settling(history) if self._settle else None
 
     def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe]) -> ProbeRequest | None:
-        """The monitor's next what-if request (the loop executes it)."""
+        """The monitor's next what-if request (the loop executes it); none once exploring stopped."""
+        state = self.settling(history)
+        if state is not None and not state.exploring:
+            return None
         return self.monitor.next_probe(history, probes)
 
     def propose(
@@ -103,6 +119,15 @@ class Agentic(Policy):
         sc = self.ctx.scenario
         obs = observations if observations is not None else self.monitor.observe(history, probes)
         records = tuple(obs.to_json())
+        state = self.settling(history)
+        if state is not None and not state.exploring and state.best is not None:
+            chosen = state.contender or state.best
+            if chosen is not None:  # settled, or a mapping within the noise of the best to repeat
+                record = DecisionRecord(decider=self.decider.name, model=self.decider.model, attempts=(),
+                                        fallback=False, fallback_reason="", observations=records,
+                                        observations_text=obs.text, probes_spent=len(obs.probes),
+                                        cold_start=self.cold_start)
+                return Proposal(sc.validate_mapping(chosen.mapping), rationale=state.describe(), decision=record)
         decision = self.decider.decide(
             DecisionContext(
                 scenario=sc,
@@ -147,7 +172,11 @@ class Agentic(Policy):
         return Proposal(sc.validate_mapping(mapping), rationale=rationale, decision=record)
 
     def converged(self, history: Sequence[RoundRecord]) -> bool:
-        """The mapping did not change in the last round and no unexplored probe is left in budget."""
+        """Settled (when the stopping rule is on), or: the mapping did not change in the last round and no
+        unexplored probe is left in budget."""
+        state = self.settling(history)
+        if state is not None and state.settled:
+            return True
         if len(history) < 2 or history[-1].mapping != history[-2].mapping:
             return False
         return self.monitor.pending_probes(history) == 0

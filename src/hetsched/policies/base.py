@@ -36,6 +36,8 @@ class PolicyContext:
     the reference mapping); computes, never executes. None when the loop gives none."""
     probes: bool = True
     """False when the loop allows no what-if probes (``next_probe`` is then never called)."""
+    measured: bool = False
+    """True when the rounds run on a real executor (measured, noisy, costly), False on the simulator."""
 
 
 class Policy(ABC):

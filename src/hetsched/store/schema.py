@@ -16,7 +16,7 @@ from collections.abc import Callable
 from hetsched.model import Infeasibility
 from hetsched.store.codec import DECISION_INFO_KEYS, StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
 
 def current_version() -> int:
@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS runs (
     seed             INTEGER NOT NULL,
     rounds_planned   INTEGER NOT NULL,
     stop_after       INTEGER NOT NULL DEFAULT 0,
+    max_probes_per_round INTEGER NOT NULL DEFAULT 64, -- the loop's cap on probes in one round (LoopConfig)
     status           TEXT NOT NULL CHECK (status IN ('running', 'finished', 'interrupted')),
     status_reason    TEXT NOT NULL DEFAULT '',  -- 'KeyboardInterrupt', 'converged', an error message
     executor         TEXT NOT NULL,             -- sim, local, ray...
@@ -173,7 +174,12 @@ def _v1_to_v2(conn: sqlite3.Connection) -> None:
                      (json.dumps(rest), json.dumps(decision), rowid))
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
+def _v2_to_v3(conn: sqlite3.Connection) -> None:
+    """The loop's probe cap is part of the stored run (a resumed run restores every LoopConfig field)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN max_probes_per_round INTEGER NOT NULL DEFAULT 64")
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
 """``from_version -> step`` taking a store from ``from_version`` to ``from_version + 1``
 inside the open transaction."""
 

@@ -1,0 +1,483 @@
+"""The in-process executor: runs a workflow's real tools in this process (threads), with the same
+placement semantics and the same :class:`~hetsched.model.Trace` as the other executors.
+
+It is what an online :class:`~hetsched.session.Session` uses by default, because a request's
+inputs and outputs are the application's own Python objects (nothing is pickled) and a node can
+be driven from outside, one at a time, by another runtime (LangGraph):
+
+- ``cpu`` nodes run the tool's CPU implementation (loaded once per tool and kept);
+- ``gpu_now`` tools are loaded on the device before the request starts (outside the E2E) and
+  unloaded when their last node of the request ends;
+- ``gpu_queue`` nodes wait in one FIFO queue until their card's ``vram_mb`` fits beside what is
+  held (the budget), then load, run and unload (their load is inside the E2E).
+
+The device is CUDA when torch sees one (``device="auto"``), else the stand-in device: the GPU
+implementation runs on CPU threads of this process, and every trace says so. Independent nodes
+run in parallel threads. A tool that raises ends the request as a ``tool_error`` trace naming
+the node (``torch``'s out-of-memory as ``oom``); the exception itself is kept for the caller.
+Unlike the local executor, a hanging tool cannot be interrupted in-process: use
+``executor="local"`` for isolation and time limits.
+
+Imports the model, the tool API and registry; never policies or the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from collections.abc import Mapping as MappingABC
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetsched.exec.base import ClosingExecutor
+from hetsched.model import (
+    HetschedError,
+    Infeasibility,
+    InfeasibleKind,
+    InputError,
+    Mapping,
+    NodeTrace,
+    Placement,
+    Scenario,
+    Trace,
+)
+from hetsched.model.trace import vram_steps
+from hetsched.tools.base import Device, DeviceKind, Tool, check_size
+from hetsched.tools.registry import import_tool_modules
+
+_EPS_MB = 1e-6
+STANDIN_NOTE = ("GPU placements ran on the in-process stand-in device (CPU threads of this process, not a GPU): "
+                "their times are real measurements of CPU cores")
+"""What every trace that used the in-process stand-in device says."""
+
+
+class ToolError(HetschedError):
+    """A tool raised while running a node of a request (the request failed; the session did not).
+
+    The original exception is ``__cause__`` (and :attr:`error`)."""
+
+    def __init__(self, message: str, *, node: str = "", tool: str = "", error: BaseException | None = None,
+                 trace: Trace | None = None, round: int | None = None) -> None:
+        super().__init__(message)
+        self.node, self.tool, self.error = node, tool, error
+        self.trace = trace
+        """The refused trace of the request (kind ``tool_error`` or ``oom``), when known."""
+        self.round = round
+        """The round the failed request was recorded as, when recorded."""
+
+
+def _kind_of(exc: BaseException) -> InfeasibleKind:
+    return InfeasibleKind.OOM if "OutOfMemory" in type(exc).__name__ else InfeasibleKind.TOOL_ERROR
+
+
+@dataclass
+class RequestResult:
+    """One executed request: its trace, the sink nodes' outputs, and the failure (if any)."""
+
+    trace: Trace
+    """The measured trace (refused when a node failed)."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Output of every sink node that ran, by node id."""
+    error: ToolError | None = None
+    """What failed, with the tool's own exception as its cause; None when the request ran."""
+
+
+class InProcessExecutor(ClosingExecutor):
+    """Runs rounds of a scenario with real tools in this process (see the module docstring).
+
+    Args:
+        scenario: the scenario.
+        tools: implementations by tool name (:func:`~hetsched.tools.functions.function_tool` or Tool
+            objects); a tool not given is looked up in the registry (``hetsched.tools.get_tool``).
+        device: ``auto`` (CUDA when torch sees a GPU, else the stand-in device), ``cuda``/``cuda:N``,
+            ``standin``, or ``none`` (GPU placements are refused).
+        size: size preset of registry tools (default ``tiny``).
+        tool_modules: modules to import first (they register tools).
+        max_threads: most nodes running at once.
+        device_threads: GPU-placed calls running at once on the stand-in device (default 1, as the
+            local executor's stand-in device and the cards profiled on it); CUDA is not limited.
+    """
+
+    name = "inproc"
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        tools: MappingABC[str, Tool] | None = None,
+        device: str = "auto",
+        size: str = "tiny",
+        tool_modules: Sequence[str] = (),
+        max_threads: int = 32,
+        device_threads: int = 1,
+    ) -> None:
+        from hetsched.tools.registry import get_tool, tool_names
+
+        self.scenario = scenario
+        import_tool_modules(list(tool_modules))
+        given = dict(tools or {})
+        for name in scenario.workflow.tools:
+            if name in given:
+                continue
+            try:
+                given[name] = get_tool(name, check_size(size))
+            except InputError:
+                raise InputError(
+                    f"scenario {scenario.name!r}: tool {name!r} has no implementation to run; give it to the "
+                    f"session (hetsched.function_tool) or register it (hetsched.register_tool); registered tools: "
+                    f"{', '.join(tool_names())}") from None
+        for name in scenario.workflow.tools:
+            if scenario.cards[name].has_gpu and not given[name].has_gpu:
+                raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "
+                                 "no GPU implementation; set has_gpu: false on the card")
+        self.tools: dict[str, Tool] = given
+        """The implementation of every tool the scenario uses."""
+        self._device_choice = device
+        self._device: Device | None = None
+        self._device_resolved = False
+        self._cpu = Device(DeviceKind.CPU, 0, 1)
+        self._cpu_handles: dict[str, Any] = {}
+        self._cpu_lock = threading.Lock()
+        if device_threads < 1:
+            raise InputError(f"executor 'inproc': device_threads must be >= 1, got {device_threads}")
+        self._device_slots = threading.BoundedSemaphore(device_threads)
+        self._prepared: set[str] = set()
+        self._prepare_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, max_threads), thread_name_prefix="hetsched-node")
+        self._closed = False
+
+    # ------------------------------------------------------------------ devices
+    @property
+    def device(self) -> Device | None:
+        """Where GPU placements run (None: nowhere); resolved (and torch imported) at first need."""
+        if not self._device_resolved:
+            from hetsched.exec.devices import resolve_device
+
+            self._device = resolve_device(self._device_choice, 1)
+            self._device_resolved = True
+        return self._device
+
+    def describe(self) -> list[str]:
+        """What the executor runs on, one line each (for the CLI)."""
+        dev = self.device
+        where = "none (refused)" if dev is None else (
+            "the stand-in device (CPU threads of this process)" if dev.kind is DeviceKind.STANDIN else dev.label)
+        return ["tools run in this process (threads)", f"GPU placements: {where}"]
+
+    def close(self) -> None:
+        """Unload the CPU handles and stop the threads (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        with self._cpu_lock:
+            for name, handle in self._cpu_handles.items():
+                with contextlib.suppress(Exception):  # closing must free the rest whatever one tool does
+                    self.tools[name].unload(handle)
+            self._cpu_handles.clear()
+
+    def prepare(self, tool: str) -> None:
+        """The tool's one-time, untimed set-up (``Tool.prepare``: a checkpoint, a data file), once per executor."""
+        with self._prepare_lock:
+            if tool not in self._prepared:
+                self.tools[tool].prepare()
+                self._prepared.add(tool)
+
+    @contextlib.contextmanager
+    def on_device(self) -> Iterator[None]:
+        """Hold one of the stand-in device's threads while a GPU-placed call runs (CUDA: no limit)."""
+        dev = self.device
+        if dev is None or dev.kind is not DeviceKind.STANDIN:
+            yield
+            return
+        with self._device_slots:
+            yield
+
+    def cpu_handle(self, tool: str) -> Any:
+        """The tool's CPU handle (loaded at first use and kept)."""
+        self.prepare(tool)
+        with self._cpu_lock:
+            if tool not in self._cpu_handles:
+                self._cpu_handles[tool] = self.tools[tool].load(self._cpu)
+            return self._cpu_handles[tool]
+
+    # ------------------------------------------------------------------ requests
+    def begin(self, mapping: Mapping, seed: int | None = 0) -> Request:
+        """Start a request under ``mapping`` (validated; statically infeasible ones are refused by
+        :meth:`Request.start`); drive it with :meth:`Request.run_node` and end it with :meth:`Request.finish`."""
+        if self._closed:
+            raise InputError("the in-process executor is closed")
+        return Request(self, self.scenario.validate_mapping(mapping), seed)
+
+    def run_request(self, mapping: Mapping, inputs: MappingABC[str, Any] | None = None,
+                    seed: int | None = 0) -> RequestResult:
+        """Run the whole DAG once: source node ``s`` gets ``[inputs[s]]`` (``[]`` when absent), every
+        other node its predecessors' outputs in edge order; returns the trace and the sinks' outputs."""
+        req = self.begin(mapping, seed)
+        if not req.start():
+            return RequestResult(req.finish())
+        wf = self.scenario.workflow
+        outputs: dict[str, Any] = {}
+        left = {n: len(wf.preds(n)) for n in wf.node_ids}
+        running: dict[Future[Any], str] = {}
+        error: ToolError | None = None
+
+        def launch(node: str, args: list[Any]) -> None:
+            running[self._pool.submit(req.run_node, node, args)] = node
+
+        for s in wf.sources:
+            launch(s, [inputs[s]] if inputs is not None and s in inputs else [])
+        while running:
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                node = running.pop(fut)
+                exc = fut.exception()
+                if exc is not None:
+                    if error is None:
+                        error = exc if isinstance(exc, ToolError) else ToolError(str(exc), node=node, error=exc)
+                    continue
+                outputs[node] = fut.result()
+                if error is not None:
+                    continue
+                for s in wf.succs(node):
+                    left[s] -= 1
+                    if left[s] == 0:
+                        launch(s, [outputs[p] for p in wf.preds(s)])
+        trace = req.finish()
+        if error is not None:
+            error.trace = trace
+            return RequestResult(trace, {}, error)
+        return RequestResult(trace, {s: outputs[s] for s in wf.sinks if s in outputs})
+
+    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
+        """Execute one round (sources get no inputs); infeasible or failed rounds come back refused."""
+        return self.run_request(mapping, None, seed).trace
+
+
+class Request:
+    """One request in flight on an :class:`InProcessExecutor` (see :meth:`InProcessExecutor.begin`)."""
+
+    def __init__(self, ex: InProcessExecutor, mapping: Mapping, seed: int | None) -> None:
+        self.ex, self.mapping, self.seed = ex, mapping, seed
+        sc = ex.scenario
+        self.sc, self.wf = sc, sc.workflow
+        self.budget = sc.machine.vram_budget_mb
+        self.now_tools = sc.gpu_now_tools(mapping)
+        # a gpu_now tool stays resident until each of its nodes has run once and no call of it is in
+        # flight; a node run again after that (a loop, a fan-out) loads it again through the FIFO
+        self._now_pending = {t: set() for t in self.now_tools}  # type: dict[str, set[str]]
+        for n in self.wf.node_ids:
+            if mapping[n] is Placement.GPU_NOW:
+                self._now_pending[self.wf.tool_of[n]].add(n)
+        self._now_inflight = {t: 0 for t in self.now_tools}
+        self._now_handles: dict[str, Any] = {}
+        self._cond = threading.Condition()
+        self._fifo: deque[object] = deque()
+        self._held_mb = 0.0
+        self._events: list[tuple[float, float]] = []
+        self._nodes: dict[str, NodeTrace] = {}
+        self.failure: Infeasibility | None = None
+        """Why the request failed (the first failure), or None."""
+        self.setup_ms = 0.0
+        """Time spent loading the gpu_now tools before t = 0, ms."""
+        self.t0 = time.monotonic()
+        self._started = False
+        self._finished: Trace | None = None
+        self._used_device = False
+
+    def _ms(self, t: float) -> float:
+        return (t - self.t0) * 1000.0
+
+    def _fail(self, kind: InfeasibleKind, detail: str) -> None:
+        with self._cond:
+            if self.failure is None:
+                self.failure = Infeasibility(kind, detail)
+            self._cond.notify_all()
+
+    def start(self) -> bool:
+        """Static check, then load the CPU handles and the gpu_now tools (outside the E2E); t = 0 is set
+        after. False when the request cannot run (:attr:`failure` says why)."""
+        if self._started:
+            return self.failure is None
+        self._started = True
+        static = self.sc.infeasibility(self.mapping)
+        if static is not None:
+            self.failure = static
+            return False
+        gpu_nodes = [n for n in self.wf.node_ids if self.mapping[n].on_gpu]
+        begin = time.monotonic()
+        if gpu_nodes and self.ex.device is None:
+            self.failure = Infeasibility(InfeasibleKind.UNAVAILABLE, f"nodes {gpu_nodes} are placed on the GPU, but "
+                                         "this executor has no GPU device (device=none)")
+            return False
+        try:
+            for n in self.wf.node_ids:
+                if self.mapping[n] is Placement.CPU:
+                    self.ex.cpu_handle(self.wf.tool_of[n])
+            for tool in {*self.now_tools, *(self.wf.tool_of[n] for n in gpu_nodes)}:
+                self.ex.prepare(tool)
+            for tool in self.now_tools:
+                assert self.ex.device is not None
+                self._used_device = True
+                self._now_handles[tool] = self.ex.tools[tool].load(self.ex.device)
+                self._held_mb += self.sc.cards[tool].vram_mb
+        except Exception as exc:  # a tool's load failing is the request's failure, typed
+            self.failure = Infeasibility(_kind_of(exc), f"loading the tools failed: {type(exc).__name__}: {exc}")
+            return False
+        self.t0 = time.monotonic()
+        self.setup_ms = (self.t0 - begin) * 1000.0
+        return True
+
+    def run_node(self, node: str, inputs: Sequence[Any]) -> Any:
+        """Run one node's tool at its placement in this request (thread-safe); return its output.
+
+        A tool that raises fails the request and raises :class:`ToolError` (its exception as cause)."""
+        if node not in self.wf.tool_of:
+            raise InputError(f"node {node!r} is not in workflow {self.sc.name!r}; nodes: {list(self.wf.node_ids)}")
+        if not self.start():
+            raise ToolError(f"the request cannot run: {self.failure}", node=node, tool=self.wf.tool_of[node])
+        if self._finished is not None:
+            raise InputError(f"node {node!r}: the request has finished")
+        tool_name = self.wf.tool_of[node]
+        tool = self.ex.tools[tool_name]
+        p = self.mapping[node]
+        label = f"node {node!r} ({tool_name}, {p.value})"
+        ready = time.monotonic()
+        load_ms = 0.0
+        try:
+            if p is Placement.CPU:
+                admitted = start = time.monotonic()
+                out = tool.run(self.ex.cpu_handle(tool_name), inputs)
+                end = time.monotonic()
+            elif p is Placement.GPU_NOW and self._now_enter(tool_name):
+                self._used_device = True
+                admitted = start = time.monotonic()
+                try:
+                    with self.ex.on_device():
+                        out = tool.run(self._now_handles[tool_name], inputs)
+                    end = time.monotonic()
+                finally:
+                    self._now_leave(tool_name, node, time.monotonic())
+            else:  # gpu_queue (or a gpu_now tool already released: loaded again through the FIFO)
+                self._used_device = True
+                need = self.sc.cards[tool_name].vram_mb
+                self.ex.prepare(tool_name)
+                admitted = self._admit(need, label)
+                try:
+                    assert self.ex.device is not None
+                    handle = tool.load(self.ex.device)
+                    start = time.monotonic()
+                    load_ms = (start - admitted) * 1000.0
+                    try:
+                        with self.ex.on_device():
+                            out = tool.run(handle, inputs)
+                        end = time.monotonic()
+                    finally:
+                        tool.unload(handle)
+                finally:
+                    self._release(need, time.monotonic())
+        except ToolError:
+            raise
+        except Exception as exc:
+            self._fail(_kind_of(exc), f"{label} raised {type(exc).__name__}: {exc}")
+            raise ToolError(f"{label} raised {type(exc).__name__}: {exc}", node=node, tool=tool_name,
+                            error=exc) from exc
+        self._record(NodeTrace(node=node, tool=tool_name, placement=p, ready_ms=self._ms(ready),
+                               admitted_ms=self._ms(admitted), start_ms=self._ms(start), end_ms=self._ms(end),
+                               load_ms=load_ms))
+        return out
+
+    def _record(self, nt: NodeTrace) -> None:
+        with self._cond:
+            old = self._nodes.get(nt.node)
+            if old is not None:  # a node run again in one request (a loop): one span, first start to last end
+                nt = NodeTrace(node=nt.node, tool=nt.tool, placement=nt.placement, ready_ms=old.ready_ms,
+                               admitted_ms=old.admitted_ms, start_ms=old.start_ms, end_ms=max(old.end_ms, nt.end_ms),
+                               load_ms=old.load_ms + nt.load_ms)
+            self._nodes[nt.node] = nt
+
+    def _now_enter(self, tool: str) -> bool:
+        """Start a call of a resident gpu_now tool; False when it was already released (queue it instead)."""
+        with self._cond:
+            if tool not in self._now_handles:
+                return False
+            self._now_inflight[tool] += 1
+            return True
+
+    def _now_leave(self, tool: str, node: str, end: float) -> None:
+        handle = None
+        with self._cond:
+            self._now_inflight[tool] -= 1
+            self._now_pending[tool].discard(node)
+            if not self._now_pending[tool] and self._now_inflight[tool] == 0 and tool in self._now_handles:
+                handle = self._now_handles.pop(tool)
+        if handle is not None:
+            self.ex.tools[tool].unload(handle)
+            with self._cond:
+                self._held_mb -= self.sc.cards[tool].vram_mb
+                self._events.append((self._ms(end), -self.sc.cards[tool].vram_mb))
+                self._cond.notify_all()
+
+    def _admit(self, need: float, label: str) -> float:
+        ticket = object()
+        with self._cond:
+            self._fifo.append(ticket)
+            try:
+                while self._fifo[0] is not ticket or self._held_mb + need > self.budget + _EPS_MB:
+                    if self.failure is not None:
+                        raise ToolError(f"{label}: the request failed while it waited in the gpu_queue: "
+                                        f"{self.failure}", node=label)
+                    self._cond.wait(0.5)
+            except BaseException:
+                self._fifo.remove(ticket)
+                self._cond.notify_all()
+                raise
+            self._fifo.popleft()
+            self._held_mb += need
+            now = time.monotonic()
+            self._events.append((self._ms(now), need))
+            self._cond.notify_all()
+            return now
+
+    def _release(self, need: float, when: float) -> None:
+        with self._cond:
+            self._held_mb -= need
+            self._events.append((self._ms(when), -need))
+            self._cond.notify_all()
+
+    def fail(self, reason: str) -> None:
+        """Mark the request failed (a tool error outside :meth:`run_node`, e.g. in the caller's own code)."""
+        self._fail(InfeasibleKind.TOOL_ERROR, reason)
+
+    def finish(self) -> Trace:
+        """End the request: unload what is still resident, and return its trace (idempotent)."""
+        if self._finished is not None:
+            return self._finished
+        for tool, handle in list(self._now_handles.items()):  # gpu_now tools whose nodes did not all run
+            try:
+                self.ex.tools[tool].unload(handle)
+            except Exception as exc:  # recorded as the request's failure
+                self._fail(InfeasibleKind.TOOL_ERROR, f"unloading {tool} failed: {type(exc).__name__}: {exc}")
+        self._now_handles.clear()
+        notes = (STANDIN_NOTE,) if self._used_device and self.ex.device is not None and \
+            self.ex.device.kind is DeviceKind.STANDIN else ()
+        initial = sum(self.sc.cards[t].vram_mb for t in self.now_tools)
+        timeline = vram_steps(self._events, initial, _EPS_MB) if self._nodes else ()
+        if self.failure is not None or not self._nodes:
+            why = self.failure or Infeasibility(InfeasibleKind.TOOL_ERROR, "no node ran in the request")
+            trace = Trace.refused(self.mapping, why, vram_budget_mb=self.budget, seed=self.seed,
+                                  executor=self.ex.name, nodes=dict(self._nodes), vram_timeline=timeline,
+                                  notes=notes)
+        else:
+            # every node precedes a sink, so this is the sinks' end; in a request driven node by node
+            # (branches not taken) it is the end of the last node that ran
+            ends = [nt.end_ms for nt in self._nodes.values()]
+            trace = Trace(mapping=self.mapping, feasible=True, e2e_ms=max(ends), nodes=dict(self._nodes),
+                          vram_timeline=timeline, vram_budget_mb=self.budget, seed=self.seed,
+                          executor=self.ex.name, notes=notes)
+        self._finished = trace
+        return trace

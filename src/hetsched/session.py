@@ -1,0 +1,583 @@
+"""An online placement session: each real request a workflow serves is one round of the loop.
+
+:class:`Session` owns a scenario, its tools, an executor (in-process by default; local, Ray or
+the simulator), a policy (agentic by default) and a run store. :meth:`Session.submit` runs one
+request: its inputs reach the source nodes, the sink outputs come back, and the request is a
+round (probes if this request is sampled for exploration -> the monitor observes -> the policy
+proposes -> the static check and the planner -> execute -> record). :meth:`Session.begin_request`
+lets another runtime (LangGraph) drive a request node by node on the in-process executor.
+
+Guarantees (docs/python.md "Sessions"):
+
+- no request runs a mapping that fails the scenario's static check or the planner's noise-free
+  check: such a proposal is replaced by the best measured feasible mapping (all-CPU before any)
+  and the round says so;
+- exploration on live traffic is the user's choice (:class:`Explore`): off, probes on a sampled
+  share of requests, or probes while the session is idle; each response reports what its
+  exploration cost (``probe_ms``, ``waited_ms``);
+- a tool that raises fails that request with :class:`~hetsched.exec.inproc.ToolError` (recorded
+  as a ``tool_error`` round); the session goes on;
+- requests from several threads are queued in arrival order and run one at a time (a round's
+  decision needs the previous round's trace); within a request independent nodes run in parallel;
+- every round is written to the run store before ``submit`` returns; a session opened again with
+  the same ``name`` and store (in any process) continues from the stored rounds.
+
+Imports the model, the executors, the policies, the simulator's planner, the store and the loop's
+helpers (it sits beside the loop, above everything it drives).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from collections.abc import Mapping as MappingABC
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+from hetsched.builder import Workflow, tools_of
+from hetsched.exec import Executor, make_executor
+from hetsched.exec.inproc import InProcessExecutor, Request, RequestResult, ToolError
+from hetsched.loop import round_seed
+from hetsched.model import (
+    ExecutorSpec,
+    InputError,
+    Mapping,
+    Placement,
+    Probe,
+    Proposal,
+    RoundRecord,
+    RunKey,
+    Scenario,
+    Trace,
+)
+from hetsched.model.files import load_scenario
+from hetsched.policies import Policy, PolicyContext, make_policy
+from hetsched.sim.reference import SimPlanner
+from hetsched.store import RunBusyError, RunStore
+from hetsched.tools.base import Tool
+from hetsched.tools.functions import ToolSpec
+
+SESSION_ROUNDS = 1_000_000_000
+"""Rounds planned for a session's run (a session is open-ended; its run stays ``running``)."""
+EXPLORE_MODES = ("off", "sampled", "idle")
+"""Accepted :attr:`Explore.mode` values."""
+
+
+@dataclass(frozen=True)
+class Explore:
+    """How much exploration (what-if probes) a session spends on live traffic.
+
+    - ``off``: no probes; the policy learns from the requests themselves only;
+    - ``sampled``: a request is chosen with probability ``share`` (seeded) and runs up to
+      ``probes_per_request`` probes (extra executions of the workflow on its inputs, outputs
+      discarded) before its own execution: that request pays their time (``probe_ms``);
+    - ``idle``: after a request returns, a background thread runs up to ``probes_per_request``
+      probes on its inputs while no request waits; a request that arrives meanwhile waits for the
+      probe in flight only (reported as ``waited_ms``).
+    """
+
+    mode: str = "off"
+    """``off``, ``sampled`` or ``idle``."""
+    share: float = 0.1
+    """``sampled``: probability that a request runs probes."""
+    probes_per_request: int = 1
+    """Most probes one request (or one idle period) runs."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in EXPLORE_MODES:
+            raise InputError(f"explore mode {self.mode!r} is not known; accepted: {', '.join(EXPLORE_MODES)}")
+        if not 0.0 <= self.share <= 1.0:
+            raise InputError(f"explore share must be within [0, 1], got {self.share}")
+        if self.probes_per_request < 0:
+            raise InputError(f"explore probes_per_request must be >= 0, got {self.probes_per_request}")
+
+
+@dataclass
+class Response:
+    """What :meth:`Session.submit` returns for one request."""
+
+    outputs: dict[str, Any]
+    """Output of each sink node, by node id (empty on the simulator, which runs no tools)."""
+    round: int
+    """The round this request is in the session's run."""
+    mapping: Mapping
+    """The mapping it ran under."""
+    trace: Trace
+    """Its measured trace."""
+    probe_ms: float = 0.0
+    """Time this request spent running exploration probes before its own execution, ms."""
+    waited_ms: float = 0.0
+    """Time it waited for its turn (earlier requests, or an idle-time probe in flight), ms."""
+    probes: int = 0
+    """Probes this request ran."""
+    fallback: str = ""
+    """Why the policy's proposal was replaced by a safe mapping ('' when it was not)."""
+
+    @property
+    def e2e_ms(self) -> float | None:
+        """The request's measured E2E, ms."""
+        return self.trace.e2e_ms
+
+
+class InfeasibleMappingError(InputError):
+    """A request could not run (e.g. a GPU placement on an executor without a device); recorded."""
+
+    def __init__(self, message: str, trace: Trace, round: int) -> None:
+        super().__init__(message)
+        self.trace, self.round = trace, round
+
+
+class _FifoLock:
+    """A lock granted in arrival order (tickets), with the number of waiters visible."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def acquire(self) -> None:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._cond.wait()
+
+    def release(self) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for their turn (not counting the holder)."""
+        with self._cond:
+            return max(0, self._next - self._serving - 1)
+
+
+def _scenario_of(workflow: Scenario | Workflow | str | Path) -> tuple[Scenario, dict[str, Tool]]:
+    if isinstance(workflow, Scenario):
+        return workflow, {}
+    if isinstance(workflow, Workflow):
+        return workflow.scenario(), workflow.implementations
+    if isinstance(workflow, str | Path):
+        return load_scenario(workflow), {}
+    raise InputError(f"Session: workflow must be a hetsched.Workflow, a Scenario, or a scenario file or bundled "
+                     f"name, got {workflow!r}")
+
+
+class Session:
+    """An online placement session over real requests (see the module docstring).
+
+    Args:
+        workflow: a :class:`~hetsched.builder.Workflow`, a :class:`~hetsched.model.Scenario`, or a
+            scenario file / bundled scenario name.
+        tools: implementations (:func:`~hetsched.tools.functions.function_tool` specs or Tool objects)
+            beyond those given with the workflow's nodes; others come from the tool registry.
+        policy: a policy name (``agentic`` by default, with the ``rules`` decider) or a Policy object.
+        policy_options: ``make_policy`` options for a policy name (JSON-ready; recorded).
+        executor: ``inproc`` (default: tools in this process), ``local``, ``ray``, ``sim``, or an
+            Executor object (then the caller closes it).
+        executor_options: the executor's options.
+        store: a run store path, a :class:`~hetsched.store.RunStore`, None for the default store
+            (``$HETSCHED_STORE``, else the user data dir), or False to record nothing.
+        name: the session's name: opening a session with the same name, scenario, policy, options
+            and executor in the same store continues its stored rounds (None: always a new run).
+        explore: how much exploration live traffic pays (:class:`Explore`; default off).
+        seed: the run seed (probe sampling, simulator noise, randomized policies).
+        warm_start: start a new session of an adaptive policy (agentic, ucb1) from what the store knows of
+            the same workflow or its tools (:mod:`hetsched.warm`); default True.
+    """
+
+    def __init__(
+        self,
+        workflow: Scenario | Workflow | str | Path,
+        *,
+        tools: Iterable[ToolSpec | Tool] = (),
+        policy: str | Policy = "agentic",
+        policy_options: dict[str, Any] | None = None,
+        executor: str | Executor = "inproc",
+        executor_options: dict[str, Any] | None = None,
+        store: str | Path | RunStore | bool | None = None,
+        name: str | None = None,
+        explore: Explore | str = Explore(),
+        seed: int = 0,
+        warm_start: bool = True,
+    ) -> None:
+        self.scenario, impls = _scenario_of(workflow)
+        impls.update(tools_of(tools))
+        self.explore = explore if isinstance(explore, Explore) else Explore(mode=explore)
+        self.seed = seed
+        options = dict(policy_options or {})
+        if isinstance(policy, Policy):
+            if options:
+                raise InputError("Session: policy_options apply to a policy name, not to a Policy object")
+            self.policy = policy
+        else:
+            if policy.strip().lower() == "agentic":
+                options.setdefault("decider", "rules")
+            self.policy = make_policy(policy, **options)
+        exec_options = dict(executor_options or {})
+        self.executor: Executor
+        if isinstance(executor, str):
+            spec = ExecutorSpec(executor, exec_options)
+            if spec.name == "inproc":
+                self.executor = cast(Executor, InProcessExecutor(self.scenario, tools=impls, **exec_options))
+            else:
+                if impls and spec.name != "sim":
+                    from hetsched.tools.registry import register_tool
+
+                    for tool in impls.values():
+                        register_tool(tool, replace=True)
+                self.executor = make_executor(spec, self.scenario)
+            self._own_executor = True
+        else:
+            spec = ExecutorSpec(executor.name, {})
+            self.executor = executor
+            self._own_executor = False
+        self.planner = SimPlanner(self.scenario, seed=seed)
+        self.policy.reset(PolicyContext(scenario=self.scenario, seed=seed, rounds=SESSION_ROUNDS,
+                                        planner=self.planner, probes=self.explore.mode != "off"))
+        self._turn = _FifoLock()
+        self._history: list[RoundRecord] = []
+        self._pending: Proposal | None = None
+        self._idle_probes: list[Probe] = []
+        self._idle_thread: threading.Thread | None = None
+        self._idle_stop = threading.Event()
+        self._last_inputs: dict[str, Any] | None = None
+        self._closed = False
+        self.prior: Any = None
+        """What the warm start took from the store (a :class:`hetsched.warm.Prior`), or None."""
+        # ---- the run store
+        self._own_store = False
+        self.store: RunStore | None
+        if store is False:
+            self.store = None
+        elif isinstance(store, RunStore):
+            self.store = store
+        else:
+            self.store = RunStore(None if store in (None, True) else Path(str(store)))
+            self._own_store = True
+        self.run_id: str | None = None
+        """The session's run id in the store (None without a store)."""
+        key = RunKey(scenario=self.scenario, policy=self.policy.name, options=options if not isinstance(
+            policy, Policy) else {}, seed=seed, rounds=SESSION_ROUNDS, executor=spec,
+            experiment=f"session:{name}" if name else "session")
+        self.key = key
+        if self.store is not None:
+            found = self.store.find_run(key) if name else None
+            if found is not None:
+                if found.live_elsewhere:
+                    raise RunBusyError(f"session {name!r} (run {found.id}) is open in process {found.pid} on "
+                                       f"{found.host}; close it there first")
+                self.store.claim(found.id)
+                self._history = self.store.rounds(found.id)
+                self.run_id = found.id
+            else:
+                self.run_id = self.store.create_run(key)
+            self._write = self.store.recorder(self.run_id)
+        if warm_start and self.policy.adaptive and not self._history and self.store is not None:
+            from hetsched.warm import prior_for
+
+            self.prior = prior_for(self.store, self.scenario, executor=self.executor.name, exclude=self.run_id)
+            if self.prior is not None and self.prior.cards:  # plan with the tools' measured behaviour
+                planned = self.scenario.model_copy(update={"cards": self.prior.cards})
+                self.policy.reset(PolicyContext(scenario=planned, seed=seed, rounds=SESSION_ROUNDS,
+                                                planner=SimPlanner(planned, seed=seed),
+                                                probes=self.explore.mode != "off"))
+
+    # ------------------------------------------------------------------ state
+    @property
+    def rounds(self) -> list[RoundRecord]:
+        """Every round (request) so far, stored ones first."""
+        return list(self._history)
+
+    @property
+    def mapping(self) -> Mapping:
+        """The placement the next request will run under (unless it runs probes that change the decision)."""
+        with self._held():
+            return self._proposal(()).mapping
+
+    def best(self) -> RoundRecord | None:
+        """The feasible round with the lowest measured E2E (the mapping to deploy), or None."""
+        ok = [r for r in self._history if r.trace.feasible and r.trace.e2e_ms is not None]
+        return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
+
+    @contextmanager
+    def _held(self) -> Iterator[float]:
+        """The session's turn (FIFO); yields how long the caller waited for it, ms."""
+        if self._closed:
+            raise InputError("the session is closed")
+        begin = time.monotonic()
+        self._turn.acquire()
+        try:
+            yield (time.monotonic() - begin) * 1000.0
+        finally:
+            self._turn.release()
+
+    # ------------------------------------------------------------------ deciding
+    def _proposal(self, probes: tuple[Probe, ...]) -> Proposal:
+        if not probes and self._pending is not None:
+            return self._pending
+        r = len(self._history)
+        if r == 0 and self.prior is not None and self.prior.mapping is not None:
+            proposal = Proposal(self.prior.mapping, rationale=f"warm start: {self.prior.why}")
+        else:
+            monitor = self.policy.monitor
+            history = self._policy_history()
+            observations = None if monitor is None else monitor.observe(history, probes)
+            proposal = self.policy.propose(history, probes, observations)
+        proposal = self._guard(proposal, r)
+        if not probes:
+            self._pending = proposal
+        return proposal
+
+    def _policy_history(self) -> list[RoundRecord]:
+        """The rounds the policy reads, numbered in order: the warm-start prior's first, then the
+        session's. A request that ran only part of the workflow (a conditional branch not taken, driven
+        node by node) is recorded as it ran but not shown to the policy: its trace lacks nodes the
+        monitor's estimates need, and a zero-length stand-in would be a measurement nobody made."""
+        rounds = [*(self.prior.rounds if self.prior is not None else ()),
+                  *(r for r in self._history if complete(self.scenario, r.trace))]
+        return [r if r.round == i else replace(r, round=i) for i, r in enumerate(rounds)]
+
+    def _guard(self, proposal: Proposal, r: int) -> Proposal:
+        """The proposal, or the best measured feasible mapping (all-CPU before any) when it cannot run."""
+        mapping = self.scenario.validate_mapping(proposal.mapping, where=f"policy {self.policy.name!r} round {r}")
+        refused = self.planner.infeasibility(mapping)
+        if refused is None:
+            return Proposal(mapping, proposal.rationale, proposal.decision, proposal.info)
+        best = self.best()
+        safe = best.mapping if best is not None else self.scenario.uniform(Placement.CPU)
+        why = f"the policy's mapping cannot run ({refused}); ran {'the best measured' if best else 'all-CPU'} instead"
+        return Proposal(safe, f"session guard: {why}", proposal.decision, {**proposal.info, "session_guard": why})
+
+    def _inputs(self, value: Any, inputs: MappingABC[str, Any] | None) -> dict[str, Any]:
+        sources = self.scenario.workflow.sources
+        if inputs is not None:
+            unknown = [k for k in inputs if k not in sources]
+            if unknown:
+                raise InputError(f"submit: inputs for {unknown}, which are not source nodes; source nodes: "
+                                 f"{list(sources)}")
+            return dict(inputs)
+        if value is _NOTHING:
+            return {}
+        return {s: value for s in sources}
+
+    # ------------------------------------------------------------------ executing
+    def _execute(self, mapping: Mapping, inputs: dict[str, Any], seed: int) -> RequestResult:
+        ex = self.executor
+        refused = self.scenario.infeasibility(mapping)
+        if refused is not None:  # never reached through the guard; kept as the last line of defence
+            return RequestResult(Trace.refused(mapping, refused, vram_budget_mb=self.scenario.machine.vram_budget_mb,
+                                               seed=seed, executor=ex.name))
+        if isinstance(ex, InProcessExecutor):
+            return ex.run_request(mapping, inputs, seed)
+        trace = ex.run(mapping, seed=seed)
+        outputs = dict(getattr(ex, "last_outputs", {}) or {}) if trace.feasible else {}
+        error = None
+        if not trace.feasible and trace.kind is not None and trace.kind.value in ("tool_error", "timeout", "oom"):
+            error = ToolError(trace.reason, trace=trace)
+        return RequestResult(trace, outputs, error)
+
+    def _run_probes(self, inputs: dict[str, Any], r: int, limit: int, stop: threading.Event | None = None
+                    ) -> list[Probe]:
+        probes: list[Probe] = []
+        while len(probes) < limit and (stop is None or not stop.is_set()):
+            request = self.policy.next_probe(self._policy_history(), tuple(probes))
+            if request is None:
+                break
+            mapping = self.scenario.validate_mapping(request.mapping, where=f"{request.kind} probe")
+            if self.planner.infeasibility(mapping) is not None:
+                trace = Trace.refused(mapping, self.planner.infeasibility(mapping),  # type: ignore[arg-type]
+                                      vram_budget_mb=self.scenario.machine.vram_budget_mb, executor=self.executor.name)
+            else:
+                trace = self._execute(mapping, inputs, round_seed(self.seed, r, len(probes))).trace
+            probes.append(Probe(kind=request.kind, base=request.base, trace=trace, note=request.note))
+        return probes
+
+    def submit(self, value: Any = None, *, inputs: MappingABC[str, Any] | None = None) -> Response:
+        """Run one request: ``value`` goes to every source node (or give ``inputs={source: value}``);
+        returns the sinks' outputs with the round's record. A tool that raises raises
+        :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
+        given = self._inputs(value, inputs)
+        self._stop_idle()
+        with self._held() as waited_ms:
+            r = len(self._history)
+            probes = tuple(self._idle_probes)
+            self._idle_probes = []
+            probe_ms = 0.0
+            if self.explore.mode == "sampled" and self.explore.probes_per_request > 0 and \
+                    random.Random(round_seed(self.seed, r, -2)).random() < self.explore.share:
+                begin = time.monotonic()
+                sampled = self._run_probes(given, r, self.explore.probes_per_request)
+                probes += tuple(sampled)
+                probe_ms = (time.monotonic() - begin) * 1000.0 if sampled else 0.0
+            proposal = self._proposal(probes)
+            result = self._execute(proposal.mapping, given, round_seed(self.seed, r))
+            self._commit(RoundRecord(round=r, proposal=proposal, trace=result.trace, probes=probes))
+            self._last_inputs = given
+        self._start_idle()
+        if result.error is not None:
+            result.error.round = r
+            raise result.error
+        if not result.trace.feasible:
+            raise InfeasibleMappingError(f"request {r} could not run: {result.trace.reason}", result.trace, r)
+        return Response(outputs=result.outputs, round=r, mapping=proposal.mapping, trace=result.trace,
+                        probe_ms=probe_ms, waited_ms=waited_ms, probes=len(probes),
+                        fallback=str(proposal.info.get("session_guard", "")))
+
+    def _commit(self, record: RoundRecord) -> None:
+        if self.store is not None:
+            self._write(record)  # stored before the caller hears of it
+        self._history.append(record)
+        self._pending = None
+
+    # ------------------------------------------------------------------ idle exploration
+    def _start_idle(self) -> None:
+        if self.explore.mode != "idle" or self.explore.probes_per_request == 0 or self._last_inputs is None:
+            return
+        if self.policy.monitor is None and type(self.policy).next_probe is Policy.next_probe:
+            return
+        self._idle_stop.clear()
+        self._idle_thread = threading.Thread(target=self._idle, name="hetsched-idle-probes", daemon=True)
+        self._idle_thread.start()
+
+    def _stop_idle(self) -> None:
+        self._idle_stop.set()
+
+    def _idle(self) -> None:
+        if self._turn.waiting or self._idle_stop.is_set() or self._closed:
+            return
+        with self._held():
+            if self._idle_stop.is_set() or self._last_inputs is None:
+                return
+            r = len(self._history)
+            self._idle_probes = self._run_probes(self._last_inputs, r, self.explore.probes_per_request,
+                                                 self._idle_stop)
+            self._pending = None
+
+    # ------------------------------------------------------------------ node by node
+    def begin_request(self) -> RequestHandle:
+        """Start a request another runtime drives node by node (in-process executor only); it holds
+        the session's turn until :meth:`RequestHandle.finish` (or the ``with`` block ends)."""
+        if not isinstance(self.executor, InProcessExecutor):
+            raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
+                             f"{self.executor.name!r} (use submit() there)")
+        self._stop_idle()
+        if self._closed:
+            raise InputError("the session is closed")
+        begin = time.monotonic()
+        self._turn.acquire()
+        try:
+            r = len(self._history)
+            proposal = self._proposal(tuple(self._idle_probes))
+            request = self.executor.begin(proposal.mapping, round_seed(self.seed, r))
+            request.start()
+        except BaseException:
+            self._turn.release()
+            raise
+        return RequestHandle(self, request, proposal, r, (time.monotonic() - begin) * 1000.0)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Release the executor's workers and device memory and the store (idempotent). The
+        session's run stays ``running`` in the store: open it again by name to continue."""
+        if self._closed:
+            return
+        self._stop_idle()
+        if self._idle_thread is not None:
+            self._idle_thread.join()
+        self._closed = True
+        try:
+            if self._own_executor:
+                self.executor.close()
+        finally:
+            if self.store is not None and self.run_id is not None:
+                self.store.set_status(self.run_id, "interrupted", "session closed")
+            if self._own_store and self.store is not None:
+                self.store.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Session({self.scenario.name!r}, policy {self.policy.name!r}, executor {self.executor.name!r}, "
+                f"{len(self._history)} rounds" + (f", run {self.run_id}" if self.run_id else "") + ")")
+
+
+def complete(scenario: Scenario, trace: Trace) -> bool:
+    """True unless the trace is feasible and lacks a node (the request did not run all of the workflow)."""
+    return not trace.feasible or len(trace.nodes) == len(scenario.workflow.node_ids)
+
+
+class _Nothing:
+    def __repr__(self) -> str:
+        return "<nothing>"
+
+
+_NOTHING: Any = _Nothing()
+
+
+@dataclass
+class RequestHandle:
+    """A request driven node by node (:meth:`Session.begin_request`)."""
+
+    session: Session
+    request: Request
+    proposal: Proposal
+    round: int
+    waited_ms: float
+    outputs: dict[str, Any] = field(default_factory=dict)
+    _done: bool = False
+
+    @property
+    def mapping(self) -> Mapping:
+        """The mapping this request runs under."""
+        return self.proposal.mapping
+
+    def run_node(self, node: str, inputs: Any = ()) -> Any:
+        """Run ``node``'s tool at its placement with ``inputs`` (a sequence: the tool's inputs); thread-safe."""
+        out = self.request.run_node(node, list(inputs))
+        self.outputs[node] = out
+        return out
+
+    def fail(self, reason: str) -> None:
+        """Mark the request failed (recorded as a ``tool_error`` round at :meth:`finish`)."""
+        self.request.fail(reason)
+
+    def finish(self) -> Response:
+        """Build the round's trace, record it, release the session's turn; the next decision uses it."""
+        if self._done:
+            raise InputError(f"request {self.round} is already finished")
+        self._done = True
+        s = self.session
+        try:
+            trace = self.request.finish()
+            s._commit(RoundRecord(round=self.round, proposal=self.proposal, trace=trace,
+                                  probes=tuple(s._idle_probes)))
+            s._idle_probes = []
+        finally:
+            s._turn.release()
+        return Response(outputs={n: v for n, v in self.outputs.items() if n in s.scenario.workflow.sinks},
+                        round=self.round, mapping=self.mapping, trace=trace, waited_ms=self.waited_ms,
+                        fallback=str(self.proposal.info.get("session_guard", "")))
+
+    def __enter__(self) -> RequestHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._done:
+            return
+        if exc is not None and self.request.failure is None:
+            self.request.fail(f"the request's driver raised {type(exc).__name__}: {exc}")
+        self.finish()
