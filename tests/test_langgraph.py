@@ -457,3 +457,22 @@ def test_the_example_agent_runs_and_reports_its_placement_against_all_gpu(tmp_pa
     assert {n for n, p in all_gpu.items() if p == "cpu"} == {"parse", "chunk", "keywords"}
     assert len(out["compare"]) == 2 and all(c["converged_ms"] > 0 and c["all_gpu_ms"] > 0 for c in out["compare"])
     assert out["predicted_converged_ms"] > 0 and out["predicted_all_gpu_ms"] > 0  # both feasible on the cards
+
+
+def test_docs_langgraph_md_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    monkeypatch.setenv("HETSCHED_STORE", str(tmp_path / "default.sqlite"))
+    doc = Path(__file__).resolve().parent.parent / "docs" / "langgraph.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    import sys
+    import types
+
+    module = types.ModuleType("langgraph_md")  # a real module: LangGraph resolves the state's annotations in it
+    monkeypatch.setitem(sys.modules, "langgraph_md", module)
+    exec(compile(blocks[0], "langgraph.md", "exec"), module.__dict__)  # the docs' own code
+    out = capsys.readouterr().out
+    assert out.count("about ") == 2 and "the next request runs under split=cpu" in out
