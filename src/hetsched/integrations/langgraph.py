@@ -471,7 +471,8 @@ class ScheduledGraph:
         self.session = Session(self.workflow, tools=list(tools), **session_options)
         """The online session: its mapping, run store and policy."""
         self.last: Response | None = None
-        """The last finished request's response (``trace``, ``mapping``, ``round``...)."""
+        """The last finished request's response (``trace``, ``mapping``, ``round``...); with
+        concurrent callers, :meth:`invoke_with_response` gives each its own."""
 
     @property
     def mapping(self) -> Any:
@@ -479,18 +480,28 @@ class ScheduledGraph:
         return self.session.mapping
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        """Serve one request: LangGraph's ``invoke`` inside one session round; returns its result."""
+        """Serve one request: LangGraph's ``invoke`` inside one session round; returns its result
+        (the round's :class:`hetsched.Response` is :attr:`last`)."""
+        return self.invoke_with_response(input, config, **kwargs)[0]
+
+    def invoke_with_response(self, input: Any, config: Any = None, **kwargs: Any) -> tuple[Any, Response]:
+        """:meth:`invoke`, returning the graph's result and this request's response (its trace,
+        mapping and round): what concurrent callers use instead of :attr:`last`."""
         with self.session.begin_request() as req:
             token = _ACTIVE.set(_Active(req, self.shape))
             try:
                 result = self.graph.invoke(input, config, **kwargs)
             finally:
                 _ACTIVE.reset(token)
-            self.last = req.finish()
-        return result
+            response = self.last = req.finish()
+        return result, response
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """The async form of :meth:`invoke` (waiting for the session's turn happens in a thread)."""
+        return (await self.ainvoke_with_response(input, config, **kwargs))[0]
+
+    async def ainvoke_with_response(self, input: Any, config: Any = None, **kwargs: Any) -> tuple[Any, Response]:
+        """The async form of :meth:`invoke_with_response`."""
         req = await asyncio.to_thread(self.session.begin_request)
         with req:
             token = _ACTIVE.set(_Active(req, self.shape))
@@ -498,8 +509,8 @@ class ScheduledGraph:
                 result = await self.graph.ainvoke(input, config, **kwargs)
             finally:
                 _ACTIVE.reset(token)
-            self.last = await asyncio.to_thread(req.finish)
-        return result
+            response = self.last = await asyncio.to_thread(req.finish)
+        return result, response
 
     def close(self) -> None:
         """Close the session (releases workers and device memory)."""
