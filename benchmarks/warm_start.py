@@ -19,7 +19,7 @@ Reported per perturbation: the median and mean rounds to reach it (a workflow th
 within ``--rounds`` counts as ``--rounds`` + 1 in the mean and median), and how many reached it.
 
 Run: python benchmarks/warm_start.py [--workflows 12] [--rounds 15] [--past 10] [--sizes 6,8,10]
-                                     [--out FILE.md]
+                                     [--cards-hidden] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -69,11 +69,15 @@ def perturb_tool_added(sc: Scenario, rng: random.Random) -> Scenario:
 PERTURBATIONS: tuple[str, ...] = ("budget", "drift", "tool added")
 
 
+HIDDEN = {"decider": "rules", "cold_start": False}
+"""The agentic policy's options (``--cards-hidden`` sets cold_start: the decider never sees the cards)."""
+
+
 def serve(cards: Scenario, truth: Scenario, store: Path | bool, rounds: int, seed: int) -> list[hs.Mapping]:
     """The mappings of ``rounds`` requests served by an agentic session that plans with ``cards`` while
     the simulator runs ``truth``."""
     world = Simulator(truth)
-    with hs.Session(cards, executor=world, store=store, seed=seed,
+    with hs.Session(cards, executor=world, store=store, seed=seed, policy_options=dict(HIDDEN),
                     explore=hs.Explore(mode="sampled", share=1.0, probes_per_request=2)) as s:
         for _ in range(rounds):
             s.submit(None)
@@ -95,8 +99,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--past", type=int, default=10)
     ap.add_argument("--sizes", default="6,8,10")
+    ap.add_argument("--cards-hidden", action="store_true", help="the decider never sees the cards (cold_start)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    HIDDEN["cold_start"] = args.cards_hidden
     sizes = [int(x) for x in args.sizes.split(",")]
     results: dict[str, list[tuple[int, int]]] = {k: [] for k in PERTURBATIONS}
     began = time.monotonic()
@@ -128,7 +134,9 @@ def main() -> None:
                 print(f"{spec.name:28s} {kind:11s} cold {cold:3d}  warm {warm:3d}", flush=True)
     lines = [f"Warm vs cold start: rounds until the mapping is within 1 % of the reference "
              f"({args.workflows} generated three-way workflows of {args.sizes} nodes, {args.past} past requests, "
-             f"{args.rounds} requests per session, agentic/rules on the simulator, 2 probes a request; "
+             f"{args.rounds} requests per session, agentic/rules"
+             f"{' with the cards hidden' if args.cards_hidden else ''} "
+             f"on the simulator, 2 probes a request; "
              f"{time.monotonic() - began:.0f} s)", "",
              "| perturbation | cold: median | warm: median | cold: mean | warm: mean | cold reached | warm reached |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]

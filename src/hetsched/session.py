@@ -364,7 +364,7 @@ class Session:
                 raise InputError(f"submit: inputs for {unknown}, which are not source nodes; source nodes: "
                                  f"{list(sources)}")
             return dict(inputs)
-        if value is _NOTHING:
+        if value is None:
             return {}
         return {s: value for s in sources}
 
@@ -401,10 +401,14 @@ class Session:
         return probes
 
     def submit(self, value: Any = None, *, inputs: MappingABC[str, Any] | None = None) -> Response:
-        """Run one request: ``value`` goes to every source node (or give ``inputs={source: value}``);
+        """Run one request: ``value`` goes to every source node (or give ``inputs={source: value}``;
+        ``None``: the sources get no input, as in a batch round);
         returns the sinks' outputs with the round's record. A tool that raises raises
         :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
         given = self._inputs(value, inputs)
+        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim":
+            raise InputError(f"executor {self.executor.name!r} runs source nodes without inputs; a request's inputs "
+                             "reach the tools with executor='inproc' (submit() with no value runs the workflow as is)")
         self._stop_idle()
         with self._held() as waited_ms:
             r = len(self._history)
@@ -519,12 +523,6 @@ def complete(scenario: Scenario, trace: Trace) -> bool:
     return not trace.feasible or len(trace.nodes) == len(scenario.workflow.node_ids)
 
 
-class _Nothing:
-    def __repr__(self) -> str:
-        return "<nothing>"
-
-
-_NOTHING: Any = _Nothing()
 
 
 @dataclass
