@@ -16,8 +16,9 @@ workflow, and serves each ``invoke`` as one request of an online ``hs.Session``:
 the request; each tool runs where the session's current mapping places it (cpu, gpu_now or
 gpu_queue; without a GPU, GPU placements run on the stand-in device and the output says so); the
 agentic policy (deterministic ``rules`` decider) revises the mapping after every request. The
-script prints each request, the placement it converged to, then the E2E of the converged mapping
-against all-GPU (GPU-first, what frameworks do by default), request by request interleaved.
+script prints each request and the placement it converged to, then serves that placement and
+all-GPU (GPU-first, what frameworks do by default) request by request, interleaved, and prints
+their E2E side by side with what the tool cards predict for both.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ from typing import Annotated, Any, TypedDict
 
 import hetsched as hs
 from hetsched.integrations import langgraph as hlg
+from hetsched.model import Proposal
 from hetsched.model.files import data_dir
+from hetsched.sim import Simulator
 
 try:
     from langgraph.graph import END, START, StateGraph
@@ -142,7 +145,20 @@ def build_graph() -> Any:
     return g.compile()
 
 
-def serve(policy: str, graph: Any) -> hlg.ScheduledGraph:
+class Pinned(hs.Policy):
+    """Serves one mapping on every request: to measure a placement on its own."""
+
+    name = "pinned"
+
+    def __init__(self, mapping: hs.Mapping) -> None:
+        super().__init__()
+        self.pinned = mapping
+
+    def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
+        return Proposal(self.pinned, rationale="pinned by the example")
+
+
+def serve(policy: str | hs.Policy, graph: Any) -> hlg.ScheduledGraph:
     """The graph served through a session with ``policy`` (tiny tools, measured cards, no store)."""
     return hlg.ScheduledGraph(
         graph, vram_budget_mb=VRAM_BUDGET_MB, tools=[KEYWORDS], name="langgraph_agent", policy=policy,
@@ -150,8 +166,8 @@ def serve(policy: str, graph: Any) -> hlg.ScheduledGraph:
 
 
 def main(requests: int = 12, compare: int = 5, as_json: bool = False, quiet: bool = False) -> dict[str, Any]:
-    """Serve ``requests`` requests with the agentic policy, then ``compare`` interleaved requests of
-    the converged session and an all-GPU one; returns what it printed, as data."""
+    """Serve ``requests`` requests with the agentic policy, then ``compare`` requests of its final
+    mapping against as many all-GPU ones, interleaved; returns what it printed, as data."""
     graph = build_graph()
     out: dict[str, Any] = {"requests": [], "compare": []}
     say = (lambda *a: None) if as_json or quiet else print
@@ -161,33 +177,39 @@ def main(requests: int = 12, compare: int = 5, as_json: bool = False, quiet: boo
         for i in range(requests):
             state = agent.invoke({"question": QUESTIONS[i % len(QUESTIONS)]})
             r = agent.last
+            assert r is not None and state["answer"] is not None
             out["requests"].append({"round": r.round, "mapping": r.mapping.compact(), "e2e_ms": r.trace.e2e_ms})
             say(f"request {r.round:2d}: E2E {r.trace.e2e_ms:7.1f} ms  {r.mapping.compact()}")
-        assert state["answer"] is not None
         converged = agent.mapping
-        out["converged"] = converged.compact()
-        say(f"converged placement: {converged.compact()}")
-        for note in r.trace.notes:
-            say(f"note: {note}")
-        with serve("all-gpu", graph) as gpu_first:
-            for i in range(compare):  # interleaved, so both see the same machine load
-                q = {"question": QUESTIONS[i % len(QUESTIONS)]}
-                t0 = time.perf_counter()
-                agent.invoke(q)
-                t1 = time.perf_counter()
-                gpu_first.invoke(q)
-                t2 = time.perf_counter()
-                out["compare"].append({"converged_ms": agent.last.trace.e2e_ms,
-                                       "converged_mapping": agent.last.mapping.compact(),
-                                       "all_gpu_ms": gpu_first.last.trace.e2e_ms,
-                                       "converged_wall_ms": (t1 - t0) * 1000, "all_gpu_wall_ms": (t2 - t1) * 1000})
-            out["all_gpu"] = gpu_first.last.mapping.compact()
+        scenario = agent.session.scenario
+        notes = agent.last.trace.notes if agent.last is not None else ()
+    all_gpu = scenario.uniform(hs.Placement.GPU_NOW)
+    model = Simulator(scenario, noise=False)  # what the cards predict, for comparison
+    out["converged"], out["all_gpu"] = converged.compact(), all_gpu.compact()
+    out["predicted_converged_ms"], out["predicted_all_gpu_ms"] = model.e2e(converged), model.e2e(all_gpu)
+    say(f"converged placement: {converged.compact()}")
+    say(f"all-GPU placement:   {all_gpu.compact()}")
+    for note in notes:
+        say(f"note: {note}")
+    with serve(Pinned(converged), graph) as mine, serve("all-gpu", graph) as gpu_first:
+        for i in range(compare):  # interleaved, so both see the same machine load
+            q = {"question": QUESTIONS[i % len(QUESTIONS)]}
+            t0 = time.perf_counter()
+            mine.invoke(q)
+            t1 = time.perf_counter()
+            gpu_first.invoke(q)
+            t2 = time.perf_counter()
+            assert mine.last is not None and gpu_first.last is not None
+            out["compare"].append({"converged_ms": mine.last.trace.e2e_ms, "all_gpu_ms": gpu_first.last.trace.e2e_ms,
+                                   "converged_wall_ms": (t1 - t0) * 1000, "all_gpu_wall_ms": (t2 - t1) * 1000})
     conv = statistics.median(c["converged_ms"] for c in out["compare"])
     allg = statistics.median(c["all_gpu_ms"] for c in out["compare"])
-    out["median_converged_ms"], out["median_all_gpu_ms"] = conv, allg
-    say(f"all-GPU placement:   {out['all_gpu']}")
+    paired = statistics.median(c["all_gpu_ms"] / c["converged_ms"] for c in out["compare"])
+    out["median_converged_ms"], out["median_all_gpu_ms"], out["median_paired_ratio"] = conv, allg, paired
     say(f"E2E per request, median of {compare}: converged {conv:.1f} ms vs all-GPU {allg:.1f} ms "
-        f"(all-GPU / converged = {allg / conv:.2f}x)")
+        f"(all-GPU / converged: {allg / conv:.2f}x; median of the paired requests' ratios {paired:.2f}x)")
+    say(f"the cards predict converged {out['predicted_converged_ms']:.1f} ms vs all-GPU "
+        f"{out['predicted_all_gpu_ms']:.1f} ms")
     if as_json and not quiet:
         print(json.dumps(out))
     return out
@@ -199,4 +221,6 @@ if __name__ == "__main__":
     ap.add_argument("--compare", type=int, default=5, help="requests of each placement compared (default 5)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = ap.parse_args()
+    if args.requests < 1 or args.compare < 1:
+        ap.error(f"--requests and --compare must be at least 1, got {args.requests} and {args.compare}")
     main(args.requests, args.compare, args.json)

@@ -406,10 +406,12 @@ def test_concurrent_invokes_are_served_in_turn_each_with_its_own_request() -> No
     import threading
 
     results: dict[int, int] = {}
+    rounds: dict[int, int] = {}
     with hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=False) as app:
 
         def client(x: int) -> None:
-            results[x] = app.invoke({"x": x})["total"]
+            out, response = app.invoke_with_response({"x": x})
+            results[x], rounds[x] = out["total"], response.round
 
         threads = [threading.Thread(target=client, args=(x,)) for x in range(6)]
         for th in threads:
@@ -418,17 +420,49 @@ def test_concurrent_invokes_are_served_in_turn_each_with_its_own_request() -> No
             th.join()
         assert results == {x: 2 * (2 * x + 1) for x in range(6)}
         assert sorted(rec.round for rec in app.session.rounds) == list(range(6))
+        assert sorted(rounds.values()) == list(range(6))  # each caller got its own request's response
 
 
-def test_ainvoke_serves_requests_from_asyncio() -> None:
+def test_ainvoke_serves_requests_from_asyncio_with_sync_and_async_nodes() -> None:
     import asyncio
 
-    async def main(app: hlg.ScheduledGraph) -> list[int]:
-        return [(await app.ainvoke({"x": x}))["total"] for x in range(3)]
+    async def add_async(state: NumState, tool: hlg.ToolCall) -> dict[str, Any]:
+        return {"total": await tool.acall(state["b"], state["c"])}
 
-    with hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=False) as app:
-        assert asyncio.run(main(app)) == [2, 6, 10]
-        assert len(app.session.rounds) == 3
+    g = StateGraph(NumState)
+    g.add_node("a", hlg.node(reads="x", writes="a"), metadata=hlg.tool("double"))
+    g.add_node("b", hlg.node(reads="a", writes="b"), metadata=hlg.tool("inc"))
+    g.add_node("c", hlg.node(reads="a", writes="c"), metadata=hlg.tool("inc2"))
+    g.add_node("d", hlg.node(add_async), metadata=hlg.tool("add"))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("a", "c")
+    g.add_edge(["b", "c"], "d")
+
+    async def main(app: hlg.ScheduledGraph) -> list[int]:
+        first = [(await app.ainvoke({"x": x}))["total"] for x in range(2)]
+        together = await asyncio.gather(*(app.ainvoke_with_response({"x": x}) for x in (5, 6)))
+        return first + [out["total"] for out, _ in together]
+
+    with hlg.ScheduledGraph(g.compile(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=False) as app:
+        assert asyncio.run(main(app)) == [2, 6, 22, 26]
+        assert len(app.session.rounds) == 4
+        assert set(app.session.rounds[-1].trace.nodes) == {"a", "b", "c", "d"}
+
+
+def test_a_hetsched_node_inside_a_subgraph_is_refused_naming_it() -> None:
+    inner = StateGraph(NumState)
+    inner.add_node("deep", hlg.node(reads="x", writes="a"), metadata=hlg.tool("double"))
+    inner.add_edge(START, "deep")
+    outer = StateGraph(NumState)
+    outer.add_node("top", hlg.node(reads="x", writes="b"), metadata=hlg.tool("inc"))
+    outer.add_node("sub", inner.compile())  # a plain node of the outer graph
+    outer.add_edge(START, "top")
+    outer.add_edge("top", "sub")
+    with hlg.ScheduledGraph(outer.compile(), vram_budget_mb=100, tools=DIAMOND_TOOLS[:2], store=False) as app:
+        assert app.shape.plain == ("sub",)
+        with pytest.raises(HetschedError, match=r"node 'deep'.*subgraph"):
+            app.invoke({"x": 1})
 
 
 # ---------------------------------------------------------------------------- the example application
@@ -456,3 +490,31 @@ def test_the_example_agent_runs_and_reports_its_placement_against_all_gpu(tmp_pa
     all_gpu = dict(pair.split("=") for pair in out["all_gpu"].split())
     assert {n for n, p in all_gpu.items() if p == "cpu"} == {"parse", "chunk", "keywords"}
     assert len(out["compare"]) == 2 and all(c["converged_ms"] > 0 and c["all_gpu_ms"] > 0 for c in out["compare"])
+    assert out["predicted_converged_ms"] > 0 and out["predicted_all_gpu_ms"] > 0  # both feasible on the cards
+
+
+def test_docs_langgraph_md_example_runs(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+    from pathlib import Path
+
+    monkeypatch.setenv("HETSCHED_STORE", str(tmp_path / "default.sqlite"))
+    doc = Path(__file__).resolve().parent.parent / "docs" / "langgraph.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) == 1
+    import sys
+    import types
+
+    module = types.ModuleType("langgraph_md")  # a real module: LangGraph resolves the state's annotations in it
+    monkeypatch.setitem(sys.modules, "langgraph_md", module)
+    exec(compile(blocks[0], "langgraph.md", "exec"), module.__dict__)  # the docs' own code
+    out = capsys.readouterr().out
+    assert out.count("about ") == 2 and "the next request runs under split=cpu" in out
+
+
+def test_a_node_naming_an_unknown_tool_is_refused_naming_node_and_tool() -> None:
+    b = StateGraph(NumState)
+    b.add_node("a", hlg.node(reads="x", writes="a"), metadata=hlg.tool("no_such_tool"))
+    b.add_edge(START, "a")
+    with pytest.raises(InputError, match=r"node 'a' uses tool 'no_such_tool', which has no card"):
+        hlg.ScheduledGraph(b.compile(), vram_budget_mb=100, store=False)

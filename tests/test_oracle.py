@@ -3,6 +3,7 @@ processes, and says clearly when a search would not fit its time budget."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -192,3 +193,18 @@ def test_only_cpu_tools_have_one_mapping() -> None:
     sc = make_scenario(wf, [make_card("c", gpu_ms=None)], mode=Mode.THREE_WAY)
     res = solve(sc, top=3)
     assert res.space == 1 and res.best == sc.uniform(Placement.CPU) and len(res.ranking) == 1
+
+
+@pytest.mark.parametrize("neutral", [33, 40])
+def test_many_device_neutral_nodes_are_searched_exactly(neutral: int) -> None:
+    """A run of 33+ CPU-only nodes in assignment order (one choice each) used to crash the exact
+    search: numpy's meshgrid takes at most 32 dimensions. The optimum is the brute force's."""
+    nodes = [("g0", "gpu_a"), *[(f"c{i}", "cpu_only") for i in range(neutral)], ("g1", "gpu_b")]
+    ids = [n for n, _ in nodes]
+    wf = make_workflow(nodes, list(itertools.pairwise(ids)))
+    cards = [make_card("gpu_a", vram_mb=600.0), make_card("gpu_b", cpu_ms=30.0, vram_mb=600.0),
+             make_card("cpu_only", cpu_ms=1.0, gpu_ms=None)]
+    sc = make_scenario(wf, cards, mode=Mode.THREE_WAY, vram_budget_mb=1000.0, name=f"neutral{neutral}")
+    truth = naive(sc)
+    assert len(truth) == 7  # both on gpu_now exceed the budget; g0 queued waits for g1 resident: deadlock
+    check_against(sc, truth, top=3)

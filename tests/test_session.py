@@ -302,3 +302,31 @@ def test_tools_are_prepared_once_before_their_first_load() -> None:
         for _ in range(3):
             assert ex.run(wf.scenario().uniform(Placement.CPU)).feasible
     assert prepared == ["p"]
+
+
+def test_idle_exploration_runs_between_requests_and_is_reported() -> None:
+    explore = hs.Explore(mode="idle", probes_per_request=2)
+    with hs.Session(diamond(2000), executor_options=STANDIN, store=False, explore=explore) as s:
+        first = s.submit(1)
+        assert first.probes == 0 and first.probe_ms == 0.0  # the request itself never pays for probes
+        thread = s._idle_thread
+        assert thread is not None
+        thread.join(timeout=60)  # the session is idle: the probes run now, on the last request's inputs
+        second = s.submit(2)
+        assert second.outputs == {"join": 12} and second.probe_ms == 0.0
+        assert 0 < second.probes <= 2 and len(s.rounds[1].probes) == second.probes
+        assert second.waited_ms >= 0.0
+
+
+def test_inputs_need_the_in_process_executor(tmp_path: Path) -> None:
+    with hs.Session(diamond(), executor="sim", store=False) as s:
+        assert s.submit(None).outputs == {}  # the simulator runs no tools
+    sc = hs.load_scenario("chain")
+    from hetsched.sim import Simulator
+
+    class Named(Simulator):
+        name = "elsewhere"
+
+    with hs.Session(sc, executor=Named(sc), store=False, policy="all-cpu") as s, \
+            pytest.raises(hs.InputError, match="reach the tools with executor='inproc'"):
+        s.submit("hello")

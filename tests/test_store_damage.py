@@ -130,6 +130,32 @@ def test_a_real_full_filesystem_stops_the_run_with_a_clear_message(tmp_path: Pat
     assert f"--resume {run['id']}" in err and 0 < run["rounds_done"] < 60
 
 
+@needs_root_mounts
+def test_a_tiny_full_disk_and_a_read_only_disk_are_named_as_such(tmp_path: Path) -> None:
+    full, ro, out = tmp_path / "full", tmp_path / "ro", tmp_path / "out"
+    for folder in (full, ro, out):
+        folder.mkdir()
+    script = textwrap.dedent(f"""
+        set -u
+        mount -t tmpfs -o size=8k tmpfs {full} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {full}/runs.sqlite >/dev/null 2>{out}/full.err
+        echo $? > {out}/full.rc
+        mount -t tmpfs -o size=1m tmpfs {ro} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {ro}/runs.sqlite >/dev/null 2>&1 || exit 98
+        mount -o remount,ro {ro} || exit 97
+        "$PY" -m hetsched run chain -r 1 --store {ro}/runs.sqlite >/dev/null 2>{out}/ro.err
+        echo $? > {out}/ro.rc
+        """)
+    proc = _in_namespace(script)
+    if proc.returncode == 97:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    for name, said in (("full", "is full"), ("ro", "read-only file system")):
+        err = " ".join((out / f"{name}.err").read_text().split())
+        assert (out / f"{name}.rc").read_text().strip() == "2", err
+        assert said in err and "permissions" not in err and "Traceback" not in err, err
+
+
 # ---------------------------------------------------------------- damaged files and rows
 def test_random_bytes_in_a_stored_value_mark_that_run_and_spare_the_others(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -262,6 +288,46 @@ def test_damage_found_by_quick_check_is_quoted(tmp_path: Path) -> None:
             store.load(info.id)
     message = str(exc.value)
     assert f"run store {path}" in message and ("quick_check" in message or "damaged" in message)
+
+
+def _damage_page(path: Path, name: str) -> None:
+    """Write a b-tree page header that makes no sense over the root page of table or index ``name``."""
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the main file
+        page_size = raw.execute("PRAGMA page_size").fetchone()[0]
+        root = raw.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]
+    data = bytearray(path.read_bytes())
+    start = (root - 1) * page_size
+    data[start : start + 8] = b"\x0d\x00\x00\xff\xff\xff\xff\xff"
+    path.write_bytes(bytes(data))
+
+
+def test_one_damaged_page_never_hides_the_runs_that_read_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.sqlite"
+    ids = make_store(path, runs=3)
+    _damage_page(path, "runs_by_created")  # the index the listing's ORDER BY reads; show-run never does
+    code, out, err = cli(capsys, "runs", "--store", str(path), "--json")
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)] == ids[::-1]  # every run, newest first
+    assert "is damaged" in err and ".recover" in err and "still listed by `hetsched runs" not in err
+    code, out, _ = cli(capsys, "runs", "--store", str(path))
+    assert code == 0 and all(i in out for i in ids)
+    for run_id in ids:
+        assert cli(capsys, "show-run", run_id, "--store", str(path))[0] == 0
+    with RunStore(path, read_only=True) as store:  # the filters still apply
+        assert [i.id for i in store.runs(limit=1)] == ids[-1:]
+        assert store.runs(policy="no such policy") == []
+
+
+def test_a_damaged_page_of_the_rounds_marks_the_runs_it_hides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "runs.sqlite"
+    ids = make_store(path, runs=3)
+    _damage_page(path, "sqlite_autoindex_rounds_1")  # the rounds of every run are counted through it
+    code, out, err = cli(capsys, "runs", "--store", str(path), "--json")
+    assert code == 0, err
+    listed = json.loads(out)
+    assert {r["id"] for r in listed} == set(ids)
+    assert all("its rounds cannot be read" in r["damage"] for r in listed)
 
 
 # ---------------------------------------------------------------- read-only files and folders

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.model import Placement, Trace
+from hetsched.model.files import write_output
 
 _US = 1000.0  # trace-event timestamps are microseconds; ours are ms
 
@@ -120,4 +121,4 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
 def write_chrome_trace(path: Path | str, traces: Iterable[tuple[str, Trace]]) -> None:
     """Write ``{"traceEvents": [...]}`` to ``path``."""
     payload = {"traceEvents": trace_events(traces), "displayTimeUnit": "ms"}
-    Path(path).write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    write_output(path, json.dumps(payload, indent=1), what="trace")

@@ -189,8 +189,8 @@ class Session:
             and executor in the same store continues its stored rounds (None: always a new run).
         explore: how much exploration live traffic pays (:class:`Explore`; default off).
         seed: the run seed (probe sampling, simulator noise, randomized policies).
-        warm_start: start a new session from what the store knows of the same workflow
-            (:mod:`hetsched.warm`); default True.
+        warm_start: start a new session of an adaptive policy (agentic, ucb1) from what the store knows of
+            the same workflow or its tools (:mod:`hetsched.warm`); default True.
     """
 
     def __init__(
@@ -241,7 +241,8 @@ class Session:
             self._own_executor = False
         self.planner = SimPlanner(self.scenario, seed=seed)
         self.policy.reset(PolicyContext(scenario=self.scenario, seed=seed, rounds=SESSION_ROUNDS,
-                                        planner=self.planner, probes=self.explore.mode != "off"))
+                                        planner=self.planner, probes=self.explore.mode != "off",
+                                        measured=self.executor.name != "sim"))
         self._turn = _FifoLock()
         self._history: list[RoundRecord] = []
         self._pending: Proposal | None = None
@@ -280,10 +281,16 @@ class Session:
             else:
                 self.run_id = self.store.create_run(key)
             self._write = self.store.recorder(self.run_id)
-        if warm_start and not self._history and self.store is not None:
+        if warm_start and self.policy.adaptive and not self._history and self.store is not None:
             from hetsched.warm import prior_for
 
             self.prior = prior_for(self.store, self.scenario, executor=self.executor.name, exclude=self.run_id)
+            if self.prior is not None and self.prior.cards:  # plan with the tools' measured behaviour
+                planned = self.scenario.model_copy(update={"cards": self.prior.cards})
+                self.policy.reset(PolicyContext(scenario=planned, seed=seed, rounds=SESSION_ROUNDS,
+                                                planner=SimPlanner(planned, seed=seed),
+                                                probes=self.explore.mode != "off",
+                                                measured=self.executor.name != "sim"))
 
     # ------------------------------------------------------------------ state
     @property
@@ -359,7 +366,7 @@ class Session:
                 raise InputError(f"submit: inputs for {unknown}, which are not source nodes; source nodes: "
                                  f"{list(sources)}")
             return dict(inputs)
-        if value is _NOTHING:
+        if value is None:
             return {}
         return {s: value for s in sources}
 
@@ -396,10 +403,14 @@ class Session:
         return probes
 
     def submit(self, value: Any = None, *, inputs: MappingABC[str, Any] | None = None) -> Response:
-        """Run one request: ``value`` goes to every source node (or give ``inputs={source: value}``);
+        """Run one request: ``value`` goes to every source node (or give ``inputs={source: value}``;
+        ``None``: the sources get no input, as in a batch round);
         returns the sinks' outputs with the round's record. A tool that raises raises
         :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
         given = self._inputs(value, inputs)
+        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim":
+            raise InputError(f"executor {self.executor.name!r} runs source nodes without inputs; a request's inputs "
+                             "reach the tools with executor='inproc' (submit() with no value runs the workflow as is)")
         self._stop_idle()
         with self._held() as waited_ms:
             r = len(self._history)
@@ -514,12 +525,6 @@ def complete(scenario: Scenario, trace: Trace) -> bool:
     return not trace.feasible or len(trace.nodes) == len(scenario.workflow.node_ids)
 
 
-class _Nothing:
-    def __repr__(self) -> str:
-        return "<nothing>"
-
-
-_NOTHING: Any = _Nothing()
 
 
 @dataclass

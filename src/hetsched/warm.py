@@ -9,8 +9,8 @@ budget may have changed) starts from:
   before the new run's own rounds.
 
 A workflow that only shares tools with earlier ones gets those tools' measured behaviour as its
-prior: their cards' ``cpu_ms``/``gpu_ms`` are replaced by the median of the measured node times
-of the same tool at the same placement (:func:`measured_cards`).
+prior: their cards' ``cpu_ms``/``gpu_ms`` become what the runs measured, corrected for the
+contention the model adds (:func:`measured_cards`).
 
 Imports the model, the simulator's planner and the store.
 """
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from hetsched.model import Mapping, Placement, RoundRecord, Scenario, ToolCard
 from hetsched.model.limits import MIN_MS
+from hetsched.sim import Simulator
 from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunStore
 
@@ -42,6 +43,9 @@ class Prior:
     """Ids of the runs the prior comes from."""
     why: str = ""
     """One line: where the mapping comes from."""
+    cards: dict[str, ToolCard] = field(default_factory=dict)
+    """Cards of the scenario with the measured behaviour of tools earlier runs measured (empty: none);
+    the policy plans with them."""
 
 
 def same_workflow(a: Scenario, b: Scenario) -> bool:
@@ -51,11 +55,13 @@ def same_workflow(a: Scenario, b: Scenario) -> bool:
 
 def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = None,
               exclude: str | None = None) -> Prior | None:
-    """The prior for ``scenario`` from ``store`` (runs of the same workflow, on ``executor`` when given),
-    or None when the store has none that applies."""
-    planner = SimPlanner(scenario)
-    rounds: list[RoundRecord] = []
-    runs: list[str] = []
+    """The prior for ``scenario`` from ``store`` (runs on ``executor`` when given), or None when the
+    store has nothing that applies: runs of the same workflow give a mapping and rounds; failing
+    those, runs sharing tools give those tools' measured behaviour as cards. ``Prior.runs`` names the
+    runs it came from (:func:`prior_from_runs` rebuilds it from them)."""
+    same: list[str] = []
+    sharing: list[str] = []
+    tools = set(scenario.workflow.tools)
     # compared by content, whatever the runs' scenario names: a renamed copy is the same workflow
     for info in store.runs(limit=MAX_RUNS_READ):
         if info.id == exclude or info.damage or info.rounds_done == 0:
@@ -66,40 +72,79 @@ def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = Non
             other = store.scenario(info.id)
         except Exception:  # an unreadable run is no evidence
             continue
-        if not same_workflow(other, scenario):
-            continue
-        usable = [r for r in store.rounds(info.id) if r.trace.feasible and r.trace.e2e_ms is not None
-                  and planner.infeasibility(r.mapping) is None]
-        if usable:
-            runs.append(info.id)
-            rounds.extend(usable)
-    if not rounds:
+        if same_workflow(other, scenario):
+            same.append(info.id)
+        elif tools & set(other.workflow.tools):
+            sharing.append(info.id)
+    return prior_from_runs(store, scenario, same or sharing)
+
+
+def prior_from_runs(store: RunStore, scenario: Scenario, run_ids: Sequence[str],
+                    executor: str | None = None) -> Prior | None:
+    """The prior ``run_ids`` give ``scenario`` (deterministic: what a resumed run rebuilds from the ids it
+    recorded). Runs of the same workflow give the best feasible measured mapping (re-checked against
+    this scenario) and their usable rounds; otherwise the runs' measured tools give cards."""
+    planner = SimPlanner(scenario)
+    rounds: list[RoundRecord] = []
+    used: list[str] = []
+    evidence: list[tuple[Scenario, list[RoundRecord]]] = []
+    for run_id in run_ids:
+        other = store.scenario(run_id)
+        feasible = [r for r in store.rounds(run_id) if r.trace.feasible and r.trace.e2e_ms is not None]
+        if same_workflow(other, scenario):
+            usable = [r for r in feasible if planner.infeasibility(r.mapping) is None]
+            if usable:
+                used.append(run_id)
+                rounds.extend(usable)
+        else:
+            evidence.append((other, feasible))
+    if rounds:
+        best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
+        renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
+        return Prior(best.mapping, renumbered, tuple(used),
+                     f"best measured mapping of run(s) {', '.join(used[:3])} ({best.trace.e2e_ms:.1f} ms), "
+                     "re-checked against this scenario's budget")
+    if not evidence:
         return None
-    best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
-    renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
-    return Prior(best.mapping, renumbered, tuple(runs),
-                 f"best measured mapping of run(s) {', '.join(runs[:3])} ({best.trace.e2e_ms:.1f} ms), re-checked "
-                 "against this scenario's budget")
+    cards = measured_cards(scenario, evidence)
+    changed = sorted(t for t in cards if cards[t] != scenario.cards[t])
+    if not changed:
+        return None
+    return Prior(None, cards=cards, runs=tuple(run_ids),
+                 why=f"measured behaviour of tools {changed} from run(s) {', '.join(list(run_ids)[:3])}")
 
 
-def measured_cards(scenario: Scenario, history: Sequence[RoundRecord]) -> dict[str, ToolCard]:
-    """The scenario's cards with ``cpu_ms``/``gpu_ms`` replaced by the median measured run time of
-    each tool at cpu / gpu_now in ``history`` (tools never measured keep their card)."""
-    cpu: dict[str, list[float]] = {}
-    gpu: dict[str, list[float]] = {}
-    for r in history:
-        for nt in r.trace.nodes.values():
-            if nt.placement is Placement.CPU:
-                cpu.setdefault(nt.tool, []).append(nt.run_ms)
-            elif nt.placement is Placement.GPU_NOW:
-                gpu.setdefault(nt.tool, []).append(nt.run_ms)
+def measured_cards(
+    scenario: Scenario, evidence: Sequence[tuple[Scenario, Sequence[RoundRecord]]]
+) -> dict[str, ToolCard]:
+    """The scenario's cards with each measured tool's ``cpu_ms`` / ``gpu_ms`` replaced by what the runs
+    measured: the run's own card figure times the median ratio of measured to modelled node time
+    (the simulator's noise-free run of the same mapping on the run's scenario), so the contention the
+    model adds is not counted twice. Tools never measured keep their card."""
+    ratios: dict[tuple[str, bool], list[float]] = {}
+    base: dict[tuple[str, bool], float] = {}
+    for other, rounds in evidence:
+        model = Simulator(other, noise=False)
+        for r in rounds:
+            predicted = model.run(r.mapping, seed=0)
+            if not predicted.feasible:
+                continue
+            for nt in r.trace.nodes.values():
+                if nt.tool not in scenario.cards or nt.node not in predicted.nodes:
+                    continue
+                on_gpu = nt.placement is not Placement.CPU
+                want = predicted.nodes[nt.node].run_ms
+                card = other.cards[nt.tool]
+                figure = card.gpu_ms if on_gpu else card.cpu_ms
+                if want <= 0 or figure is None:
+                    continue
+                ratios.setdefault((nt.tool, on_gpu), []).append(nt.run_ms / want)
+                base[(nt.tool, on_gpu)] = figure
     cards = dict(scenario.cards)
-    for name, card in scenario.cards.items():
-        update: dict[str, float] = {}
-        if cpu.get(name):
-            update["cpu_ms"] = max(MIN_MS, statistics.median(cpu[name]))
-        if gpu.get(name) and card.gpu_ms is not None:
-            update["gpu_ms"] = max(MIN_MS, statistics.median(gpu[name]))
-        if update:
-            cards[name] = card.model_copy(update=update)
+    for (tool, on_gpu), values in ratios.items():
+        card = cards[tool]
+        if on_gpu and card.gpu_ms is None:
+            continue
+        figure = max(MIN_MS, base[(tool, on_gpu)] * statistics.median(values))
+        cards[tool] = card.model_copy(update={"gpu_ms" if on_gpu else "cpu_ms": figure})
     return cards

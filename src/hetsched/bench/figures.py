@@ -13,6 +13,7 @@ lane assignment and the bench data module.
 from __future__ import annotations
 
 import functools
+import io
 import math
 import re
 import statistics
@@ -34,6 +35,7 @@ from matplotlib.ticker import MaxNLocator
 
 from hetsched.export import lanes
 from hetsched.model import Mapping, Mode, Placement, Scenario, Trace
+from hetsched.model.files import write_output
 from hetsched.sim import Simulator
 
 from .data import BenchData, code_mapping, scenario_reference
@@ -155,8 +157,13 @@ def _plain_text(draw: _F) -> _F:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110, metadata=_PNG_META)
-    plt.close(fig)
+    """Write the figure as PNG; a file that cannot be written (a full disk, ``/dev/full``) is an OutputError."""
+    buffer = io.BytesIO()  # rendered in memory, then written whole: matplotlib lets some write errors pass
+    try:
+        fig.savefig(buffer, format="png", dpi=110, metadata=_PNG_META)
+    finally:
+        plt.close(fig)
+    write_output(path, buffer.getvalue(), what="figure")
     return path
 
 

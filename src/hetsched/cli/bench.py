@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import typer
@@ -45,12 +47,17 @@ from hetsched.bench.suites import (
     write_suite_report,
 )
 from hetsched.bench.tables import all_tables
-from hetsched.cli.app import app, err, examples, fail, out, safe
-from hetsched.cli.run import parse_executor_options
+from hetsched.cli.app import EXIT_INTERRUPTED, app, err, examples, fail, out, safe
+from hetsched.cli.run import check_store_folder, parse_executor_options
 from hetsched.exec import executor_class, executor_names
+from hetsched.exec.options import check_options
 from hetsched.model import ExecutorSpec, InputError
+from hetsched.model.limits import MAX_ROUNDS
 from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
+
+MAX_SEEDS = 10_000
+"""Most seeds per bench cell (--seeds)."""
 
 
 @app.command(epilog=examples(
@@ -75,10 +82,12 @@ def bench(
         "silently taken from the other library; cards inline under 'cards:' still win.",
     ),
     seeds: int | None = typer.Option(
-        None, "--seeds", min=1, metavar="N", show_default=f"{DEFAULT_SEEDS}", help="Seeds 0..N-1 per cell."
+        None, "--seeds", min=1, max=MAX_SEEDS, metavar="N", show_default=f"{DEFAULT_SEEDS}",
+        help="Seeds 0..N-1 per cell."
     ),
     rounds: int | None = typer.Option(
-        None, "--rounds", "-r", min=1, metavar="N", show_default=f"{DEFAULT_ROUNDS}", help="Rounds per run."
+        None, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", show_default=f"{DEFAULT_ROUNDS}",
+        help="Rounds per run."
     ),
     quick: bool = typer.Option(
         False, "--quick",
@@ -134,6 +143,7 @@ def bench(
         return
     spec = ExecutorSpec(executor, parse_executor_options(executor_option))
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
+    check_options(spec.name, spec.options)  # and so does a bad option
     real = spec.name != "sim"
     if real and jobs is not None and jobs > 1:
         raise fail(f"--executor {spec.name} runs one run at a time (parallel runs would contend for the same cores "
@@ -143,6 +153,7 @@ def bench(
     scenarios = load_scenarios(refs, tools)
     n_seeds = seeds or (REAL_SEEDS if real else QUICK_SEEDS if quick else DEFAULT_SEEDS)
     n_rounds = rounds or (REAL_ROUNDS if real else QUICK_ROUNDS if quick else DEFAULT_ROUNDS)
+    check_store_folder(store)
     store_path = resolve_store_path(store) if store is not None else out_dir / "runs.sqlite"
     if store_path.is_dir():
         raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
@@ -158,19 +169,33 @@ def bench(
         + (f"; LLM deciders: {safe(', '.join(llm))}" if llm else ""),
         soft_wrap=True,
     )
-    if progress:
-        with Progress(
-            TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
-        ) as bar:
-            task = bar.add_task("", total=total)
+    finished = [0]
 
-            def tick(r: JobResult, done: int, total: int) -> None:
-                bar.update(task, completed=done, description=safe(f"{r.scenario} {r.label} ({r.how})"))
+    def count(r: JobResult, done: int, total: int) -> None:
+        finished[0] = done
 
-            result = run_bench(config, tick)
-    else:
-        result = run_bench(config)
+    try:
+        if progress:
+            with Progress(
+                TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
+            ) as bar:
+                task = bar.add_task("", total=total)
+
+                def tick(r: JobResult, done: int, total: int) -> None:
+                    count(r, done, total)
+                    bar.update(task, completed=done, description=safe(f"{r.scenario} {r.label} ({r.how})"))
+
+                result = run_bench(config, tick)
+        else:
+            result = run_bench(config, count)
+    except KeyboardInterrupt:
+        again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
+                 else "the same hetsched bench command")
+        err.print(f"interrupted: {finished[0]} of {total} runs finished and are kept in {safe(store_path)}, and the "
+                  f"runs in progress keep their stored rounds; resume with {safe(again)} (finished runs are reused, "
+                  "interrupted ones continued)", soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     meta = {
         "policies": [s.label for s in specs],
         "scenarios": [s.name for s in scenarios],

@@ -13,6 +13,7 @@ from hetsched.cli.run import SCENARIO_HELP, check_output_file, load
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement
 from hetsched.model.files import load_mapping, parse_mapping_text
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
 from hetsched.sim.reference import reference
 
@@ -33,8 +34,12 @@ def gantt(
         None, "--policy", "-p", metavar="NAME",
         help=f"Draw the best mapping this policy ran in --rounds simulated rounds ({', '.join(policy_names())}).",
     ),
-    rounds: int = typer.Option(10, "--rounds", "-r", min=1, metavar="N", help="With --policy: rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="With --policy: the run's seed."),
+    rounds: int = typer.Option(
+        10, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", help="With --policy: rounds to run."
+    ),
+    seed: int = typer.Option(
+        0, "--seed", "-s", min=0, max=MAX_SEED, metavar="N", help="With --policy: the run's seed."
+    ),
     out_file: Path | None = typer.Option(
         None, "--out", "-o", metavar="FILE", show_default="gantt_SCENARIO.png", help="PNG file to write."
     ),
@@ -53,9 +58,9 @@ def gantt(
     check_output_file(path, "--out")
     if mapping is not None:
         given = Path(mapping)
-        chosen: Mapping = (load_mapping(given) if given.suffix.lower() in (".yaml", ".yml", ".json")
-                           else parse_mapping_text(mapping, where="--mapping"))
-        chosen = sc.validate_mapping(chosen, where="--mapping")
+        from_file = given.suffix.lower() in (".yaml", ".yml", ".json")
+        chosen: Mapping = load_mapping(given) if from_file else parse_mapping_text(mapping, where="--mapping")
+        chosen = sc.validate_mapping(chosen, where=f"--mapping file {given}" if from_file else "--mapping")
         title = "your mapping"
     elif policy is not None:
         result = run_rounds(sc, make_policy(policy), LoopConfig(rounds=rounds, seed=seed))

@@ -40,7 +40,8 @@ def cards_table(sc: Scenario) -> Table | str:
             card.category.value,
         ))
     numeric = [c for c in columns if c not in ("tool", "category")]
-    if len(rows) > RICH_TABLE_ROWS:
+    if len(rows) > RICH_TABLE_ROWS or not out.is_terminal:
+        # piped or long: plain padded text, never cut to a terminal width (a pipe has none)
         return "tool cards\n" + plain_table(columns, rows, right=numeric)
     table = Table(title="tool cards", title_justify="left")
     for col in columns:
@@ -67,7 +68,8 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
     out.print(f"[bold]{safe(sc.name)}[/] ({sc.mode.value}) {safe(sc.description)}")
     if sc.shows:
         out.print(f"shows: {safe(sc.shows)}")
-    out.print(cards_table(sc))
+    cards = cards_table(sc)
+    out.print(cards, soft_wrap=isinstance(cards, str))  # plain text: one line a card, however wide
     wf = sc.workflow
     lines = ["DAG:"]  # one print for the whole DAG: a print per node costs seconds on 10,000 nodes
     for n in wf.topo_order:
@@ -253,8 +255,9 @@ def simulate(
         check_output_file(trace, "--trace")
     sc = load(scenario)
     path = Path(mapping)
-    given = load_mapping(path) if path.suffix.lower() in (".yaml", ".yml", ".json") else parse_mapping_text(mapping)
-    m = sc.validate_mapping(given, where="mapping")
+    from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
+    given = load_mapping(path) if from_file else parse_mapping_text(mapping)
+    m = sc.validate_mapping(given, where=f"file {path}" if from_file else "mapping")
     tr = Simulator(sc, noise=noise).run(m, seed=seed)
     if trace is not None:
         write_chrome_trace(trace, [(f"{sc.name} {m.code()}", tr)])

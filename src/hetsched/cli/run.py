@@ -35,6 +35,7 @@ from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
 from hetsched.sim.reference import (
     DEFAULT_SEARCH_SECONDS,
@@ -99,6 +100,18 @@ def check_output_file(path: Path, option: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+
+
+def check_store_folder(store: Path | None, option: str = "--store") -> None:
+    """Refuse (exit 2) a ``--store`` file whose folder does not exist, naming it: a typo in a folder
+    name must not create a new folder and a new, empty store there."""
+    if store is None:
+        return
+    folder = store.expanduser().parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
+                   "folder")
 
 
 def load(ref: str) -> Scenario:
@@ -283,8 +296,10 @@ def run(
     policy: str = typer.Option(
         "all-gpu", "--policy", "-p", metavar="NAME", help=f"One of: {', '.join(policy_names())}."
     ),
-    rounds: int = typer.Option(20, "--rounds", "-r", min=1, metavar="N", help="Rounds to run."),
-    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Run seed (noise, randomized policies)."),
+    rounds: int = typer.Option(20, "--rounds", "-r", min=1, max=MAX_ROUNDS, metavar="N", help="Rounds to run."),
+    seed: int = typer.Option(
+        0, "--seed", "-s", min=0, max=MAX_SEED, metavar="N", help="Run seed (noise, randomized policies)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else on stdout."),
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write every round's schedule as Chrome trace-event JSON."
@@ -299,8 +314,14 @@ def run(
         help="Continue a stored run (its scenario, policy, options and seed) to its planned rounds, or to --rounds.",
     ),
     stop_after: int = typer.Option(
-        0, "--stop-after", min=0, metavar="N", help="Stop early once the mapping is unchanged for this many rounds "
+        0, "--stop-after", min=0, max=MAX_ROUNDS, metavar="N",
+        help="Stop early once the mapping is unchanged for this many rounds "
         "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
+    ),
+    warm_start: bool = typer.Option(
+        False, "--warm-start", help="Start from what the run store measured of the same workflow (its best feasible "
+        "mapping, re-checked against this budget, and its rounds as evidence) or of its tools; adaptive policies "
+        "(agentic, ucb1). The runs it came from are recorded with the run.",
     ),
     decider: str | None = typer.Option(
         None, "--decider", metavar="NAME", show_default="rules",
@@ -381,6 +402,8 @@ def run(
     check_max_seconds(max_seconds)
     if trace is not None:
         check_output_file(trace, "--trace")
+    if not no_store:
+        check_store_folder(store)
     console = err if as_json else out
 
     def say(text: str) -> None:
@@ -434,7 +457,12 @@ def run(
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
         options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget)
-        policy_name = make_policy(policy, **options).name  # a bad option fails before anything runs
+        built = make_policy(policy, **options)  # a bad option fails before anything runs
+        policy_name = built.name
+        if warm_start and not built.adaptive:
+            raise fail(f"--warm-start applies to adaptive policies (they learn from measurements), not to {policy!r}")
+        if warm_start and no_store:
+            raise fail("--warm-start reads the run store; it cannot be combined with --no-store")
         executor_options = parse_executor_options(executor_option)
         if ray_address is not None:
             if executor.strip().lower() != "ray":
@@ -448,7 +476,8 @@ def run(
                 result = _drive(lambda: api.run(
                     sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
                     executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
-                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds),
+                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds,
+                    warm_start=warm_start),
                     stream, sc, policy_name, ex.name, store, state, console)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
@@ -509,8 +538,9 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
         if run_id is not None:
             with RunStore(store) as st:
                 done = st.run(run_id).rounds_done
+            again = " (or run the same command again: it continues this run while it has no round)" if not done else ""
             err.print(f"run {run_id} stopped with its {done} stored rounds; once the server answers, continue it "
-                      f"with: {safe(state['hint'])}", soft_wrap=True)
+                      f"with: {safe(state['hint'])}{again}", soft_wrap=True)
         raise typer.Exit(EXIT_LLM_UNREACHABLE) from None
 
 

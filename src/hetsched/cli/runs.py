@@ -12,11 +12,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, examples, fail, out, safe
+from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.cli.run import mapping_text
 from hetsched.model import Mapping, RoundRecord
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
+from hetsched.store.db import recovery_hint
 
 STORE_DEFAULT = "$HETSCHED_STORE, else runs.sqlite in the user data dir"
 """How the --store default is shown in help."""
@@ -98,6 +99,10 @@ def runs_command(
         return
     with RunStore(path, create=False, read_only=True) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
+        hurt = st.damage_found
+    if hurt:  # the listing read around a damaged page: say so, on stderr (stdout stays the list)
+        err.print(f"[yellow]warning:[/] run store {safe(str(path))} is damaged ({safe(hurt)}); the runs below are "
+                  f"those that read back, read one by one. {safe(recovery_hint(path, listed=False))}", soft_wrap=True)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos]))
         return

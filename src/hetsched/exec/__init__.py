@@ -15,7 +15,9 @@ import importlib
 from typing import Any
 
 from hetsched.exec.base import ClosingExecutor, Executor
+from hetsched.exec.options import check_options
 from hetsched.model import SIM, ExecutorSpec, InputError, Scenario, UnknownNameError
+from hetsched.model.errors import did_you_mean
 
 _REGISTRY: dict[str, tuple[str, str]] = {
     "sim": ("hetsched.sim.engine:Simulator", ""),
@@ -35,7 +37,8 @@ def executor_class(name: str) -> type:
     """The class behind an executor name (imports its module, and so its extra)."""
     key = name.strip().lower()
     if key not in _REGISTRY:
-        raise UnknownNameError(f"Unknown executor: {name!r}; valid executors: {', '.join(_REGISTRY)}")
+        raise UnknownNameError(f"Unknown executor: {name!r}; valid executors: {', '.join(_REGISTRY)}"
+                               + did_you_mean(key, _REGISTRY))
     target, extra = _REGISTRY[key]
     module_name, cls_name = target.split(":")
     try:
@@ -51,16 +54,17 @@ def make_executor(spec: str | ExecutorSpec, scenario: Scenario, **options: Any) 
     """Build an executor for ``scenario`` by name (``Unknown executor`` lists the valid names).
 
     ``spec`` is a name or an :class:`ExecutorSpec` (whose options come first; ``options``
-    override them). Options are the executor's constructor keywords (``sim``: ``noise``).
+    override them). Options are the executor's constructor keywords (``sim``: ``noise``), checked against
+    its declared schema (:mod:`hetsched.exec.options`) first.
     """
     if isinstance(spec, str):
         spec = ExecutorSpec(spec)
+    if spec.name not in _REGISTRY:
+        executor_class(spec.name)  # raises Unknown executor, with the valid names
+    # checked against the declared schema before the executor (and its extra) is imported
+    merged = check_options(spec.name, {**spec.options, **options})
     cls = executor_class(spec.name)
-    merged = {**spec.options, **options}
-    try:
-        executor: Executor = cls(scenario, **merged)
-    except TypeError as exc:
-        raise InputError(f"executor {spec.name!r}: bad options {sorted(merged)} ({exc})") from None
+    executor: Executor = cls(scenario, **merged)
     return executor
 
 

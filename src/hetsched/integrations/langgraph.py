@@ -4,9 +4,10 @@ workflow, and each ``invoke``/``ainvoke`` of it is one request (one round) of an
 
 - **Reading** (:func:`read_graph`, :func:`workflow`): through LangGraph's graph API
   (``compiled.get_graph()``: nodes, their ``metadata`` and runnables, edges, conditional edges;
-  the builder's ``branches`` only to refuse conditional edges that do not declare their targets). A node takes part
-  when its metadata carries ``{"hetsched": {"tool": NAME}}`` (``add_node(..., metadata=tool(NAME))``);
-  other nodes are plain LangGraph nodes, run as they are, and precedence is carried through them.
+  the builder's ``branches`` only to refuse conditional edges that do not declare their
+  targets). A node takes part when its metadata carries ``{"hetsched": {"tool": NAME}}``
+  (``add_node(..., metadata=tool(NAME))``); other nodes are plain LangGraph nodes, run as they
+  are, and precedence is carried through them.
 - **Wrapping** (:func:`node`): a node built with ``node(fn)`` calls its tool through the
   :class:`ToolCall` it receives; the call runs where the session's current mapping places the node
   (cpu; gpu_now with the model resident; gpu_queue admitted in FIFO order under the VRAM budget),
@@ -22,9 +23,11 @@ request's trace. A node run several times in one request (``Send`` fan-out) is o
 each run goes to the node's placement and the trace spans first start to last end. Loops (cycles)
 are refused unless ``loops="fold"``, which drops the edges that close them. docs/langgraph.md.
 
-This module translates and applies; it holds no scheduling logic (DESIGN: adapters). It needs
-LangGraph only at run time (the ``[langgraph]`` extra): reading goes through the compiled graph's
-own methods.
+This module translates and applies; it holds no scheduling logic (docs/architecture.md: the
+session's policy decides, its executor places). It imports no LangGraph module itself: reading
+goes through the compiled graph's own methods, and :func:`node` needs ``langchain_core`` (a
+LangGraph dependency, the ``[langgraph]`` extra) for the type LangGraph passes the node's config by.
+Imports the model, the tool specs, the workflow builder and the session.
 """
 
 from __future__ import annotations
@@ -471,7 +474,8 @@ class ScheduledGraph:
         self.session = Session(self.workflow, tools=list(tools), **session_options)
         """The online session: its mapping, run store and policy."""
         self.last: Response | None = None
-        """The last finished request's response (``trace``, ``mapping``, ``round``...)."""
+        """The last finished request's response (``trace``, ``mapping``, ``round``...); with
+        concurrent callers, :meth:`invoke_with_response` gives each its own."""
 
     @property
     def mapping(self) -> Any:
@@ -479,18 +483,28 @@ class ScheduledGraph:
         return self.session.mapping
 
     def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        """Serve one request: LangGraph's ``invoke`` inside one session round; returns its result."""
+        """Serve one request: LangGraph's ``invoke`` inside one session round; returns its result
+        (the round's :class:`hetsched.Response` is :attr:`last`)."""
+        return self.invoke_with_response(input, config, **kwargs)[0]
+
+    def invoke_with_response(self, input: Any, config: Any = None, **kwargs: Any) -> tuple[Any, Response]:
+        """:meth:`invoke`, returning the graph's result and this request's response (its trace,
+        mapping and round): what concurrent callers use instead of :attr:`last`."""
         with self.session.begin_request() as req:
             token = _ACTIVE.set(_Active(req, self.shape))
             try:
                 result = self.graph.invoke(input, config, **kwargs)
             finally:
                 _ACTIVE.reset(token)
-            self.last = req.finish()
-        return result
+            response = self.last = req.finish()
+        return result, response
 
     async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """The async form of :meth:`invoke` (waiting for the session's turn happens in a thread)."""
+        return (await self.ainvoke_with_response(input, config, **kwargs))[0]
+
+    async def ainvoke_with_response(self, input: Any, config: Any = None, **kwargs: Any) -> tuple[Any, Response]:
+        """The async form of :meth:`invoke_with_response`."""
         req = await asyncio.to_thread(self.session.begin_request)
         with req:
             token = _ACTIVE.set(_Active(req, self.shape))
@@ -498,8 +512,8 @@ class ScheduledGraph:
                 result = await self.graph.ainvoke(input, config, **kwargs)
             finally:
                 _ACTIVE.reset(token)
-            self.last = await asyncio.to_thread(req.finish)
-        return result
+            response = self.last = await asyncio.to_thread(req.finish)
+        return result, response
 
     def close(self) -> None:
         """Close the session (releases workers and device memory)."""

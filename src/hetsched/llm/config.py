@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS, DeciderConfigError
+from hetsched.model.errors import did_you_mean
 
 ENV_VARS = {
     "base_url": "HETSCHED_LLM_BASE_URL",
@@ -122,6 +123,8 @@ def _check(name: str, value: Any) -> None:
             return
         if not isinstance(value, str) or (name == "base_url" and not value.strip()):
             raise DeciderConfigError(f"LLM setting {name} must be a string, got {value!r}")
+        if name == "base_url":
+            _check_url(value)
         return
     if name not in _NUMBERS:
         return
@@ -137,6 +140,23 @@ def _check(name: str, value: Any) -> None:
         ok = math.isfinite(number) and (number > low if open_low else number >= low) and number <= high
     if not ok:
         raise DeciderConfigError(f"LLM setting {name} must be {accepted}, got {value!r}")
+
+
+def _check_url(url: str) -> None:
+    """An endpoint URL: http(s)://HOST[:PORT][/path], parsed as the HTTP client will parse it."""
+    import urllib.parse
+
+    example = "e.g. http://127.0.0.1:8000/v1"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        port = parts.port  # raises on a port that is not a number or out of range
+    except ValueError as exc:
+        raise DeciderConfigError(f"LLM setting base_url {url!r} is not a valid URL ({exc}); {example}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DeciderConfigError(
+            f"LLM setting base_url {url!r} is not an http:// or https:// URL with a host; {example}"
+        )
+    del port
 
 
 def _from_env(name: str, var: str, text: str) -> Any:
@@ -164,19 +184,43 @@ def default_config_path() -> Path:
     return Path(user_config_dir("hetsched")) / "llm.toml"
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Largest LLM config file read (1 MiB; a config is a few lines); larger ones, and anything that is not a
+regular file (``/dev/zero``, a FIFO), are refused unread."""
+
+
 def _from_file(path: Path) -> dict[str, Any]:
+    import stat
+
+    where = f"LLM config file {path}"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
+            raise DeciderConfigError(f"{where}: is {kind}; give a TOML file")
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise DeciderConfigError(f"LLM config file {path}: cannot read it ({exc})") from None
+        raise DeciderConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise DeciderConfigError(f"{where}: more than {MAX_CONFIG_BYTES:,} bytes; a config file is a few lines")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DeciderConfigError(
+            f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8 TOML"
+        ) from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise DeciderConfigError(f"LLM config file {path}: not valid TOML ({exc})") from None
+        raise DeciderConfigError(f"{where}: not valid TOML ({exc})") from None
     if isinstance(data.get("llm"), dict):
         data = data["llm"]
     known = {f.name for f in fields(LLMConfig)}
     bad = sorted(set(data) - known)
     if bad:
-        raise DeciderConfigError(f"LLM config file {path}: unknown key(s) {bad}; accepted: {sorted(known)}")
+        hint = "".join(did_you_mean(b, known) for b in bad[:1])
+        raise DeciderConfigError(f"{where}: unknown key(s) {bad}; accepted: {sorted(known)}{hint}")
     return data
 
 

@@ -109,6 +109,20 @@ def _stream_class(httpx: Any) -> type[Any]:
     return _STREAMS[httpx.__name__]
 
 
+def _closed_by_server(exc: BaseException) -> bool:
+    """Did a connection error happen after connecting (the server closed it: httpx's RemoteProtocolError,
+    ReadError, WriteError), rather than while connecting (ConnectError, refused, no route)?"""
+    seen: BaseException | None = exc
+    while seen is not None:
+        name = type(seen).__name__
+        if name in ("ConnectError", "ConnectTimeout", "ConnectionRefusedError"):
+            return False
+        if name in ("RemoteProtocolError", "ReadError", "WriteError", "ConnectionResetError"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 class BoundedTransport:
     """An HTTP transport that bounds each exchange: ``timeout_s`` in all (also for a body that
     arrives a byte at a time) and ``max_bytes`` of body; asks for and reads bodies uncompressed.
@@ -367,6 +381,13 @@ class OpenAIDecider(ChatDecider):
                     time.sleep(min(MAX_BACKOFF_S, 0.5 * 2**attempt))
                     continue
                 why = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+                if _closed_by_server(exc):  # it connected: the server hung up, it was reached
+                    raise TransportError(
+                        f"{what}: the server at {self.base_url} accepted the connection, then closed it without a "
+                        f"complete answer{why}",
+                        "check the server's log (it may have crashed or refused the request), or that --llm-base-url "
+                        "points at an OpenAI-compatible server",
+                    ) from None
                 raise TransportError(f"{what}: cannot connect to {self.base_url}{why}", BASE_URL_FIX) from None
             except openai.OpenAIError as exc:
                 raise TransportError(f"{what}: {type(exc).__name__}: {exc}") from None

@@ -42,7 +42,7 @@ the last mapping while its mean measured E2E is within ``margin`` of the lowest,
 lowest (no model: it would need the cards).
 
 Nothing here runs the simulator; decisions are a function of the scenario and the observations
-(the caches are caches). Imports only ``hetsched.model`` (and networkx through the prompt helpers).
+(the caches are caches). Imports only ``hetsched.model`` (and numpy).
 """
 
 from __future__ import annotations
@@ -54,13 +54,15 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hetsched.llm.base import Decider, Decision, DecisionContext
 from hetsched.llm.estimate import Estimator, fit_interference
 from hetsched.llm.evidence import Codes, Evidence, MeasuredCodes
-from hetsched.llm.prompt import parallel_nodes
+from hetsched.llm.prompt import mask_bits, related_masks
 from hetsched.llm.search import SearchResult, local_search
 from hetsched.llm.validate import check_mapping
-from hetsched.model import Attempt, Mapping, Mode, Placement, Scenario
+from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 
 DEFAULT_MARGIN = 0.02
@@ -88,8 +90,15 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             place[n] = Placement.GPU_NOW
             steps.append(f"{n}: speedup {c.cpu_ms / c.gpu_ms:.2f}x ({c.category.value}) -> gpu_now")
 
-    # ratio test (Factor A) for ambiguous tools, lowest speedup first
-    par = parallel_nodes(scenario)
+    # ratio test (Factor A) for ambiguous tools, lowest speedup first; the nodes beside v are a bit
+    # mask, the sums over them numpy's left-to-right cumsum (the same floats as a sum in node order)
+    related = related_masks(scenario)
+    node_ids = wf.node_ids
+    n_nodes = len(node_ids)
+    at = {v: i for i, v in enumerate(node_ids)}
+    gpu_ms = np.array([scenario.card_of(u).gpu_ms or 0.0 for u in node_ids], dtype=np.float64)
+    threads_of = np.array([scenario.card_of(u).cpu_threads for u in node_ids], dtype=np.int64)
+    on_gpu = np.array([place[u].on_gpu for u in node_ids], dtype=bool)
     cores = scenario.machine.cpu_cores
     ambiguous = [
         n for n in ids if place[n] is Placement.GPU_NOW and (scenario.card_of(n).speedup or 0) <= GPU_PREFERRED_MIN
@@ -98,15 +107,17 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
     for v in ambiguous:
         c = scenario.card_of(v)
         gpu_v = c.gpu_ms or 0.0
-        others = [u for u in par[v] if place[u].on_gpu]
-        if not others:
+        beside = ~mask_bits(related[at[v]], n_nodes)
+        others = beside & on_gpu
+        if not others.any():
             steps.append(f"{v}: ratio test: no GPU node runs in parallel, stays gpu_now")
             continue
-        bottleneck = sum(scenario.card_of(u).gpu_ms or 0.0 for u in others)
-        threads = c.cpu_threads + sum(scenario.card_of(u).cpu_threads for u in par[v] if place[u] is Placement.CPU)
+        bottleneck = float(np.cumsum(gpu_ms[others])[-1])
+        threads = c.cpu_threads + int(threads_of[beside & ~on_gpu].sum())
         cpu_eff = c.cpu_ms * max(1.0, threads / cores)
         if cpu_eff < bottleneck + gpu_v:
             place[v] = Placement.CPU
+            on_gpu[at[v]] = False
             steps.append(
                 f"{v}: ratio test: CPU {cpu_eff:.1f} ms < contended GPU {bottleneck + gpu_v:.1f} ms "
                 f"(its {gpu_v:g} ms + parallel GPU nodes {bottleneck:g} ms) -> cpu"
@@ -130,11 +141,10 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
                 options.append((card.gpu_ms or 0.0) + card.load_ms)
             return min(options)
 
-        value = {
-            t: sum(alternative_ms(n) - (scenario.card_of(n).gpu_ms or 0.0)
-                   for n in ids if wf.tool_of[n] == t and place[n] is Placement.GPU_NOW)
-            for t in now_tools
-        }
+        value: dict[str, float] = dict.fromkeys(now_tools, 0)  # one pass in node order: the sums per tool
+        for n in ids:
+            if place[n] is Placement.GPU_NOW:
+                value[wf.tool_of[n]] += alternative_ms(n) - (scenario.card_of(n).gpu_ms or 0.0)
         vram = {t: scenario.cards[t].vram_mb for t in now_tools}
         fits = [t for t in now_tools if vram[t] <= budget]
         fits.sort(key=lambda t: (-(value[t] / vram[t]) if vram[t] > 0 else -float("inf"), now_tools.index(t)))
@@ -153,15 +163,17 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             + ", ".join(f"{t} {value[t]:.0f} ms/{vram[t]:g} MB" for t in fits)
             + f"; keep {keep}"
         )
+        resident = _Resident(scenario, place)
         for n in ids:
             t = wf.tool_of[n]
             if place[n] is not Placement.GPU_NOW or t in keep:
                 continue
             card = scenario.card_of(n)
             queue_ms = (card.gpu_ms or 0.0) + card.load_ms
+            resident.leave(n)
             if queue_ok and card.vram_mb <= budget and queue_ms < card.cpu_ms:
                 place[n] = Placement.GPU_QUEUE
-                blocked = scenario.queue_deadlock(Mapping((m, place[m]) for m in wf.node_ids))
+                blocked = resident.deadlock(n)
                 if not blocked:
                     steps.append(
                         f"{n}: left out of gpu_now; queue {queue_ms:.1f} ms < cpu {card.cpu_ms:g} ms -> gpu_queue"
@@ -171,6 +183,47 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             place[n] = Placement.CPU
             steps.append(f"{n}: left out of gpu_now -> cpu")
     return Mapping((n, place[n]) for n in wf.node_ids), steps
+
+
+class _Resident:
+    """The ``gpu_now`` nodes of each tool as bit masks, kept up to date while the VRAM packing moves
+    nodes off ``gpu_now`` one at a time, so checking the node just queued costs O(tools), not a
+    whole-mapping ``Scenario.queue_deadlock`` (O(n) per node, O(n^2) per packing). Moving a node off
+    ``gpu_now`` only releases memory, so nodes queued before cannot become deadlocked: the node just
+    queued is the only one to check, with the scenario's words."""
+
+    def __init__(self, scenario: Scenario, place: dict[str, Placement]) -> None:
+        self.scenario = scenario
+        wf = scenario.workflow
+        self.index = {v: i for i, v in enumerate(wf.node_ids)}
+        self.tools: dict[str, int] = {}
+        for v in wf.node_ids:
+            if place[v] is Placement.GPU_NOW:
+                t = wf.tool_of[v]
+                self.tools[t] = self.tools.get(t, 0) | (1 << self.index[v])
+
+    def leave(self, node: str) -> None:
+        """``node`` no longer runs on ``gpu_now``."""
+        t = self.scenario.workflow.tool_of[node]
+        self.tools[t] = self.tools.get(t, 0) & ~(1 << self.index[node])
+
+    def deadlock(self, node: str) -> Infeasibility | None:
+        """``Scenario.queue_deadlock``'s verdict on queued ``node`` (holders listed in the order of their
+        first ``gpu_now`` node, as that method lists them)."""
+        sc = self.scenario
+        below = sc.descendant_masks[self.index[node]]
+        held_by = sorted(((nodes & -nodes).bit_length(), t) for t, nodes in self.tools.items() if nodes & below)
+        holders = [t for _, t in held_by]
+        held = sum(sc.cards[t].vram_mb for t in holders)
+        need = sc.card_of(node).vram_mb
+        budget = sc.machine.vram_budget_mb
+        if holders and need + held > budget:
+            return Infeasibility(
+                InfeasibleKind.DEADLOCK,
+                f"node {node!r} ({sc.card_of(node).name}) needs {need:g} MB but gpu_now tools "
+                f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish",
+            )
+        return None
 
 
 def first_valid_uniform(scenario: Scenario, prompt: str) -> tuple[Mapping, list[Attempt]]:
@@ -198,6 +251,11 @@ SEARCH_EVALUATIONS_BASE = 200
 """Estimates the search may make per decision: this many plus ``SEARCH_EVALUATIONS_PER_NODE`` per node."""
 SEARCH_EVALUATIONS_PER_NODE = 30
 """See ``SEARCH_EVALUATIONS_BASE``: the search grows with the one-node neighbourhood (2n-ish moves)."""
+SEARCH_NODE_ESTIMATES_MAX = 500_000
+"""Past this many nodes x estimates (each estimate simulates every node), the default budget of
+estimates shrinks to ``SEARCH_NODE_ESTIMATES_MAX // n`` (at least ``SEARCH_EVALUATIONS_BASE``), so a
+decision stays linear in n: unchanged up to 100 nodes (3,200 estimates), 2,000 at 250 nodes, 200 from
+2,500 nodes on."""
 SEARCH_EVALUATIONS_PER_NODE_LATER = 10
 """Per-node estimates once something was measured: the search then also starts from the best
 measured mappings (usually the model's earlier optimum), so it needs less."""
@@ -312,7 +370,8 @@ class RulesDecider(Decider):
         rules = tuple(rules_mapping[n].code for n in sc.workflow.node_ids)
         starts = [rules]
         for p in sc.placements:
-            u = tuple(sc.uniform(p)[n].code for n in sc.workflow.node_ids)
+            uniform = sc.uniform(p)  # once: a mapping per node made the compile quadratic
+            u = tuple(uniform[n].code for n in sc.workflow.node_ids)
             if est.static_ok(u) and u not in starts:
                 starts.append(u)
         compiled = _Compiled(est, allowed, rules, rules_steps, starts)
@@ -381,7 +440,8 @@ class RulesDecider(Decider):
             return hit
         n = len(sc.workflow.node_ids)
         per_node = SEARCH_EVALUATIONS_PER_NODE if starts == comp.starts else SEARCH_EVALUATIONS_PER_NODE_LATER
-        budget = self.search_evaluations or SEARCH_EVALUATIONS_BASE + per_node * n
+        budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
+                                                max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed)

@@ -60,19 +60,19 @@ class _Search:
         self.seen: dict[Codes, float] = {}
         n = len(allowed)
         self.n = n
-        self.tool = est.tool
-        self.tool_vram = est.tool_vram
+        self.tool = est.compiled.tool_idx
+        self.tool_vram = est.compiled.tool_vram
         groups: dict[int, list[int]] = {}
-        for i, t in enumerate(est.tool):
+        for i, t in enumerate(self.tool):
             groups.setdefault(t, []).append(i)
         self.groups = [g for g in groups.values() if len(g) > 1]
         # GPU benefit per MB of each tool (cards): what making room gives up first
         benefit: dict[int, float] = {}
         for i in range(n):
-            t = est.tool[i]
+            t = self.tool[i]
             saved = est.cpu_ms[i] - est.gpu_ms[i] if math.isfinite(est.gpu_ms[i]) else 0.0
             benefit[t] = benefit.get(t, 0.0) + saved
-        self.per_mb = {t: b / max(est.tool_vram[t], 1e-9) for t, b in benefit.items()}
+        self.per_mb = {t: b / max(self.tool_vram[t], 1e-9) for t, b in benefit.items()}
 
     @property
     def spent(self) -> bool:

@@ -5,7 +5,7 @@ Bottom of the import graph: imports nothing else of hetsched.
 """
 
 from hetsched.model.card import Category, Provenance, Spread, ToolCard
-from hetsched.model.errors import HetschedError, InputError, MappingError, UnknownNameError
+from hetsched.model.errors import HetschedError, InputError, MappingError, OutputError, UnknownNameError
 from hetsched.model.history import Attempt, DecisionRecord, Probe, ProbeRequest, Proposal, RoundRecord
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, PLACEMENTS, THREE_WAY, Mapping, Placement, parse_placement
@@ -37,6 +37,7 @@ __all__ = [
     "Mode",
     "Node",
     "NodeTrace",
+    "OutputError",
     "Placement",
     "Planner",
     "Probe",

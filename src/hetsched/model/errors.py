@@ -47,3 +47,53 @@ def some(names: Iterable[object], limit: int = 12, quote: bool = True) -> str:
 
 def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class OutputError(HetschedError):
+    """A file hetsched was asked to write (a trace, a figure, a report) could not be written."""
+
+
+def close_matches(name: object, choices: Iterable[object], n: int = 3) -> list[str]:
+    """Up to ``n`` of ``choices`` spelled close to ``name`` (difflib), best first; case and ``-``/``_``
+    are ignored when comparing (``S133`` finds ``S13``, ``s13`` finds ``S13``)."""
+    import difflib
+
+    def norm(text: object) -> str:
+        return str(text).strip().lower().replace("-", "_")
+
+    by_norm: dict[str, str] = {}
+    for choice in choices:
+        by_norm.setdefault(norm(choice), str(choice))
+    exact = by_norm.get(norm(name))
+    if exact is not None:
+        return [exact]
+    found = difflib.get_close_matches(norm(name), list(by_norm), n=n, cutoff=0.6)
+    return [by_norm[f] for f in found]
+
+
+def did_you_mean(name: object, choices: Iterable[object]) -> str:
+    """``"; did you mean 'S13'?"`` when a choice is close to ``name``, else ''."""
+    found = close_matches(name, choices)
+    if not found:
+        return ""
+    return "; did you mean " + " or ".join(repr(f) for f in found) + "?"
+
+
+def os_error_text(exc: OSError) -> str:
+    """What an OSError really means, in words: a full disk, a read-only file system, a missing
+    folder, denied permission... (``strerror`` alone says 'No space left on device')."""
+    import errno
+
+    meanings = {
+        errno.ENOSPC: "no space left on the device (the disk is full)",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "the operation is not permitted",
+        errno.ENOENT: "no such file or folder",
+        errno.ENOTDIR: "a part of the path is not a folder",
+        errno.EISDIR: "it is a folder",
+        errno.EFBIG: "the file is too large",
+        errno.EIO: "an input/output error on the device",
+    }
+    return meanings.get(exc.errno or -1, exc.strerror or str(exc))

@@ -16,10 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from hetsched.model.card import Provenance, ToolCard
-from hetsched.model.errors import InputError, MappingError, UnknownNameError, some
+from hetsched.model.errors import (
+    InputError,
+    MappingError,
+    OutputError,
+    UnknownNameError,
+    did_you_mean,
+    os_error_text,
+    some,
+)
 from hetsched.model.limits import MAX_NAME_CHARS
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import Mapping
@@ -50,6 +58,18 @@ def bundled_scenarios() -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------- low level
+def write_output(path: Path | str, data: str | bytes, what: str = "file") -> None:
+    """Write an output file whole; a failure (a full disk, ``/dev/full``, a read-only folder) is an
+    :class:`OutputError` naming ``what``, the file and the real cause, never an OSError traceback."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        with path.open("wb") as fh:  # a full device fails on write or on the flush at close: both caught
+            fh.write(raw)
+    except OSError as exc:
+        raise OutputError(f"{what} {path}: cannot be written: {os_error_text(exc)}") from None
+
+
 MAX_FILE_BYTES = 8 * 1024 * 1024
 """Largest input file read (8 MiB: a 100,000-node scenario fits); larger ones are refused unread."""
 MAX_DEPTH = 32
@@ -152,6 +172,15 @@ class _Composer(yaml.composer.Composer):
         return node
 
 
+def _yaml_text(key: Any) -> str:
+    """A key as YAML writes it: ``true``, ``1``, ``'name'``."""
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    return repr(key)
+
+
 class _Constructor(yaml.constructor.SafeConstructor):
     """SafeConstructor (no arbitrary objects) that refuses duplicate keys (plain YAML keeps the last
     one silently) and over-long integers, with YAML 1.2 numbers."""
@@ -170,8 +199,14 @@ class _Constructor(yaml.constructor.SafeConstructor):
                     key_node.start_mark,
                 ) from None
             if duplicate:
+                first = next(k for k in seen if k == key)
+                if type(first) is not type(key) or repr(first) != repr(key):  # 1 and true, 1 and 1.0: equal in Python
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"keys {_yaml_text(first)} and {_yaml_text(key)} are read as the same key; quote "
+                        "them to make them names ('1', 'true')", key_node.start_mark
+                    )
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (each key may appear once)", key_node.start_mark
+                    None, None, f"duplicate key {_yaml_text(key)} (each key may appear once)", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -370,11 +405,32 @@ def read_structured(path: Path) -> Any:
     return doc
 
 
-def format_validation_error(exc: ValidationError, path: Path | str, prefix: str = "") -> str:
-    """One line per problem: ``file F: field.path = value: message``."""
+def _fields_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the model found at ``loc`` inside ``model`` (nested models followed), or []."""
+    current = model
+    for part in loc:
+        if current is None:
+            return []
+        field = current.model_fields.get(str(part))
+        ann = field.annotation if field is not None else None
+        current = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return list(current.model_fields) if current is not None else []
+
+
+def format_validation_error(
+    exc: ValidationError, path: Path | str, prefix: str = "", model: type[BaseModel] | None = None
+) -> str:
+    """One line per problem: ``file F: field.path = value: message``; an unknown key (with ``model``, the
+    model validated) lists the accepted keys and the one probably meant."""
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        if err["type"] == "extra_forbidden":
+            accepted = _fields_at(model, tuple(err["loc"][:-1]))
+            key = err["loc"][-1] if err["loc"] else ""
+            hint = f"; accepted keys: {', '.join(accepted)}{did_you_mean(key, accepted)}" if accepted else ""
+            lines.append(f"{_short(loc)}: unknown key {_value(key)}{hint}")
+            continue
         value = err.get("input")
         if isinstance(value, dict | list):
             shown = f" (a {'mapping' if isinstance(value, dict) else 'list'})" if err["type"].endswith("_type") else ""
@@ -400,7 +456,8 @@ def _expect_dict(value: Any, where: str, path: Path) -> dict[str, Any]:
 def _check_keys(doc: dict[str, Any], known: set[str], where: str, path: Path) -> None:
     for key in doc:
         if key not in known:
-            raise InputError(f"file {path}: {where}unknown key {_value(key)}; accepted keys: {sorted(known)}")
+            raise InputError(f"file {path}: {where}unknown key {_value(key)}; accepted keys: {', '.join(sorted(known))}"
+                             + did_you_mean(key, known))
 
 
 def _node_name(value: Any) -> str | None:
@@ -431,7 +488,7 @@ def load_tool_library(path: Path | str) -> dict[str, ToolCard]:
     try:
         defaults = Provenance.model_validate(given, strict=True)
     except ValidationError as exc:
-        raise InputError(format_validation_error(exc, path)) from None
+        raise InputError(format_validation_error(exc, path, model=Provenance)) from None
     return parse_cards(tools, path, defaults, where="tools")
 
 
@@ -504,7 +561,7 @@ def _build_card(
                 raise InputError(f"file {path}: {where}.{_key(name)}.{exc}") from None
             merged = derived.model_dump()
             merged.update(data)
-            return ToolCard.model_validate(merged, strict=True)
+            return ToolCard.model_validate(merged, strict=True)  # errors: formatted below with the model
         if "provenance" not in data:
             prov = (defaults or Provenance()).model_dump()
             if "source" in data:  # shorthand: a card-level ``source:`` line
@@ -512,7 +569,7 @@ def _build_card(
             data["provenance"] = prov
         return ToolCard.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(format_validation_error(exc, path, prefix=f"{where}.{_key(name)}")) from None
+        raise InputError(format_validation_error(exc, path, prefix=f"{where}.{_key(name)}", model=ToolCard)) from None
 
 
 def resolve_card(name: str, library: dict[str, ToolCard]) -> ToolCard | None:
@@ -547,6 +604,7 @@ def resolve_scenario_path(ref: str | Path) -> Path:
         return bundled[str(ref)]
     raise UnknownNameError(
         f"scenario {_value(str(ref))} is neither a file nor a bundled scenario; bundled: {', '.join(bundled)}"
+        + did_you_mean(str(ref), bundled)
     )
 
 
@@ -603,7 +661,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
         if card is None:
             raise InputError(
                 f"file {path}: node {node.id!r} uses tool {node.tool!r}, which has no card; "
-                f"known tools: {some(sorted(combined), quote=False)}"
+                f"known tools: {some(sorted(combined), quote=False)}" + did_you_mean(node.tool, combined)
             )
         cards[node.tool] = card
 
@@ -614,7 +672,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     try:
         machine = Machine.model_validate(doc.get("machine") or {}, strict=True)
     except ValidationError as exc:
-        raise InputError(format_validation_error(exc, path, prefix="machine")) from None
+        raise InputError(format_validation_error(exc, path, prefix="machine", model=Machine)) from None
     mode_raw = doc.get("mode", "binary")
     if not isinstance(mode_raw, str) or mode_raw not in {m.value for m in Mode}:
         raise InputError(
@@ -711,7 +769,7 @@ def _parse_edges(raw: Any, path: Path) -> list[Edge]:
                     f"file {path}: edges[{i}] = {_value(entry)}; write 'A -> B', [A, B] or {{src, dst, data_mb}}"
                 )
         except ValidationError as exc:
-            raise InputError(format_validation_error(exc, path, prefix=f"edges[{i}]")) from None
+            raise InputError(format_validation_error(exc, path, prefix=f"edges[{i}]", model=Edge)) from None
     return edges
 
 
@@ -736,7 +794,8 @@ def _mapping_from_pairs(pairs: list[tuple[Any, Any]], where: str) -> Mapping:
 
 
 def parse_mapping_text(text: str, where: str = "mapping") -> Mapping:
-    """``A=cpu,B=gpu_now`` (commas or spaces) or a JSON object, as a mapping; each node once."""
+    """``A=cpu,B=gpu_now`` or ``A:cpu B:gpu_now`` (as the CLI prints mappings; commas or spaces) or a JSON
+    object, as a mapping; each node once."""
     text = text.strip()
     if text.startswith("{"):
         try:
@@ -754,10 +813,15 @@ def parse_mapping_text(text: str, where: str = "mapping") -> Mapping:
     for part in re.split(r"[,\s]+", text):
         if not part:
             continue
-        if "=" not in part:
-            raise InputError(f"{where}: {_value(part)} is not NODE=PLACEMENT; e.g. A=cpu,B=gpu_now")
-        k, v = part.split("=", 1)
-        pairs.append((k.strip(), v.strip()))
+        if "=" in part:
+            k, v = part.split("=", 1)
+        elif ":" in part:  # as `hetsched oracle` and `run` print mappings: A:gpu_now B:cpu
+            k, v = part.rsplit(":", 1)
+        else:
+            raise InputError(
+                f"{where}: {_value(part)} is not NODE=PLACEMENT; e.g. A=cpu,B=gpu_now (or A:cpu B:gpu_now)"
+            )
+        pairs.append((k.strip(), v.strip().rstrip("*")))
     return _mapping_from_pairs(pairs, where)
 
 

@@ -40,6 +40,10 @@ MAX_AMPLIFICATION = 1_000_000
 """Largest k of an amplified tool (``NAME_xK``, ``amplification: K``)."""
 MAX_RUNS = 1_000_000_000
 """Largest profiled run count in a card's provenance."""
+MAX_ROUNDS = 1_000_000_000
+"""Most rounds a run may plan (a round is at least one execution of the workflow)."""
+MAX_SEED = 2**63 - 1
+"""Largest run seed: seeds are stored as SQLite integers (signed 64-bit); the smallest is 0."""
 
 _NAME_BAD = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _TEXT_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetsched.model.errors import InputError
+from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.model.scenario import Scenario
 
 
@@ -91,8 +92,14 @@ class LoopConfig:
                 raise InputError(f"{name} must be an integer, got {value!r}")
         if self.rounds < 1:
             raise InputError(f"rounds must be >= 1, got {self.rounds}")
+        if self.rounds > MAX_ROUNDS:
+            raise InputError(f"rounds must be <= {MAX_ROUNDS:,}, got {self.rounds}")
+        if not 0 <= self.seed <= MAX_SEED:  # the run store keeps it as a signed 64-bit integer
+            raise InputError(f"seed must be between 0 and {MAX_SEED} (a signed 64-bit integer), got {self.seed}")
         if self.stop_after < 0:
             raise InputError(f"stop_after must be >= 0, got {self.stop_after}")
+        if self.stop_after > MAX_ROUNDS:
+            raise InputError(f"stop_after must be <= {MAX_ROUNDS:,}, got {self.stop_after}")
         if self.max_probes_per_round < 0:
             raise InputError(f"max_probes_per_round must be >= 0, got {self.max_probes_per_round}")
 

@@ -14,6 +14,7 @@ from functools import cached_property
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from hetsched.model.card import ToolCard
+from hetsched.model.contention import Compiled
 from hetsched.model.errors import MappingError, some
 from hetsched.model.limits import Name, Text
 from hetsched.model.machine import Machine
@@ -90,6 +91,21 @@ class Scenario(BaseModel):
     def choices(self) -> tuple[tuple[Placement, ...], ...]:
         """Allowed placements per node, in workflow node order."""
         return tuple(self.allowed(n) for n in self.workflow.node_ids)
+
+    @property
+    def compiled(self) -> Compiled:
+        """The scenario as index arrays for the contention model (:mod:`hetsched.model.contention`),
+        built once and shared by the simulator, the estimators, the monitor and the searches.
+
+        Kept with the objects it was built from and rebuilt when they differ: ``model_copy`` copies
+        the instance's dict, so a copy with another machine, mode or cards must not inherit it."""
+        key = (self.workflow, self.machine, self.cards, self.mode)
+        got = self.__dict__.get("_compiled")
+        if got is None or any(a is not b for a, b in zip(got[0], key, strict=True)):
+            got = (key, Compiled.of(self))
+            self.__dict__["_compiled"] = got  # frozen model: a cache, as cached_property writes it
+        compiled: Compiled = got[1]
+        return compiled
 
     @cached_property
     def descendant_masks(self) -> tuple[int, ...]:

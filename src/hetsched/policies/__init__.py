@@ -7,9 +7,11 @@ the oracle also uses the noise-free simulator, which defines it. Executors never
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 from hetsched.model import InputError, UnknownNameError
+from hetsched.model.errors import did_you_mean
 from hetsched.policies.base import Policy, PolicyContext
 
 # name -> "module:Class"; imported lazily so a policy's optional dependencies load only when used
@@ -34,14 +36,25 @@ def make_policy(name: str, **options: Any) -> Policy:
     """Build a policy by name (``Unknown policy`` lists the valid names)."""
     key = name.strip().lower().replace("_", "-")
     if key not in _REGISTRY:
-        raise UnknownNameError(f"Unknown policy: {name!r}; valid policies: {', '.join(_REGISTRY)}")
+        raise UnknownNameError(f"Unknown policy: {name!r}; valid policies: {', '.join(_REGISTRY)}"
+                               + did_you_mean(key, _REGISTRY))
     module_name, cls_name = _REGISTRY[key].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
-    try:
-        policy: Policy = cls(**options)
-    except TypeError as exc:  # an option the policy does not take
-        raise InputError(f"policy {key!r}: bad options {sorted(options)} ({exc})") from None
+    accepted = policy_options(cls)
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls).parameters.values())
+    unknown = [] if open_ended else [k for k in options if k not in accepted]
+    if unknown:
+        hint = did_you_mean(unknown[0], accepted)
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no options"
+        raise InputError(f"policy {key!r} has no option {', '.join(map(repr, unknown))}{hint}; {takes}")
+    policy: Policy = cls(**options)  # values are checked by the policy itself
     return policy
+
+
+def policy_options(cls: type) -> tuple[str, ...]:
+    """The keyword options a policy class takes (its constructor's named parameters)."""
+    params = inspect.signature(cls).parameters.values()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
 
 __all__ = ["Policy", "PolicyContext", "make_policy", "policy_names"]

@@ -307,10 +307,12 @@ class BoundModel:
     def combos(self, start: int, stop: int) -> Codes:
         """Every code combination of positions start..stop-1, shape (stop - start, combinations),
         combinations in lexicographic order."""
-        grids = np.meshgrid(*[np.array(self.allowed[p], dtype=np.int8) for p in range(start, stop)], indexing="ij")
-        if not grids:
-            return np.zeros((0, 1), dtype=np.int8)
-        return np.stack([g.reshape(-1) for g in grids], axis=0)
+        out: Codes = np.zeros((0, 1), dtype=np.int8)
+        for p in range(start, stop):  # no meshgrid: it takes at most 32 dimensions, and a run of
+            vals = np.array(self.allowed[p], dtype=np.int8)  # one-choice positions may be longer
+            width = out.shape[1]
+            out = np.concatenate([np.repeat(out, len(vals), axis=1), np.tile(vals, width)[None, :]], axis=0)
+        return out
 
     def _cp_terms(self, depth: int) -> tuple[NDArray[np.intp], Floats, float]:
         """Columns whose finish bounds the critical path at ``depth``, what follows each, and the

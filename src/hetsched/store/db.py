@@ -29,7 +29,7 @@ import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -79,11 +79,18 @@ class RunBusyError(StoreError):
     """A run is being driven by another live process on this host (it holds the run's lock)."""
 
 
-def recovery_hint(path: Path) -> str:
-    """What to do with a damaged store file."""
-    return (f"Runs that read back are still listed by `hetsched runs --store {path}`. To keep what can be read: "
+def recovery_hint(path: Path, listed: bool = True) -> str:
+    """What to do with a damaged store file (``listed``: whether ``hetsched runs`` can still list it)."""
+    first = f"Runs that read back are still listed by `hetsched runs --store {path}`. " if listed else ""
+    return (f"{first}To keep what can be read: "
             f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, then use --store recovered.sqlite; or move "
             f"{path} away and hetsched starts a new store there")
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """Does an sqlite3 error say the file is damaged (a malformed page, not a database)?"""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
 
 
 def _pid_alive(pid: int) -> bool | None:
@@ -227,12 +234,13 @@ class StoredRun:
     """Rounds in order, rebuilt (equal to what the loop produced)."""
 
 
-_INFO_COLUMNS = """
+_ROW_COLUMNS = """
     runs.id, runs.experiment, runs.scenario_name, runs.scenario_sha256, runs.policy, runs.options_json,
     runs.seed, runs.rounds_planned, runs.stop_after, runs.max_probes_per_round, runs.status, runs.status_reason,
     runs.executor,
     runs.executor_options_json, runs.hetsched_version, runs.created_at, runs.updated_at, runs.reference_json,
-    runs.pid, runs.host,
+    runs.pid, runs.host"""
+_INFO_COLUMNS = _ROW_COLUMNS + """,
     (SELECT COUNT(*) FROM rounds WHERE rounds.run_id = runs.id) AS rounds_done,
     (SELECT MIN(e2e_ms) FROM rounds WHERE rounds.run_id = runs.id AND feasible = 1) AS best_e2e_ms
 """
@@ -282,6 +290,8 @@ class RunStore:
         self._pid = -1
         self._copy: tempfile.TemporaryDirectory[str] | None = None
         self._claimed: set[str] = set()
+        self.damage_found = ""
+        """Set when :meth:`runs` had to read around a damaged page (what SQLite said); '' otherwise."""
         self._conn()  # open now, so a bad file fails here with a clear message
 
     # ------------------------------------------------------------------ connection
@@ -298,7 +308,7 @@ class RunStore:
             if missing:
                 raise StoreError(
                     f"run store {self.path} has no table {', '.join(missing)} (dropped, or the file is damaged). "
-                    f"{recovery_hint(self.path)}"
+                    f"{recovery_hint(self.path, listed=False)}"
                 )
         except sqlite3.Error as exc:
             if conn is not None:
@@ -415,18 +425,42 @@ class RunStore:
             return self.damaged(f"{text} while {doing}")
         if name.startswith("SQLITE_IOERR") or name == "SQLITE_CANTOPEN":
             return StoreError(f"run store {self.path}: the file could not be read or written ({text}) while "
-                              f"{doing}; check the disk and the file's permissions")
+                              f"{doing}: {self._diagnose()}")
         return StoreError(f"run store {self.path}: {doing} failed ({type(exc).__name__}: {text})")
 
-    def damaged(self, detail: str) -> StoreError:
-        """A :class:`StoreError` for a damaged file: the detail, what ``PRAGMA quick_check`` finds, what to do."""
+    def _diagnose(self) -> str:
+        """Why the file (or its folder) cannot be used, from what the system says: a read-only file system,
+        a full disk, a folder or file that may not be written, else a generic hint."""
+        folder = self.path.parent
+        try:
+            vfs = os.statvfs(folder)
+        except (OSError, AttributeError):
+            vfs = None
+        if vfs is not None and vfs.f_flag & getattr(os, "ST_RDONLY", 1):
+            return (f"{folder} is on a read-only file system; `hetsched runs` can still read the store; to record "
+                    "runs choose a store on a writable disk with --store / HETSCHED_STORE")
+        if vfs is not None and vfs.f_bavail * vfs.f_frsize < 1024 * 1024:
+            free = vfs.f_bavail * vfs.f_frsize
+            return (f"the disk holding {folder} is full ({free:,} bytes free); free some space, or choose a store "
+                    "on another disk with --store / HETSCHED_STORE")
+        for target in (folder, self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            if target.exists() and not os.access(target, os.W_OK):
+                what = "folder" if target == folder else "file"
+                return (f"the {what} {target} may not be written by this user; make it writable, or choose another "
+                        "store with --store / HETSCHED_STORE")
+        return "check the disk and the file's permissions"
+
+    def damaged(self, detail: str, listed: bool = True) -> StoreError:
+        """A :class:`StoreError` for a damaged file: the detail, what ``PRAGMA quick_check`` finds, what to do
+        (``listed``: whether ``hetsched runs`` still lists what reads back)."""
         try:
             found = [str(r[0]) for r in self._conn().execute("PRAGMA quick_check(5)").fetchall()]
             check = ("quick_check finds the file's structure intact, so the damage is inside stored values"
                      if found == ["ok"] else f"quick_check: {'; '.join(found)[:500]}")
         except (sqlite3.Error, StoreError) as exc:
             check = f"quick_check could not run ({exc})"
-        return StoreError(f"run store {self.path} is damaged: {detail} ({check}). {recovery_hint(self.path)}")
+        return StoreError(f"run store {self.path} is damaged: {detail} ({check}). "
+                          f"{recovery_hint(self.path, listed)}")
 
     @contextmanager
     def _write(self, doing: str = "writing", run_id: str | None = None) -> Iterator[sqlite3.Connection]:
@@ -455,7 +489,7 @@ class RunStore:
         except sqlite3.Error as exc:
             raise self._error(exc, "reading") from None
 
-    def _info(self, row: sqlite3.Row) -> RunInfo:
+    def _info(self, row: sqlite3.Row | dict[str, Any]) -> RunInfo:
         """A ``runs`` row as :class:`RunInfo`; what cannot be read is named in ``damage``, never raised."""
         problems: list[str] = []
 
@@ -705,7 +739,52 @@ class RunStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return [self._info(r) for r in self._read(sql, params)]
+        try:
+            rows = self._conn().execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise self._error(exc, "reading") from None
+            # a damaged page (of the runs table, an index or the rounds) fails the whole query: read the
+            # runs one by one instead, so every readable run is listed and the damaged ones are marked
+            self.damage_found = str(exc)
+            infos = self._runs_one_by_one(str(exc))
+            wanted = {"experiment": experiment, "scenario_name": scenario, "policy": policy, "status": status}
+            infos = [i for i in infos if all(v is None or getattr(i, k) == v for k, v in wanted.items())]
+            return infos[:limit] if limit is not None else infos
+        return [self._info(r) for r in rows]
+
+    def _runs_one_by_one(self, first_error: str) -> list[RunInfo]:
+        """Every run whose row reads back, newest first, each read alone by rowid; a run whose rounds cannot
+        be counted is marked damaged. Rows on a damaged page of the runs table are skipped (they cannot be
+        read at all); when even the row ids cannot be walked, the store is reported damaged."""
+        conn = self._conn()
+        try:
+            top = conn.execute("SELECT MAX(rowid) FROM runs").fetchone()[0] or 0
+        except sqlite3.DatabaseError as exc:
+            raise self.damaged(f"{first_error}; the runs cannot be listed ({exc})", listed=False) from None
+        infos: list[tuple[str, int, RunInfo]] = []
+        for rowid in range(1, top + 1):
+            try:
+                row = conn.execute(f"SELECT {_ROW_COLUMNS} FROM runs WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.DatabaseError:
+                continue  # on a damaged page: nothing of it can be read
+            if row is None:
+                continue
+            values = {k: row[k] for k in row.keys()}  # noqa: SIM118 (sqlite3.Row has no items())
+            hurt = ""
+            try:
+                count, best = conn.execute(
+                    "SELECT COUNT(*), MIN(CASE WHEN feasible = 1 THEN e2e_ms END) FROM rounds WHERE run_id = ?",
+                    (values["id"],)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                count, best, hurt = 0, None, f"its rounds cannot be read: the store file is damaged ({exc})"
+            values.update(rounds_done=count, best_e2e_ms=best)
+            info = self._info(values)
+            if hurt:
+                info = replace(info, damage="; ".join(d for d in (info.damage, hurt) if d))
+            infos.append((str(values.get("created_at") or ""), rowid, info))
+        infos.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        return [i for _, _, i in infos]
 
     def find_run(self, key: RunKey) -> RunInfo | None:
         """The newest run with exactly this key (same scenario content, policy, options, seed,

@@ -8,12 +8,16 @@ their tools is looked up.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hetsched.model import InputError, UnknownNameError
+from hetsched.model.errors import did_you_mean
 from hetsched.tools.base import Amplified, Tool, check_size
 
 ToolFactory = Callable[[str], Tool]
@@ -163,14 +167,60 @@ def get_tool(name: str, size: str = "tiny") -> Tool:
             return Amplified(base, int(m["k"]))
     raise UnknownNameError(
         f"Unknown tool: {name!r}; registered tools: {', '.join(tool_names())} (and NAME_xK for any of them)"
+        + did_you_mean(m["base"] if m else name, tool_names())
     )
 
 
-def import_tool_modules(modules: list[str] | tuple[str, ...]) -> None:
-    """Import modules that register tools (``--tool-module``); a missing one is an InputError."""
-    for mod in modules:
-        try:
-            importlib.import_module(mod)
-        except ImportError as exc:
-            raise InputError(f"tool module {mod!r} cannot be imported ({exc}); give an importable module name "
-                             "(its folder on PYTHONPATH) that calls hetsched.tools.register_tool") from None
+def import_tool_modules(modules: list[str] | tuple[str, ...] | str) -> None:
+    """Import modules that register tools (``--tool-module``, the executors' ``tool_modules``).
+
+    Each is a module name (``my_tools``, ``pkg.tools``: found on ``sys.path``, then in the current
+    folder) or a Python file (``./my_tools.py``: its folder is put on ``sys.path`` so worker
+    processes import it by the same name). A missing or broken module is an InputError.
+    """
+    for mod in [modules] if isinstance(modules, str) else modules:
+        _import_tool_module(mod)
+
+
+def _import_tool_module(spec: str) -> None:
+    text = str(spec).strip()
+    if not text:
+        raise InputError("tool module '': give a module name (my_tools) or a Python file (./my_tools.py)")
+    if text.endswith(".py") or "/" in text or os.sep in text:
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise InputError(f"tool module {text!r}: file {path} not found; give a Python file that calls "
+                             "hetsched.tools.register_tool, or a module name")
+        if not path.stem.isidentifier():
+            raise InputError(f"tool module {text!r}: {path.name!r} is not a Python module name; rename the file "
+                             "(letters, digits and _, not starting with a digit)")
+        _on_path(str(path.resolve().parent))
+        name = path.stem
+    else:
+        name = text
+    try:
+        importlib.import_module(name)
+        return
+    except ModuleNotFoundError as exc:
+        top = name.split(".")[0]
+        if exc.name != top or os.getcwd() in sys.path:
+            raise _import_error(text, exc) from None
+    except (ImportError, SyntaxError) as exc:
+        raise _import_error(text, exc) from None
+    _on_path(os.getcwd())  # a module in the current folder (not on sys.path under a console script)
+    try:
+        importlib.import_module(name)
+    except (ImportError, SyntaxError) as exc:
+        raise _import_error(text, exc) from None
+
+
+def _on_path(folder: str) -> None:
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+
+
+def _import_error(text: str, exc: BaseException) -> InputError:
+    return InputError(f"tool module {text!r} cannot be imported ({type(exc).__name__}: {exc}); give a module "
+                      "name found on PYTHONPATH or in the current folder, or a Python file (./my_tools.py), that "
+                      "calls hetsched.tools.register_tool")

@@ -1,0 +1,400 @@
+"""The contention model, written once: a scenario compiled into index arrays, and the one event
+simulation on it that every number hetsched prints comes from.
+
+- GPU (Factor A): processor sharing. With running GPU tasks R and U = sum of their
+  ``gpu_util``, each progresses at rate 1/s, s = max(1, U) * (1 + kappa * (|R| - 1)).
+- CPU: P cores; a task uses ``cpu_threads``; every CPU task slows by max(1, sum threads / P).
+- VRAM (Factor B): ``gpu_now`` tools are warm and resident from t = 0 until their last
+  ``gpu_now`` node ends, counted once per tool; ``gpu_queue`` nodes wait in one FIFO queue
+  (strict order, head-of-line), are admitted when their memory fits beside what is held, pay
+  ``load_ms`` (a PCIe copy that does not share GPU compute), run, then free their memory.
+- Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
+
+Each device keeps its running tasks' remaining isolated work, which every event advances (the
+simulator's arithmetic, kept bit for bit: a virtual clock
+per device, as the decider's old estimator had, is faster on wide fan-outs but rounds differently,
+and the bench tables and golden files are pinned to these numbers).
+
+:func:`simulate` runs one or several instances of the workflow on one machine: instance r is
+released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
+queue (admission in arrival order across instances). Its callers add what they need on top: the
+simulator executor (:mod:`hetsched.sim`) noise factors and the ``Trace``, the decider's estimator
+a fitted interference and rescaled cards, the searches nothing (the noise-free E2E).
+
+The machine is one GPU with one VRAM budget today; the budget and the GPU's running set are
+per-device state in :func:`simulate`, kept apart from the node tables so a machine with several
+GPUs, each with its own budget, adds a device index per placement without touching the compile.
+
+Imports only the rest of ``hetsched.model``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hetsched.model.mapping import CPU_CODE as CPU
+from hetsched.model.mapping import NOW_CODE as NOW
+from hetsched.model.mapping import PLACEMENTS, Mapping
+from hetsched.model.mapping import QUEUE_CODE as QUEUE
+
+if TYPE_CHECKING:
+    from hetsched.model.scenario import Scenario
+
+EPS = 1e-7
+"""ms; work and events within it count as done (below float noise of any latency we model, far above
+1 ulp of 1e6 ms)."""
+_INF = math.inf
+_ARRIVE, _LOADED = 0, 1
+
+Codes = tuple[int, ...]
+"""A mapping as placement codes in workflow node order (``Placement.code``: 0 cpu, 1 gpu_now, 2 gpu_queue)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A scenario flattened into index-addressed tuples (node i is ``names[i]``, workflow node order).
+
+    Built once per scenario (``Scenario.compiled``) and shared by the simulator executor, the
+    decider's estimator, the monitor's planning, the bounds and the searches.
+    """
+
+    names: tuple[str, ...]
+    index: dict[str, int]
+    tools: tuple[str, ...]
+    tool_idx: tuple[int, ...]
+    tool_vram: tuple[float, ...]
+    cpu_ms: tuple[float, ...]
+    gpu_ms: tuple[float, ...]
+    """GPU time per node; inf for a tool without a GPU implementation."""
+    load_ms: tuple[float, ...]
+    vram: tuple[float, ...]
+    util: tuple[float, ...]
+    threads: tuple[int, ...]
+    npreds: tuple[int, ...]
+    succs: tuple[tuple[tuple[int, float], ...], ...]
+    """Per node, (successor, transfer ms when the edge crosses between CPU and GPU)."""
+    preds: tuple[tuple[int, ...], ...]
+    sinks: tuple[int, ...]
+    allowed: tuple[tuple[int, ...], ...]
+    """Placement codes each node may take (the scenario's mode and the tool's GPU support)."""
+    cores: int
+    budget: float
+    kappa: float
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> Compiled:
+        wf = scenario.workflow
+        names = wf.node_ids
+        index = {n: i for i, n in enumerate(names)}
+        tools = wf.tools
+        tindex = {t: i for i, t in enumerate(tools)}
+        cards = [scenario.card_of(n) for n in names]
+        pcie = scenario.machine.pcie_mb_per_ms
+        succs: list[list[tuple[int, float]]] = [[] for _ in names]
+        preds: list[list[int]] = [[] for _ in names]
+        for e in wf.edges:
+            succs[index[e.src]].append((index[e.dst], e.data_mb / pcie))
+            preds[index[e.dst]].append(index[e.src])
+        return cls(
+            names=names,
+            index=index,
+            tools=tools,
+            tool_idx=tuple(tindex[wf.tool_of[n]] for n in names),
+            tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
+            cpu_ms=tuple(c.cpu_ms for c in cards),
+            gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
+            load_ms=tuple(c.load_ms for c in cards),
+            vram=tuple(c.vram_mb for c in cards),
+            util=tuple(c.gpu_util for c in cards),
+            threads=tuple(c.cpu_threads for c in cards),
+            npreds=tuple(len(p) for p in preds),
+            succs=tuple(tuple(s) for s in succs),
+            preds=tuple(tuple(p) for p in preds),
+            sinks=tuple(index[s] for s in wf.sinks),
+            allowed=tuple(tuple(p.code for p in scenario.allowed(n)) for n in names),
+            cores=scenario.machine.cpu_cores,
+            budget=scenario.machine.vram_budget_mb,
+            kappa=scenario.machine.gpu_kappa,
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of nodes."""
+        return len(self.names)
+
+    def codes(self, mapping: Mapping) -> Codes:
+        """Placement codes of a mapping in node order."""
+        return tuple(mapping[n].code for n in self.names)
+
+    def mapping(self, codes: Sequence[int]) -> Mapping:
+        """The mapping of placement codes (node order)."""
+        return Mapping(zip(self.names, (PLACEMENTS[c] for c in codes), strict=True))
+
+    def static_ok(self, codes: Sequence[int]) -> bool:
+        """The one static check on codes: the ``gpu_now`` tools fit the budget together and every
+        queued node fits it alone (what only the FIFO order shows is left to :func:`simulate`)."""
+        need = 0.0
+        seen: set[int] = set()
+        tool, budget = self.tool_idx, self.budget + EPS
+        for i, p in enumerate(codes):
+            if p == NOW:
+                t = tool[i]
+                if t not in seen:
+                    seen.add(t)
+                    need += self.tool_vram[t]
+            elif p == QUEUE and self.vram[i] > budget:
+                return False
+        return need <= budget
+
+
+@dataclass(slots=True)
+class Timings:
+    """What one :func:`simulate` call found. Per-node lists are empty unless ``timings`` was asked;
+    with several instances node ``r * n + i`` is node i of instance r."""
+
+    e2e_ms: float
+    """End of the last sink minus its release, the largest over the instances; inf on a deadlock."""
+    instance_e2e_ms: list[float]
+    """Per instance, the end of its last sink minus its release (inf when it never finished)."""
+    head: int = -1
+    """On a deadlock, the node at the head of the queue that never fits (-1: none)."""
+    used_mb: float = 0.0
+    """On a deadlock, the memory held when it stalled."""
+    now_left: list[int] = field(default_factory=list)
+    """On a deadlock, per tool, its ``gpu_now`` nodes still to finish (a tool with any is resident)."""
+    ready: list[float] = field(default_factory=list)
+    admitted: list[float] = field(default_factory=list)
+    start: list[float] = field(default_factory=list)
+    end: list[float] = field(default_factory=list)
+    load: list[float] = field(default_factory=list)
+    vram: list[tuple[float, float]] = field(default_factory=list)
+    """(time, MB held) at each change, when ``record`` was asked."""
+
+    @property
+    def deadlock(self) -> bool:
+        return math.isinf(self.e2e_ms)
+
+
+def simulate(
+    c: Compiled,
+    place: Sequence[int],
+    *,
+    kappa: float | None = None,
+    cpu_ms: Sequence[float] | None = None,
+    gpu_ms: Sequence[float] | None = None,
+    work_factor: Sequence[float] | None = None,
+    load_factor: Sequence[float] | None = None,
+    releases: Sequence[float] = (0.0,),
+    timings: bool = False,
+    record: bool = False,
+) -> Timings:
+    """Simulate placement codes (node order) under the contention model.
+
+    Args:
+        c: the compiled scenario.
+        place: one placement code per node, the same for every instance.
+        kappa: GPU interference (default: the machine's ``gpu_kappa``).
+        cpu_ms, gpu_ms: per-node times in place of the cards' (a decider's rescaled cards).
+        work_factor, load_factor: per-node multiplicative factors on the work and the load (the
+            simulator's noise); one per node of every instance (length ``n * len(releases)``).
+        releases: release time of each instance (one instance at 0 by default).
+        timings: fill the per-node lists (ready, admitted, start, end, load).
+        record: fill the VRAM timeline (implies ``timings``).
+
+    The caller checks the static feasibility first (:meth:`Compiled.static_ok`); a FIFO queue that
+    never moves comes back as ``e2e_ms = inf`` with the head of the queue named.
+    """
+    n1 = len(c.names)
+    copies = len(releases)
+    n = n1 * copies
+    kap = c.kappa if kappa is None else kappa
+    cpu_t = c.cpu_ms if cpu_ms is None else cpu_ms
+    gpu_t = c.gpu_ms if gpu_ms is None else gpu_ms
+    if copies == 1:
+        pl: Sequence[int] = place
+        tool, threads, util, vram, succs, loads = c.tool_idx, c.threads, c.util, c.vram, c.succs, c.load_ms
+        npreds: Sequence[int] = c.npreds
+    else:
+        pl = list(place) * copies
+        tool, threads, util, vram = c.tool_idx * copies, c.threads * copies, c.util * copies, c.vram * copies
+        loads = c.load_ms * copies
+        cpu_t, gpu_t = list(cpu_t) * copies, list(gpu_t) * copies
+        succs = tuple(tuple((w + r * n1, d) for w, d in s) for r in range(copies) for s in c.succs)
+        npreds = c.npreds * copies
+    if work_factor is None:
+        work_cpu, work_gpu = cpu_t, gpu_t
+    else:
+        work_cpu = [a * f for a, f in zip(cpu_t, work_factor, strict=True)]
+        work_gpu = [a * f for a, f in zip(gpu_t, work_factor, strict=True)]
+    if load_factor is None:
+        load_of: Sequence[float] = loads
+    else:
+        load_of = [a * f for a, f in zip(loads, load_factor, strict=True)]
+    timings = timings or record
+    budget, cores = c.budget, c.cores
+    tool_vram = c.tool_vram
+    # gpu_now residency: a tool stays resident until its last gpu_now node (of any instance) ends
+    now_left = [0] * len(c.tools)
+    for i in range(n):
+        if pl[i] == NOW:
+            now_left[tool[i]] += 1
+    used = sum(tool_vram[t] for t, k in enumerate(now_left) if k)
+    vram_tl: list[tuple[float, float]] = [(0.0, used)] if record else []
+
+    preds_left = list(npreds)
+    ready = [0.0] * n
+    end = [_INF] * n
+    admitted = [0.0] * n if timings else []
+    start = [0.0] * n if timings else []
+    events: list[tuple[float, int, int, int]] = []  # (time, seq, arrive / loaded, node)
+    seq = 0
+    for r, rel in enumerate(releases):
+        for i in range(n1):
+            if npreds[i] == 0:
+                v = r * n1 + i
+                ready[v] = rel
+                events.append((rel, seq, _ARRIVE, v))
+                seq += 1
+    heapq.heapify(events)
+    # running tasks per device: node -> remaining isolated work
+    cpu_run: dict[int, float] = {}
+    gpu_run: dict[int, float] = {}
+    threads_sum = 0
+    util_sum = 0.0
+    queue: deque[int] = deque()
+    t = 0.0
+    done = 0
+
+    while True:
+        # timed events due now: arrivals (inputs complete) and finished loads
+        while events and events[0][0] <= t + EPS:
+            _, _, kind, v = heapq.heappop(events)
+            if kind == _LOADED:
+                if timings:
+                    start[v] = t
+                gpu_run[v] = work_gpu[v]
+                util_sum += util[v]
+                continue
+            ready[v] = t
+            p = pl[v]
+            if p == CPU:
+                if timings:
+                    admitted[v] = start[v] = t
+                cpu_run[v] = work_cpu[v]
+                threads_sum += threads[v]
+            elif p == NOW:
+                if timings:
+                    admitted[v] = start[v] = t
+                gpu_run[v] = work_gpu[v]
+                util_sum += util[v]
+            else:
+                queue.append(v)
+        # FIFO admission: only the head may enter, when it fits beside what is held
+        while queue and used + vram[queue[0]] <= budget + EPS:
+            v = queue.popleft()
+            used += vram[v]
+            if timings:
+                admitted[v] = t
+            if record:
+                if vram_tl[-1][0] == t:
+                    vram_tl[-1] = (t, used)
+                elif vram_tl[-1][1] != used:
+                    vram_tl.append((t, used))
+            lv = load_of[v]
+            if lv > 0:
+                heapq.heappush(events, (t + lv, seq, _LOADED, v))
+                seq += 1
+            else:
+                if timings:
+                    start[v] = t
+                gpu_run[v] = work_gpu[v]
+                util_sum += util[v]
+        if done == n:
+            break
+        if not cpu_run and not gpu_run:
+            if events:
+                t = events[0][0]
+                continue
+            # nothing runs, nothing arrives, the queue head never fits: deadlock
+            return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
+                           start, end, _loads(pl, load_of) if timings else [], vram_tl)
+        cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+        k = len(gpu_run)
+        gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+        dt = _INF
+        if cpu_run:
+            dt = min(cpu_run.values()) * cpu_slow
+        if gpu_run:
+            dt = min(dt, min(gpu_run.values()) * gpu_slow)
+        if events:
+            dt = min(dt, events[0][0] - t)
+        t += dt
+        finished: list[int] = []
+        if cpu_run:
+            step = dt / cpu_slow
+            for v in cpu_run:
+                left = cpu_run[v] - step
+                cpu_run[v] = left
+                if left <= EPS:
+                    finished.append(v)
+        if gpu_run:
+            step = dt / gpu_slow
+            for v in gpu_run:
+                left = gpu_run[v] - step
+                gpu_run[v] = left
+                if left <= EPS:
+                    finished.append(v)
+        if not finished:
+            continue
+        finished.sort()
+        for v in finished:
+            end[v] = t
+            done += 1
+            p = pl[v]
+            if p == CPU:
+                del cpu_run[v]
+                threads_sum -= threads[v]
+            else:
+                del gpu_run[v]
+                util_sum -= util[v]
+                if p == NOW:
+                    ti = tool[v]
+                    now_left[ti] -= 1
+                    if now_left[ti] == 0:
+                        used -= tool_vram[ti]
+                else:
+                    used -= vram[v]
+            if not cpu_run and not gpu_run:
+                threads_sum, util_sum = 0, 0.0  # drop accumulated float error
+            for w, delay in succs[v]:
+                crossing = (pl[w] == CPU) != (p == CPU)
+                arrive = t + delay if crossing else t
+                if arrive > ready[w]:
+                    ready[w] = arrive
+                preds_left[w] -= 1
+                if preds_left[w] == 0:
+                    heapq.heappush(events, (ready[w], seq, _ARRIVE, w))
+                    seq += 1
+        if record:
+            if vram_tl[-1][0] == t:
+                vram_tl[-1] = (t, used)
+            elif vram_tl[-1][1] != used:
+                vram_tl.append((t, used))
+
+    per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+    if not timings:
+        return Timings(max(per), per)
+    return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
+                   load=_loads(pl, load_of), vram=vram_tl)
+
+
+def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:
+    return [load_of[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
+
+
+__all__ = ["EPS", "Codes", "Compiled", "Timings", "simulate"]

@@ -1,0 +1,368 @@
+"""Bad input and failing outputs at the command line: every one is exit 2 with one message that names
+what was wrong and what is accepted (a "did you mean" where a name is close), never a traceback.
+The faults are real: /dev/full for outputs, /dev/zero and a non-UTF-8 file for the LLM config, a
+server that hangs up, a store folder that does not exist."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import socket
+import sys
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hetsched.cli import main
+from hetsched.exec import executor_class, make_executor
+from hetsched.exec.options import SCHEMAS, check_options
+from hetsched.llm import resolve_llm_config
+from hetsched.llm.base import DeciderConfigError
+from hetsched.model import ExecutorSpec, InputError, RunKey, UnknownNameError
+from hetsched.model.files import load_scenario, parse_mapping_text
+from hetsched.model.limits import MAX_SEED
+from hetsched.policies import make_policy
+from hetsched.store import RunStore
+from hetsched.tools.registry import import_tool_modules, is_registered, unregister_tool
+
+CHAIN = load_scenario("chain")
+full_device = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The real entry point in-process: (exit code, stdout, stderr); no traceback may reach stderr."""
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, captured.out, captured.err
+
+
+def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """Run a command that must be refused with exit 2; its stderr (one line, whitespace joined)."""
+    code, _, err = cli(capsys, *args)
+    assert code == 2, err
+    return " ".join(err.split())
+
+
+# ---------------------------------------------------------------- numbers out of range
+@pytest.mark.parametrize("args", [
+    ("run", "chain", "--rounds", "99999999999999999999"),
+    ("run", "chain", "--seed", "99999999999999999999"),
+    ("run", "chain", "--seed", "-1"),
+    ("run", "chain", "--stop-after", "99999999999999999999"),
+    ("gantt", "chain", "-p", "all-cpu", "--seed", "99999999999999999999"),
+    ("bench", "--seeds", "99999999999999999999"),
+])
+def test_numbers_out_of_range_are_refused_before_anything_runs(capsys: pytest.CaptureFixture[str],
+                                                               args: tuple[str, ...]) -> None:
+    message = refused(capsys, *args)
+    assert "range" in message or "less than or equal" in message or "greater than or equal" in message
+
+
+def test_the_library_refuses_a_seed_or_rounds_that_cannot_be_stored() -> None:
+    with pytest.raises(InputError, match=r"seed must be between 0 and 9223372036854775807"):
+        RunKey(scenario=CHAIN, policy="all-gpu", seed=MAX_SEED + 1)
+    with pytest.raises(InputError, match=r"rounds must be <= 1,000,000,000"):
+        RunKey(scenario=CHAIN, policy="all-gpu", rounds=10**20)
+    RunKey(scenario=CHAIN, policy="all-gpu", seed=MAX_SEED)  # the largest storable seed is accepted
+
+
+# ---------------------------------------------------------------- outputs that cannot be written
+@full_device
+@pytest.mark.parametrize("args", [
+    ("run", "chain", "-r", "1", "--no-store", "--reference", "none", "--trace", "/dev/full"),
+    ("simulate", "chain", "A=cpu,B=cpu,C=cpu,D=cpu", "--trace", "/dev/full"),
+    ("gantt", "chain", "-o", "/dev/full"),
+])
+def test_a_full_output_file_is_a_clear_error(capsys: pytest.CaptureFixture[str], args: tuple[str, ...]) -> None:
+    message = refused(capsys, *args)
+    assert "/dev/full" in message and "no space left" in message and "wrote" not in message
+
+
+def test_a_store_in_a_folder_that_does_not_exist_is_refused_not_created(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    folder = tmp_path / "no" / "such"
+    message = refused(capsys, "run", "chain", "-r", "1", "--store", str(folder / "x.sqlite"))
+    assert str(folder) in message and "does not exist" in message
+    assert not (tmp_path / "no").exists()
+
+
+# ---------------------------------------------------------------- the LLM settings
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999/v1", "127.0.0.1:8000", "ftp://host/v1"])
+def test_a_malformed_llm_url_is_refused_naming_it(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    with pytest.raises(DeciderConfigError, match="base_url"):
+        resolve_llm_config({"base_url": url}, env={})
+    message = refused(capsys, "run", "chain", "-p", "agentic", "--decider", "openai", "--llm-base-url", url,
+                      "--no-store", "-r", "1")
+    assert url in message and "http://127.0.0.1:8000/v1" in message
+
+
+@pytest.mark.parametrize("kind", ["not UTF-8", "/dev/zero", "a folder"])
+def test_an_llm_config_file_that_is_not_text_is_refused_unread(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    if kind == "not UTF-8":
+        path = tmp_path / "llm.toml"
+        path.write_bytes(b'model = "caf\xe9"\n')
+        expected = "not UTF-8"
+    elif kind == "/dev/zero":
+        if not os.path.exists("/dev/zero"):
+            pytest.skip("needs /dev/zero")
+        path, expected = Path("/dev/zero"), "not a regular file"
+    else:
+        path, expected = tmp_path, "directory"
+    with pytest.raises(DeciderConfigError, match=expected):
+        resolve_llm_config(env={"HETSCHED_LLM_CONFIG": str(path)})
+    monkeypatch.setenv("HETSCHED_LLM_CONFIG", str(path))
+    message = refused(capsys, "run", "chain", "-p", "agentic", "--decider", "openai", "--no-store", "-r", "1")
+    assert str(path) in message and expected in message
+
+
+@pytest.fixture()
+def hang_up_server() -> Iterator[str]:
+    """A server that accepts every connection and closes it without a byte of answer."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    stop.set()
+    sock.close()
+    thread.join(5)
+
+
+def test_a_server_that_hangs_up_is_not_reported_as_unreachable_and_attempts_leave_one_empty_run(
+    capsys: pytest.CaptureFixture[str], hang_up_server: str, tmp_path: Path
+) -> None:
+    store = tmp_path / "runs.sqlite"
+    ids = set()
+    for _ in range(3):  # each failed attempt
+        code, _, err = cli(capsys, "run", "chain", "-p", "agentic", "--decider", "openai", "--llm-base-url",
+                           hang_up_server, "--llm-retries", "0", "-r", "2", "--store", str(store))
+        assert code == 69, err
+        text = " ".join(err.split())
+        assert "closed it without a complete answer" in text and "cannot connect" not in text
+        ids.add(text.split("hetsched run --resume ")[1].split()[0])
+    with RunStore(store) as st:
+        (info,) = st.runs()  # one empty run, continued by each attempt, not one per attempt
+        assert info.rounds_done == 0 and ids == {info.id}
+
+
+# ---------------------------------------------------------------- tool modules
+def test_a_tool_module_is_found_as_a_file_or_in_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = textwrap.dedent("""
+        from hetsched.tools import register_tool
+        from hetsched.tools.base import Tool
+
+        class Mine(Tool):
+            name = "{name}"
+
+        register_tool(Mine)
+    """)
+    (tmp_path / "cliux_tools_a.py").write_text(body.format(name="cliux_tool_a"))
+    (tmp_path / "cliux_tools_b.py").write_text(body.format(name="cliux_tool_b"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cliux_tools_a", raising=False)
+    monkeypatch.delitem(sys.modules, "cliux_tools_b", raising=False)
+    try:
+        import_tool_modules(["./cliux_tools_a.py"])
+        assert is_registered("cliux_tool_a")
+        import_tool_modules("cliux_tools_b")  # one name, not a list of characters
+        assert is_registered("cliux_tool_b")
+    finally:
+        unregister_tool("cliux_tool_a")
+        unregister_tool("cliux_tool_b")
+        sys.modules.pop("cliux_tools_a", None)
+        sys.modules.pop("cliux_tools_b", None)
+    with pytest.raises(InputError, match="not found"):
+        import_tool_modules(["./missing_tools.py"])
+    with pytest.raises(InputError, match="cannot be imported"):
+        import_tool_modules(["no_such_module_anywhere"])
+    # the profiler's flag takes a file path too (it raised TypeError), and a near-miss tool name is suggested
+    message = refused(capsys, "profile", "--tool-module", "./cliux_tools_a.py", "whisper_smal")
+    assert "did you mean 'whisper_small'" in message
+    unregister_tool("cliux_tool_a")
+    sys.modules.pop("cliux_tools_a", None)
+
+
+# ---------------------------------------------------------------- executor options: a declared schema
+def test_every_executor_declares_exactly_its_constructors_options() -> None:
+    for name, schema in SCHEMAS.items():
+        params = inspect.signature(executor_class(name)).parameters
+        keywords = {p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or (p != "scenario" and v.default
+                                                                                   is not v.empty)}
+        assert {o.name for o in schema} == keywords, name
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"timeout_s": "abc"}, "timeout_s = 'abc' is not accepted; timeout_s takes a number > 0"),
+    ({"timeout_s": -1}, "timeout_s = -1 is not accepted"),
+    ({"devce": "standin"}, "no option 'devce'; accepted: device, size"),
+    ({"device": "standn"}, "device 'standn' is not known; accepted: auto, cuda, standin, none (or cuda:N); did you mean 'standin'?"),
+    ({"cpu_threads": 1.5}, "cpu_threads = 1.5 is not accepted; cpu_threads takes an integer >= 1"),
+    ({"check_memory": "yes"}, "check_memory takes true or false"),
+    ({"tool_modules": 5}, "tool_modules = 5 is not accepted"),
+])
+def test_executor_option_values_are_checked_against_the_schema(options: dict[str, object], expected: str) -> None:
+    with pytest.raises(InputError) as exc:
+        check_options("local", options)
+    assert expected in str(exc.value)
+    if "devce" in options:
+        assert isinstance(exc.value, UnknownNameError) and "did you mean 'device'?" in str(exc.value)
+
+
+def test_executor_option_values_are_converted_as_the_constructor_takes_them() -> None:
+    assert check_options("local", {"tool_modules": "my_tools"}) == {"tool_modules": ["my_tools"]}
+    assert check_options("local", {"tool_modules": "a, b"}) == {"tool_modules": ["a", "b"]}
+    assert check_options("local", {"timeout_s": 60, "cpu_threads": "2", "device": "CUDA:1"}) == {
+        "timeout_s": 60.0, "cpu_threads": 2, "device": "cuda:1"}
+    assert check_options("sim", {"noise": "false"}) == {"noise": False}
+
+
+def test_the_command_line_reports_a_bad_executor_option_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    message = refused(capsys, "run", "chain", "-e", "local", "-X", "timeout_s=abc", "--no-store", "-r", "1")
+    assert "timeout_s = 'abc'" in message and "a number > 0" in message
+    message = refused(capsys, "run", "chain", "-e", "local", "-X", "devce=standin", "--no-store", "-r", "1")
+    assert "did you mean 'device'?" in message and "accepted: device" in message
+    message = refused(capsys, "run", "chain", "-e", "sim", "-X", "noise=maybe", "--no-store", "-r", "1")
+    assert "noise = 'maybe'" in message
+
+
+def test_sim_options_reach_the_simulator() -> None:
+    with make_executor(ExecutorSpec("sim", {"noise": "false"}), CHAIN) as ex:
+        assert ex.noise is False  # type: ignore[attr-defined]
+
+
+class Buggy:
+    """A policy whose constructor has a bug (a TypeError inside): it must surface, not read as 'bad options'."""
+
+    def __init__(self, depth: int = 1) -> None:
+        raise TypeError("a bug inside the policy")
+
+
+def test_policy_options_are_checked_by_name_and_internal_errors_are_not_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(InputError, match=r"policy 'ucb1' has no option 'max_joint_node'; did you mean "
+                                         r"'max_joint_nodes'\?; it takes max_joint_nodes"):
+        make_policy("ucb1", max_joint_node=3)
+    with pytest.raises(InputError, match="it takes no options"):
+        make_policy("all-gpu", depth=2)
+    with pytest.raises(UnknownNameError, match="did you mean 'agentic'"):
+        make_policy("agentc")
+    from hetsched import policies
+
+    monkeypatch.setitem(policies._REGISTRY, "buggy", f"{__name__}:Buggy")
+    with pytest.raises(TypeError, match="a bug inside the policy"):
+        make_policy("buggy", depth=2)
+
+
+# ---------------------------------------------------------------- names and keys: what was meant
+def test_close_names_are_suggested(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert "did you mean 'S13'" in refused(capsys, "show", "S133")
+    assert "did you mean 'S13'" in refused(capsys, "show", "s13")
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("nodes: {A: whisper_smal}\n")
+    message = refused(capsys, "validate", str(flow))
+    assert str(flow) in message and "did you mean 'whisper_small'" in message
+    flow.write_text("nodes: {A: whisper_small}\nmachin: {cpu_cores: 4}\n")
+    assert "did you mean 'machine'" in refused(capsys, "validate", str(flow))
+
+
+def test_an_unknown_machine_key_lists_the_accepted_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("nodes: {A: bert_base}\nmachine: {vram_budget: 4000}\n")
+    message = refused(capsys, "validate", str(flow))
+    assert "machine.vram_budget: unknown key 'vram_budget'" in message
+    assert "accepted keys:" in message and "vram_budget_mb" in message and "did you mean 'vram_budget_mb'" in message
+
+
+@pytest.mark.parametrize(("keys", "shown"), [("1: bert_base\n  true: bert_base", "keys 1 and true"),
+                                             ("A: bert_base\n  A: e5_large", "duplicate key 'A'")])
+def test_keys_that_read_the_same_are_named_as_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                      keys: str, shown: str) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(f"nodes:\n  {keys}\n")
+    message = refused(capsys, "validate", str(flow))
+    assert shown in message and "True" not in message
+
+
+# ---------------------------------------------------------------- mappings
+def test_what_oracle_prints_simulate_takes_back(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "oracle", "chain")
+    assert code == 0
+    printed = out.splitlines()[0].split(": ", 1)[1].split("  E2E")[0]  # 'oracle for chain: A:gpu_now B:cpu ...'
+    assert parse_mapping_text(printed).to_dict() == {n: p for n, p in (x.split(":") for x in printed.split())}
+    code, out, err = cli(capsys, "simulate", "chain", printed, "--no-noise", "--json")
+    assert code == 0, err
+    assert json.loads(out)["feasible"]
+
+
+def test_a_bad_mapping_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("A: cpu\nB: cpu\n")
+    message = refused(capsys, "simulate", "chain", str(path))
+    assert str(path) in message and "misses nodes" in message
+
+
+# ---------------------------------------------------------------- output for pipes
+def test_piped_show_keeps_long_tool_names_whole(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    name = "a_tool_with_a_name_far_longer_than_any_terminal_column_would_let_a_table_show_" + "x" * 40
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(f"cards:\n  {name}: {{cpu_ms: 10, gpu_ms: 2, load_ms: 5, vram_mb: 100}}\nnodes: {{A: {name}}}\n")
+    code, out, err = cli(capsys, "show", str(flow))
+    assert code == 0, err
+    card_lines = [line for line in out.splitlines() if line.startswith(name)]
+    assert card_lines and "10" in card_lines[0]
+
+
+# ---------------------------------------------------------------- Ctrl-C
+def test_ctrl_c_on_bench_says_what_was_kept_and_how_to_resume(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out_dir = tmp_path / "out"
+    args = ["bench", "--scenario", "chain", "-p", "all-gpu", "--seeds", "400", "-r", "5", "-j", "1",
+            "--no-progress", "--reference", "oracle", "-o", str(out_dir)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "hetsched", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    store = out_dir / "runs.sqlite"
+    deadline = time.monotonic() + 240
+    finished = 0
+    while finished < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        if store.exists():
+            with RunStore(store, read_only=True) as st:
+                finished = len(st.runs(status="finished"))
+    assert finished >= 2 and proc.poll() is None, "the bench did not get going"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    text = " ".join(err.split())
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted:" in text and str(store) in text
+    assert "of 400 runs finished and are kept" in text and "resume with hetsched bench --scenario chain" in text
