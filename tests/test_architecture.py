@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"model", "__init__"},
     "export": {"model"},
     "policies": {"model", "monitor", "llm"},
-    "loop": {"model", "policies", "monitor", "exec", "sim", "store"},
+    "loop": {"model", "policies", "monitor", "exec", "sim", "store", "warm"},
     "builder": {"model", "tools"},
     "warm": {"model", "sim", "store"},
     "session": {"model", "exec", "tools", "policies", "sim", "store", "loop", "builder", "warm"},

@@ -241,7 +241,8 @@ class Session:
             self._own_executor = False
         self.planner = SimPlanner(self.scenario, seed=seed)
         self.policy.reset(PolicyContext(scenario=self.scenario, seed=seed, rounds=SESSION_ROUNDS,
-                                        planner=self.planner, probes=self.explore.mode != "off"))
+                                        planner=self.planner, probes=self.explore.mode != "off",
+                                        measured=self.executor.name != "sim"))
         self._turn = _FifoLock()
         self._history: list[RoundRecord] = []
         self._pending: Proposal | None = None
@@ -288,7 +289,8 @@ class Session:
                 planned = self.scenario.model_copy(update={"cards": self.prior.cards})
                 self.policy.reset(PolicyContext(scenario=planned, seed=seed, rounds=SESSION_ROUNDS,
                                                 planner=SimPlanner(planned, seed=seed),
-                                                probes=self.explore.mode != "off"))
+                                                probes=self.explore.mode != "off",
+                                                measured=self.executor.name != "sim"))
 
     # ------------------------------------------------------------------ state
     @property
