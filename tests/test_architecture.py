@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"model", "__init__"},
     "export": {"model"},
     "policies": {"model", "monitor", "llm"},
-    "loop": {"model", "policies", "monitor", "exec", "sim", "search", "store"},
+    "loop": {"model", "policies", "monitor", "exec", "sim", "search", "store", "warm"},
     "builder": {"model", "tools"},
     "warm": {"model", "sim", "search", "store"},
     "session": {"model", "exec", "tools", "policies", "sim", "search", "store", "loop", "builder", "warm"},

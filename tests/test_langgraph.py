@@ -510,3 +510,11 @@ def test_docs_langgraph_md_example_runs(tmp_path: Any, monkeypatch: pytest.Monke
     exec(compile(blocks[0], "langgraph.md", "exec"), module.__dict__)  # the docs' own code
     out = capsys.readouterr().out
     assert out.count("about ") == 2 and "the next request runs under split=cpu" in out
+
+
+def test_a_node_naming_an_unknown_tool_is_refused_naming_node_and_tool() -> None:
+    b = StateGraph(NumState)
+    b.add_node("a", hlg.node(reads="x", writes="a"), metadata=hlg.tool("no_such_tool"))
+    b.add_edge(START, "a")
+    with pytest.raises(InputError, match=r"node 'a' uses tool 'no_such_tool', which has no card"):
+        hlg.ScheduledGraph(b.compile(), vram_budget_mb=100, store=False)

@@ -14,15 +14,17 @@ simulator's reference; never the CLI.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hetsched.exec import Executor, make_executor
-from hetsched.loop import LoopConfig, Recorder, RunResult, continue_run, run_rounds
+from hetsched.loop import WARM_START_OPTION, LoopConfig, Recorder, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, InputError, Reference, RoundRecord, RunKey, Scenario, ToolCard
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, make_policy
 from hetsched.store import RunStore
+from hetsched.warm import prior_for
 
 OnRound = Callable[[RoundRecord], None]
 """Called with each round as soon as it is recorded (progress, streaming output)."""
@@ -86,6 +88,7 @@ def run(
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
+    warm_start: bool = False,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``policy`` on ``scenario`` and return the result.
 
@@ -96,7 +99,9 @@ def run(
     ``reference``: compute one for the report after the run (``auto``, ``oracle``, ``best-known``;
     default ``none``) and store it with the run. ``llm_api_key`` reaches an LLM decider without
     being stored. On any exception (Ctrl-C included) the stored run is marked interrupted and keeps
-    its rounds.
+    its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
+    the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
+    the run (option ``warm_start``), so a resumed run rebuilds the same prior.
     """
     sc = _scenario(scenario)
     opts = dict(options or {})
@@ -118,6 +123,10 @@ def run(
                          config=config, executor=spec, experiment=experiment)
             st, own_store = _store(store)
             try:
+                if warm_start and pol.adaptive:
+                    prior = prior_for(st, sc, executor=spec.name)
+                    if prior is not None:
+                        key = replace(key, options={**key.options, WARM_START_OPTION: list(prior.runs)})
                 # the same run tried before that recorded no round (its LLM server never answered, Ctrl-C in
                 # round 1) is continued, so failed attempts leave one empty run, not one each
                 empty = st.find_run(key)

@@ -4,9 +4,10 @@ workflow, and each ``invoke``/``ainvoke`` of it is one request (one round) of an
 
 - **Reading** (:func:`read_graph`, :func:`workflow`): through LangGraph's graph API
   (``compiled.get_graph()``: nodes, their ``metadata`` and runnables, edges, conditional edges;
-  the builder's ``branches`` only to refuse conditional edges that do not declare their targets). A node takes part
-  when its metadata carries ``{"hetsched": {"tool": NAME}}`` (``add_node(..., metadata=tool(NAME))``);
-  other nodes are plain LangGraph nodes, run as they are, and precedence is carried through them.
+  the builder's ``branches`` only to refuse conditional edges that do not declare their
+  targets). A node takes part when its metadata carries ``{"hetsched": {"tool": NAME}}``
+  (``add_node(..., metadata=tool(NAME))``); other nodes are plain LangGraph nodes, run as they
+  are, and precedence is carried through them.
 - **Wrapping** (:func:`node`): a node built with ``node(fn)`` calls its tool through the
   :class:`ToolCall` it receives; the call runs where the session's current mapping places the node
   (cpu; gpu_now with the model resident; gpu_queue admitted in FIFO order under the VRAM budget),
@@ -22,9 +23,11 @@ request's trace. A node run several times in one request (``Send`` fan-out) is o
 each run goes to the node's placement and the trace spans first start to last end. Loops (cycles)
 are refused unless ``loops="fold"``, which drops the edges that close them. docs/langgraph.md.
 
-This module translates and applies; it holds no scheduling logic (DESIGN: adapters). It needs
-LangGraph only at run time (the ``[langgraph]`` extra): reading goes through the compiled graph's
-own methods.
+This module translates and applies; it holds no scheduling logic (docs/architecture.md: the
+session's policy decides, its executor places). It imports no LangGraph module itself: reading
+goes through the compiled graph's own methods, and :func:`node` needs ``langchain_core`` (a
+LangGraph dependency, the ``[langgraph]`` extra) for the type LangGraph passes the node's config by.
+Imports the model, the tool specs, the workflow builder and the session.
 """
 
 from __future__ import annotations
