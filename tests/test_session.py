@@ -330,3 +330,35 @@ def test_inputs_need_the_in_process_executor(tmp_path: Path) -> None:
     with hs.Session(sc, executor=Named(sc), store=False, policy="all-cpu") as s, \
             pytest.raises(hs.InputError, match="reach the tools with executor='inproc'"):
         s.submit("hello")
+
+
+def seven(*_: int) -> int:
+    return 7
+
+
+def plus_one(*xs: int) -> int:
+    return sum(xs) + 1
+
+
+def fails_on_seven(*xs: int) -> int:
+    if 7 in xs:
+        raise RuntimeError("seven is not allowed")
+    return 0
+
+
+def test_a_session_on_the_local_executor(tmp_path: Path) -> None:
+    """Worker processes: the sinks' outputs come back, and a tool that raises fails that request, typed."""
+    wf = (hs.Workflow("local_svc").node("A", hs.function_tool("seven", seven, seven, cpu_ms=1, gpu_ms=1))
+          .node("B", hs.function_tool("plus_one", plus_one, cpu_ms=1), after="A"))
+    with hs.Session(wf, executor="local", executor_options={"device": "standin"}, policy="all-cpu",
+                    store=tmp_path / "s.sqlite") as s:
+        assert s.submit().outputs == {"B": 8}
+        with pytest.raises(hs.InputError, match="reach the tools with executor='inproc'"):
+            s.submit(3)
+    bad = hs.Workflow("local_bad").node("A", hs.function_tool("seven", seven, cpu_ms=1)).node(
+        "B", hs.function_tool("fails_on_seven", fails_on_seven, cpu_ms=1), after="A")
+    with hs.Session(bad, executor="local", policy="all-cpu", store=False) as s:
+        with pytest.raises(hs.ToolError) as info:
+            s.submit()
+        assert info.value.trace is not None and info.value.trace.kind is InfeasibleKind.TOOL_ERROR
+        assert "seven is not allowed" in info.value.trace.reason and info.value.round == 0

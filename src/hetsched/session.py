@@ -177,7 +177,9 @@ class Session:
         workflow: a :class:`~hetsched.builder.Workflow`, a :class:`~hetsched.model.Scenario`, or a
             scenario file / bundled scenario name.
         tools: implementations (:func:`~hetsched.tools.functions.function_tool` specs or Tool objects)
-            beyond those given with the workflow's nodes; others come from the tool registry.
+            beyond those given with the workflow's nodes; others come from the tool registry. For the
+            ``local`` and ``ray`` executors they are registered by name (``register_tool``, replacing),
+            since those executors look tools up there; their functions must be defined at module level.
         policy: a policy name (``agentic`` by default, with the ``rules`` decider) or a Policy object.
         policy_options: ``make_policy`` options for a policy name (JSON-ready; recorded).
         executor: ``inproc`` (default: tools in this process), ``local``, ``ray``, ``sim``, or an
