@@ -85,6 +85,7 @@ def run(
     experiment: str = "",
     on_start: OnStart | None = None,
     on_round: OnRound | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
@@ -98,7 +99,8 @@ def run(
     ``executor_options``; ``running``: an executor already built for it (reused, not closed).
     ``reference``: compute one for the report after the run (``auto``, ``oracle``, ``best-known``;
     default ``none``) and store it with the run. ``llm_api_key`` reaches an LLM decider without
-    being stored. On any exception (Ctrl-C included) the stored run is marked interrupted and keeps
+    being stored. ``on_rounds_done`` is called after the last round, before the reference. On any
+    exception (Ctrl-C included) the stored run is marked interrupted and keeps
     its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
     the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
     the run (option ``warm_start``), so a resumed run rebuilds the same prior.
@@ -140,6 +142,8 @@ def run(
             finally:
                 if own_store:
                     st.close()
+        if on_rounds_done is not None:
+            on_rounds_done()
         _add_reference(result, reference, max_seconds, store, ex)  # measured there on a real executor
     finally:
         if running is None:
@@ -156,6 +160,7 @@ def resume(
     running: Executor | None = None,
     on_start: OnStart | None = None,
     on_round: Recorder | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
@@ -182,6 +187,8 @@ def resume(
     finally:
         if own_store:
             st.close()
+    if on_rounds_done is not None:
+        on_rounds_done()
     _add_reference(result, reference, max_seconds, store, running)
     return result
 
