@@ -36,8 +36,8 @@ from hetsched.export import trace_events
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded
 from hetsched.model import ExecutorSpec, InfeasibleKind, Mapping, Placement, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 from hetsched.store import RunStore
 from hetsched.tools import register_tool, unregister_tool
 

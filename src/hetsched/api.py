@@ -200,7 +200,7 @@ def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
     (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
     measurement."""
     from hetsched.exec.measure import measure_reference
-    from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
+    from hetsched.search.reference import ReferenceChoice, parse_reference_choice
 
     if parse_reference_choice(choice) is ReferenceChoice.NONE:
         return
@@ -222,8 +222,8 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
     """The mapping reports compare against: ``auto`` (the exact oracle when its search fits
     ``max_seconds``, else a best-known mapping with its gap to a lower bound), ``oracle``,
     ``best-known`` or ``none``."""
-    from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
-    from hetsched.sim.reference import reference as compute
+    from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
+    from hetsched.search.reference import reference as compute
 
     return compute(_scenario(scenario), parse_reference_choice(choice),
                    max_seconds=DEFAULT_SEARCH_SECONDS if max_seconds is None else max_seconds)

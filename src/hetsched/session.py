@@ -57,7 +57,7 @@ from hetsched.model import (
 )
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, PolicyContext, make_policy
-from hetsched.sim.reference import SimPlanner
+from hetsched.search.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore
 from hetsched.tools.base import Tool
 from hetsched.tools.functions import ToolSpec

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from hetsched.model import Mapping, Placement, RoundRecord, Scenario, ToolCard
 from hetsched.model.limits import MIN_MS
+from hetsched.search.reference import SimPlanner
 from hetsched.sim import Simulator
-from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunStore
 
 MAX_RUNS_READ = 200

@@ -14,9 +14,9 @@ from hetsched.cli.app import app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.search.oracle import DEFAULT_MAX_SECONDS, solve
+from hetsched.search.reference import check_max_seconds, reference
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import DEFAULT_MAX_SECONDS, solve
-from hetsched.sim.reference import check_max_seconds, reference
 
 RICH_TABLE_ROWS = 100
 """Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""

@@ -37,7 +37,7 @@ from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenar
 from hetsched.model.files import load_scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
-from hetsched.sim.reference import (
+from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
     check_max_seconds,
     parse_reference_choice,
