@@ -36,8 +36,8 @@ from hetsched.export import trace_events
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded
 from hetsched.model import ExecutorSpec, InfeasibleKind, Mapping, Placement, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 from hetsched.store import RunStore
 from hetsched.tools import register_tool, unregister_tool
 
@@ -335,6 +335,75 @@ def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: 
     left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)]
     assert not left, f"processes of the local cluster outlived the run: {left}"
     assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+CRASHY_YAML = """
+name: crashy
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 30}
+cards:
+  crashy: {cpu_ms: 30, gpu_ms: 30, load_ms: 5, vram_mb: 4}
+nodes: [{id: A, tool: crashy}]
+edges: []
+"""
+
+
+def test_cli_json_stdout_stays_json_when_an_actor_dies(cluster: Cluster, tmp_path: Path) -> None:
+    path, flag = tmp_path / "crashy.yaml", tmp_path / "crash.once"
+    path.write_text(CRASHY_YAML)
+    flag.touch()  # the gpu_now actor's process dies in round 0; Ray's raylet then tells the driver
+    env = {**os.environ, "HETSCHED_TEST_CRASH_FLAG": str(flag)}
+    proc = _cli(["run", str(path), "--executor", "ray", "--ray-address", cluster.address, "-X",
+                 'tool_modules=["tests.raycrash"]', "-X", "timeout_s=60", "--policy", "all-gpu", "--rounds", "2",
+                 "--json", "--no-store", "--reference", "none"], env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)  # one JSON object and nothing else, whatever Ray logged
+    assert out["rounds"][0]["infeasible_kind"] == "tool_error" and out["rounds"][1]["feasible"], out
+
+
+def test_kill_9_of_a_driver_that_started_its_own_cluster_leaves_no_process(cluster: Cluster, wide_ex: RayExecutor,
+                                                                            tmp_path: Path) -> None:
+    local = Path(NS_DIR) / "killed-ray"
+    code = ("import sys, time\n"
+            "from hetsched.exec.ray import RayExecutor\n"
+            "from hetsched.model import Placement\n"
+            "from hetsched.model.files import load_scenario\n"
+            "sc = load_scenario('rag_tiny')\n"
+            f"ex = RayExecutor(sc, temp_dir={str(local)!r})\n"
+            "trace = ex.run(sc.uniform(Placement.CPU))\n"
+            "assert trace.feasible, trace.reason\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(600)\n")
+    driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    try:
+        assert driver.stdout is not None and driver.stderr is not None
+        if driver.stdout.readline().strip() != "ready":
+            driver.kill()
+            raise AssertionError(f"the driver did not start its cluster: {driver.stderr.read()[-3000:]}")
+        marker = str(local).encode()
+        assert [p for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)], "no local cluster"
+        driver.kill()  # SIGKILL: no ray.shutdown, no atexit
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        left = [1]
+        while left and time.monotonic() < deadline:
+            left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)
+                    and not _zombie(p)]
+            time.sleep(0.5)
+        names = [_cmdline(Path("/proc") / pid)[:80] for pid in left]
+        assert not left, f"processes of the killed driver's cluster outlived it: {names}"
+    finally:
+        driver.kill()
+        driver.wait(timeout=30)
+    assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+def _zombie(p: Path) -> bool:
+    try:
+        return (p / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def _cmdline(p: Path) -> bytes:

@@ -25,8 +25,8 @@ from hetsched.model import Edge, InfeasibleKind, Machine, Mapping, Mode, Node, S
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library
 from hetsched.model.trace import Infeasibility
 from hetsched.policies.agentic import Agentic
+from hetsched.search.reference import SimPlanner
 from hetsched.sim import Simulator
-from hetsched.sim.reference import SimPlanner
 
 
 def reply(mapping: dict[str, str], rationale: str = "ok") -> str:

@@ -49,8 +49,8 @@ from hetsched.monitor import Monitor, MonitorConfig, critical_path
 from hetsched.monitor.static import StaticCheck
 from hetsched.policies import make_policy
 from hetsched.policies.greedy_mem import GreedyMem, greedy_placements
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
 

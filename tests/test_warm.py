@@ -78,3 +78,50 @@ def test_non_adaptive_policies_and_continued_sessions_are_not_warm_started(tmp_p
         s.submit(None)
     with hs.Session(sc, executor="sim", store=store, name="svc") as s:
         assert s.prior is None and len(s.rounds) == 1
+
+
+def test_hetsched_run_warm_start_is_recorded_and_resumed_identically(tmp_path: Path) -> None:
+    import shutil
+
+    from hetsched.loop import WARM_START_OPTION
+
+    past = tmp_path / "past.sqlite"
+    first = hs.run("vram_3way", "agentic", rounds=5, seed=1, store=past)
+    best = first.best_round
+    assert best is not None
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(past, copy)
+    whole = hs.run("vram_3way", "agentic", rounds=6, seed=2, store=past, warm_start=True)
+    assert whole.rounds[0].mapping == best.mapping and "warm start" in whole.rounds[0].proposal.rationale
+    with RunStore(past) as st:
+        assert st.key(whole.run_id or "").options[WARM_START_OPTION] == [first.run_id]
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_2(r: object) -> None:
+        if getattr(r, "round", 0) == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        hs.run("vram_3way", "agentic", rounds=6, seed=2, store=copy, warm_start=True, on_round=stop_at_2)
+    with RunStore(copy) as st:
+        cut = next(i for i in st.runs() if i.status == "interrupted")
+    resumed = hs.resume(cut.id, store=copy)
+    assert [r.mapping for r in resumed.rounds] == [r.mapping for r in whole.rounds]
+
+
+def test_cli_warm_start_flag(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hetsched.cli import app
+    from hetsched.cli import run as _  # noqa: F401  (registers the command)
+
+    store = str(tmp_path / "r.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(app, ["run", "chain", "-p", "agentic", "-r", "3", "--store", store]).exit_code == 0
+    res = runner.invoke(app, ["run", "chain", "-p", "agentic", "-r", "2", "--store", store, "--warm-start",
+                              "--reference", "none"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["run", "chain", "-p", "all-cpu", "--warm-start", "--store", store])
+    assert res.exit_code == 2 and "--warm-start applies to adaptive policies" in res.output

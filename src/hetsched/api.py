@@ -14,15 +14,17 @@ simulator's reference; never the CLI.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hetsched.exec import Executor, make_executor
-from hetsched.loop import LoopConfig, Recorder, RunResult, continue_run, run_rounds
+from hetsched.loop import WARM_START_OPTION, LoopConfig, Recorder, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, InputError, Reference, RoundRecord, RunKey, Scenario, ToolCard
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, make_policy
 from hetsched.store import RunStore
+from hetsched.warm import prior_for
 
 OnRound = Callable[[RoundRecord], None]
 """Called with each round as soon as it is recorded (progress, streaming output)."""
@@ -83,9 +85,11 @@ def run(
     experiment: str = "",
     on_start: OnStart | None = None,
     on_round: OnRound | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
+    warm_start: bool = False,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``policy`` on ``scenario`` and return the result.
 
@@ -95,8 +99,11 @@ def run(
     ``executor_options``; ``running``: an executor already built for it (reused, not closed).
     ``reference``: compute one for the report after the run (``auto``, ``oracle``, ``best-known``;
     default ``none``) and store it with the run. ``llm_api_key`` reaches an LLM decider without
-    being stored. On any exception (Ctrl-C included) the stored run is marked interrupted and keeps
-    its rounds.
+    being stored. ``on_rounds_done`` is called after the last round, before the reference. On any
+    exception (Ctrl-C included) the stored run is marked interrupted and keeps
+    its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
+    the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
+    the run (option ``warm_start``), so a resumed run rebuilds the same prior.
     """
     sc = _scenario(scenario)
     opts = dict(options or {})
@@ -118,6 +125,10 @@ def run(
                          config=config, executor=spec, experiment=experiment)
             st, own_store = _store(store)
             try:
+                if warm_start and pol.adaptive:
+                    prior = prior_for(st, sc, executor=spec.name)
+                    if prior is not None:
+                        key = replace(key, options={**key.options, WARM_START_OPTION: list(prior.runs)})
                 # the same run tried before that recorded no round (its LLM server never answered, Ctrl-C in
                 # round 1) is continued, so failed attempts leave one empty run, not one each
                 empty = st.find_run(key)
@@ -131,6 +142,8 @@ def run(
             finally:
                 if own_store:
                     st.close()
+        if on_rounds_done is not None:
+            on_rounds_done()
         _add_reference(result, reference, max_seconds, store, ex)  # measured there on a real executor
     finally:
         if running is None:
@@ -147,6 +160,7 @@ def resume(
     running: Executor | None = None,
     on_start: OnStart | None = None,
     on_round: Recorder | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
@@ -173,6 +187,8 @@ def resume(
     finally:
         if own_store:
             st.close()
+    if on_rounds_done is not None:
+        on_rounds_done()
     _add_reference(result, reference, max_seconds, store, running)
     return result
 
@@ -184,7 +200,7 @@ def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
     (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
     measurement."""
     from hetsched.exec.measure import measure_reference
-    from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
+    from hetsched.search.reference import ReferenceChoice, parse_reference_choice
 
     if parse_reference_choice(choice) is ReferenceChoice.NONE:
         return
@@ -206,8 +222,8 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
     """The mapping reports compare against: ``auto`` (the exact oracle when its search fits
     ``max_seconds``, else a best-known mapping with its gap to a lower bound), ``oracle``,
     ``best-known`` or ``none``."""
-    from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
-    from hetsched.sim.reference import reference as compute
+    from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
+    from hetsched.search.reference import reference as compute
 
     return compute(_scenario(scenario), parse_reference_choice(choice),
                    max_seconds=DEFAULT_SEARCH_SECONDS if max_seconds is None else max_seconds)

@@ -13,7 +13,7 @@ next round starts, so an interrupted run loses nothing.
 store (``hetsched.store``) by its :class:`~hetsched.model.RunKey`; a resumed run replays to the
 same rounds as an uninterrupted one because every seed derives from (run seed, round, probe)
 and policies decide from (context, history, probes). A run needs no oracle: references are
-computed for reports only (``hetsched.sim.reference``).
+computed for reports only (``hetsched.search.reference``).
 
 Imports the model, the policies, the monitor, the executors (``hetsched.exec``, the simulator)
 and the store.
@@ -46,8 +46,17 @@ from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
-from hetsched.sim.reference import SimPlanner
+from hetsched.search.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore, StoreError
+from hetsched.warm import Prior, prior_from_runs
+
+WARM_START_OPTION = "warm_start"
+"""Key of a run's recorded options naming the runs its warm start came from (not a policy option)."""
+
+
+def policy_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded options as ``make_policy`` takes them (without the warm start's run ids)."""
+    return {k: v for k, v in options.items() if k != WARM_START_OPTION}
 
 
 def round_seed(seed: int, round_index: int, probe_index: int = -1) -> int:
@@ -152,6 +161,7 @@ def run_rounds(
     recorder: Recorder | None = None,
     history: Sequence[RoundRecord] = (),
     planner: Planner | None = None,
+    prior: Prior | None = None,
 ) -> RunResult:
     """Run ``config.rounds`` rounds of ``policy`` on ``scenario`` (continuing ``history``).
 
@@ -168,36 +178,53 @@ def run_rounds(
                                   store=store)
         print(result.run_id)  # continue an interrupted one with continue_run(store, run_id)
 
+    ``prior`` (a warm start, :mod:`hetsched.warm`): round 0 proposes its mapping, the policy reads
+    its rounds before the run's own, and plans with its measured cards when it has them.
+
     Each proposal and
     probe is validated against the scenario (a malformed mapping from a policy is a bug and
     raises :class:`~hetsched.model.MappingError`); statically infeasible ones are recorded with
     their reason and not executed.
     """
     executor = executor or make_executor(SIM, scenario)
-    planner = planner or SimPlanner(scenario)
+    planned = scenario if prior is None or not prior.cards else scenario.model_copy(update={"cards": prior.cards})
+    planner = planner or SimPlanner(planned)
     rounds: list[RoundRecord] = list(history)
-    ctx = PolicyContext(scenario=scenario, seed=config.seed, rounds=config.rounds, planner=planner,
+    ctx = PolicyContext(scenario=planned, seed=config.seed, rounds=config.rounds, planner=planner,
                         probes=config.max_probes_per_round > 0, measured=executor.name != SIM.name)
     policy.reset(ctx)
     result = RunResult(scenario, policy.name, rounds, executor=executor.name)
     # a continued history may end exactly where the uninterrupted run would have stopped early
-    if rounds and config.stop_after and _stable(rounds, config.stop_after) and policy.converged(rounds):
+    if rounds and config.stop_after and _stable(rounds, config.stop_after) and policy.converged(seen(prior, rounds)):
         return result
     while len(rounds) < config.rounds:
         r = len(rounds)
-        probes = _probe(scenario, policy, executor, rounds, config, r)
+        read = seen(prior, rounds)
+        probes = _probe(scenario, policy, executor, read, config, r)
         monitor: Monitor | None = policy.monitor
-        observations = None if monitor is None else monitor.observe(rounds, probes)
-        proposal: Proposal = policy.propose(rounds, probes, observations)
+        observations = None if monitor is None else monitor.observe(read, probes)
+        proposal: Proposal
+        if r == 0 and prior is not None and prior.mapping is not None:
+            proposal = Proposal(prior.mapping, rationale=f"warm start: {prior.why}")
+        else:
+            proposal = policy.propose(read, probes, observations)
         mapping = scenario.validate_mapping(proposal.mapping, where=f"policy {policy.name!r} round {r}")
         trace = _execute(scenario, executor, mapping, round_seed(config.seed, r))
         record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=probes)
         rounds.append(record)
         if recorder is not None:
             recorder(record)
-        if config.stop_after and _stable(rounds, config.stop_after) and policy.converged(rounds):
+        if config.stop_after and _stable(rounds, config.stop_after) and policy.converged(seen(prior, rounds)):
             break
     return result
+
+
+def seen(prior: Prior | None, rounds: Sequence[RoundRecord]) -> Sequence[RoundRecord]:
+    """What the policy reads: a warm start's rounds, then the run's own, numbered in order."""
+    if prior is None or not prior.rounds:
+        return rounds
+    k = len(prior.rounds)
+    return [*prior.rounds, *(replace(r, round=r.round + k) for r in rounds)]
 
 
 def _probe(
@@ -298,8 +325,10 @@ def continue_run(
                              f"got {rounds}")
         store.set_rounds_planned(run_id, rounds)
         planned = rounds
+    options = dict(key.options)
+    warm_runs = options.pop(WARM_START_OPTION, None)
     if policy is None:
-        policy = make_policy(key.policy, **key.options)
+        policy = make_policy(key.policy, **options)
     elif policy.name != key.policy:
         raise InputError(f"run {run_id} was made by policy {key.policy!r}; cannot continue it with {policy.name!r}")
     if executor is not None and executor.name != key.executor.name:
@@ -319,7 +348,10 @@ def continue_run(
     try:
         if executor is None:
             executor = make_executor(key.executor, key.scenario)
-        result = run_rounds(key.scenario, policy, config, executor=executor, recorder=record, history=history)
+        prior = None if not warm_runs else prior_from_runs(store, key.scenario, list(warm_runs),
+                                                           executor=key.executor.name)
+        result = run_rounds(key.scenario, policy, config, executor=executor, recorder=record, history=history,
+                            prior=prior)
     except BaseException as exc:
         _mark_interrupted(store, run_id, exc)
         raise
@@ -351,7 +383,7 @@ def ensure_run(store: RunStore, key: RunKey, executor: Executor | None = None) -
     re-run. ``executor`` (built for ``key.executor`` and ``key.scenario``) is used instead of a new
     one, so a caller running many runs on a real executor starts its workers once.
     """
-    built = make_policy(key.policy, **key.options)
+    built = make_policy(key.policy, **policy_options(key.options))
     key = replace(key, policy=built.name)
     found = store.find_run(key)
     if found is not None and found.status == "finished" and found.rounds_done > 0:
@@ -361,7 +393,7 @@ def ensure_run(store: RunStore, key: RunKey, executor: Executor | None = None) -
             continue_run(store, found.id, policy=built, executor=executor)
             return found.id, "resumed"
         except RunBusyError:  # another process claimed it first: leave it to that process
-            built = make_policy(key.policy, **key.options)
+            built = make_policy(key.policy, **policy_options(key.options))
     result = run_recorded(key, built, store=store, executor=executor)
     assert result.run_id is not None
     return result.run_id, "ran"

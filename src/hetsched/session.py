@@ -57,7 +57,7 @@ from hetsched.model import (
 )
 from hetsched.model.files import load_scenario
 from hetsched.policies import Policy, PolicyContext, make_policy
-from hetsched.sim.reference import SimPlanner
+from hetsched.search.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore
 from hetsched.tools.base import Tool
 from hetsched.tools.functions import ToolSpec
@@ -177,7 +177,9 @@ class Session:
         workflow: a :class:`~hetsched.builder.Workflow`, a :class:`~hetsched.model.Scenario`, or a
             scenario file / bundled scenario name.
         tools: implementations (:func:`~hetsched.tools.functions.function_tool` specs or Tool objects)
-            beyond those given with the workflow's nodes; others come from the tool registry.
+            beyond those given with the workflow's nodes; others come from the tool registry. For the
+            ``local`` and ``ray`` executors they are registered by name (``register_tool``, replacing),
+            since those executors look tools up there; their functions must be defined at module level.
         policy: a policy name (``agentic`` by default, with the ``rules`` decider) or a Policy object.
         policy_options: ``make_policy`` options for a policy name (JSON-ready; recorded).
         executor: ``inproc`` (default: tools in this process), ``local``, ``ray``, ``sim``, or an
@@ -241,7 +243,8 @@ class Session:
             self._own_executor = False
         self.planner = SimPlanner(self.scenario, seed=seed)
         self.policy.reset(PolicyContext(scenario=self.scenario, seed=seed, rounds=SESSION_ROUNDS,
-                                        planner=self.planner, probes=self.explore.mode != "off"))
+                                        planner=self.planner, probes=self.explore.mode != "off",
+                                        measured=self.executor.name != "sim"))
         self._turn = _FifoLock()
         self._history: list[RoundRecord] = []
         self._pending: Proposal | None = None
@@ -288,7 +291,8 @@ class Session:
                 planned = self.scenario.model_copy(update={"cards": self.prior.cards})
                 self.policy.reset(PolicyContext(scenario=planned, seed=seed, rounds=SESSION_ROUNDS,
                                                 planner=SimPlanner(planned, seed=seed),
-                                                probes=self.explore.mode != "off"))
+                                                probes=self.explore.mode != "off",
+                                                measured=self.executor.name != "sim"))
 
     # ------------------------------------------------------------------ state
     @property

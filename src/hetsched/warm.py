@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 
 from hetsched.model import Mapping, Placement, RoundRecord, Scenario, ToolCard
 from hetsched.model.limits import MIN_MS
+from hetsched.search.reference import SimPlanner
 from hetsched.sim import Simulator
-from hetsched.sim.reference import SimPlanner
 from hetsched.store import RunStore
 
 MAX_RUNS_READ = 200
@@ -57,11 +57,10 @@ def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = Non
               exclude: str | None = None) -> Prior | None:
     """The prior for ``scenario`` from ``store`` (runs on ``executor`` when given), or None when the
     store has nothing that applies: runs of the same workflow give a mapping and rounds; failing
-    those, runs sharing tools give those tools' measured behaviour as cards."""
-    planner = SimPlanner(scenario)
-    rounds: list[RoundRecord] = []
-    runs: list[str] = []
-    sharing: list[tuple[Scenario, list[RoundRecord]]] = []
+    those, runs sharing tools give those tools' measured behaviour as cards. ``Prior.runs`` names the
+    runs it came from (:func:`prior_from_runs` rebuilds it from them)."""
+    same: list[str] = []
+    sharing: list[str] = []
     tools = set(scenario.workflow.tools)
     # compared by content, whatever the runs' scenario names: a renamed copy is the same workflow
     for info in store.runs(limit=MAX_RUNS_READ):
@@ -73,28 +72,46 @@ def prior_for(store: RunStore, scenario: Scenario, *, executor: str | None = Non
             other = store.scenario(info.id)
         except Exception:  # an unreadable run is no evidence
             continue
-        if not same_workflow(other, scenario):
-            if tools & set(other.workflow.tools):
-                sharing.append((other, [r for r in store.rounds(info.id) if r.trace.feasible]))
-            continue
-        usable = [r for r in store.rounds(info.id) if r.trace.feasible and r.trace.e2e_ms is not None
-                  and planner.infeasibility(r.mapping) is None]
-        if usable:
-            runs.append(info.id)
-            rounds.extend(usable)
-    if not rounds:
-        if not sharing:
-            return None
-        cards = measured_cards(scenario, sharing)
-        if cards == dict(scenario.cards):
-            return None
-        changed = sorted(t for t in cards if cards[t] != scenario.cards[t])
-        return Prior(None, cards=cards, why=f"measured behaviour of tools {changed} from earlier runs")
-    best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
-    renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
-    return Prior(best.mapping, renumbered, tuple(runs),
-                 f"best measured mapping of run(s) {', '.join(runs[:3])} ({best.trace.e2e_ms:.1f} ms), re-checked "
-                 "against this scenario's budget")
+        if same_workflow(other, scenario):
+            same.append(info.id)
+        elif tools & set(other.workflow.tools):
+            sharing.append(info.id)
+    return prior_from_runs(store, scenario, same or sharing)
+
+
+def prior_from_runs(store: RunStore, scenario: Scenario, run_ids: Sequence[str],
+                    executor: str | None = None) -> Prior | None:
+    """The prior ``run_ids`` give ``scenario`` (deterministic: what a resumed run rebuilds from the ids it
+    recorded). Runs of the same workflow give the best feasible measured mapping (re-checked against
+    this scenario) and their usable rounds; otherwise the runs' measured tools give cards."""
+    planner = SimPlanner(scenario)
+    rounds: list[RoundRecord] = []
+    used: list[str] = []
+    evidence: list[tuple[Scenario, list[RoundRecord]]] = []
+    for run_id in run_ids:
+        other = store.scenario(run_id)
+        feasible = [r for r in store.rounds(run_id) if r.trace.feasible and r.trace.e2e_ms is not None]
+        if same_workflow(other, scenario):
+            usable = [r for r in feasible if planner.infeasibility(r.mapping) is None]
+            if usable:
+                used.append(run_id)
+                rounds.extend(usable)
+        else:
+            evidence.append((other, feasible))
+    if rounds:
+        best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
+        renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
+        return Prior(best.mapping, renumbered, tuple(used),
+                     f"best measured mapping of run(s) {', '.join(used[:3])} ({best.trace.e2e_ms:.1f} ms), "
+                     "re-checked against this scenario's budget")
+    if not evidence:
+        return None
+    cards = measured_cards(scenario, evidence)
+    changed = sorted(t for t in cards if cards[t] != scenario.cards[t])
+    if not changed:
+        return None
+    return Prior(None, cards=cards, runs=tuple(run_ids),
+                 why=f"measured behaviour of tools {changed} from run(s) {', '.join(list(run_ids)[:3])}")
 
 
 def measured_cards(

@@ -37,7 +37,7 @@ from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenar
 from hetsched.model.files import load_scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
-from hetsched.sim.reference import (
+from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
     check_max_seconds,
     parse_reference_choice,
@@ -183,8 +183,13 @@ class RoundStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """No more progress lines (the rounds are done)."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def __call__(self, record: RoundRecord) -> None:
         with self._lock:
@@ -318,6 +323,11 @@ def run(
         help="Stop early once the mapping is unchanged for this many rounds "
         "and the policy has converged (agentic: no unexplored probe left in budget); 0 = never.",
     ),
+    warm_start: bool = typer.Option(
+        False, "--warm-start", help="Start from what the run store measured of the same workflow (its best feasible "
+        "mapping, re-checked against this budget, and its rounds as evidence) or of its tools; adaptive policies "
+        "(agentic, ucb1). The runs it came from are recorded with the run.",
+    ),
     decider: str | None = typer.Option(
         None, "--decider", metavar="NAME", show_default="rules",
         help="agentic: rules (deterministic rules, not an LLM), argmin, openai (any OpenAI-compatible server), "
@@ -441,7 +451,8 @@ def run(
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
                 result = _drive(lambda: api.resume(
                     info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
-                    on_round=stream, llm_api_key=llm_api_key, llm_reach=reach, reference=choice.value,
+                    on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key, llm_reach=reach,
+                    reference=choice.value,
                     max_seconds=max_seconds), stream, sc, policy_name, ex.name,
                     store, state, console)
     else:
@@ -452,7 +463,12 @@ def run(
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
         options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget)
-        policy_name = make_policy(policy, **options).name  # a bad option fails before anything runs
+        built = make_policy(policy, **options)  # a bad option fails before anything runs
+        policy_name = built.name
+        if warm_start and not built.adaptive:
+            raise fail(f"--warm-start applies to adaptive policies (they learn from measurements), not to {policy!r}")
+        if warm_start and no_store:
+            raise fail("--warm-start reads the run store; it cannot be combined with --no-store")
         executor_options = parse_executor_options(executor_option)
         if ray_address is not None:
             if executor.strip().lower() != "ray":
@@ -466,7 +482,9 @@ def run(
                 result = _drive(lambda: api.run(
                     sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
                     executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
-                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds),
+                    on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key,
+                    reference=choice.value, max_seconds=max_seconds,
+                    warm_start=warm_start),
                     stream, sc, policy_name, ex.name, store, state, console)
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))

@@ -87,7 +87,7 @@ MAX_WARM_PER_NODE = 8
 """At most this many workers per Ray node are warmed before a round."""
 
 _CONN_LOCK = threading.Lock()
-_CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None}
+_CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None, "watchdog": None}
 """The process's one Ray connection: how many executors use it, whether an executor opened it
 (then the last one to close disconnects) and whether it started the cluster (then that stops it)."""
 
@@ -268,6 +268,7 @@ class RayExecutor(ClosingExecutor):
                 return
             quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING,
                                      "configure_logging": True}
+            _driver_messages_to_stderr()
             try:
                 if self.address is None:
                     ray.init(address="local", num_cpus=self._local["num_cpus"], num_gpus=self._local["num_gpus"],
@@ -287,7 +288,8 @@ class RayExecutor(ClosingExecutor):
                         "cluster" if self.address else "")
                 raise InputError(f"executor 'ray': cannot connect to {where}: {_first_line(exc)}{hint}") from None
             _CONN.update(users=1, opened=True, started=started,
-                         address=self.address or ray.get_runtime_context().gcs_address)
+                         address=self.address or ray.get_runtime_context().gcs_address,
+                         watchdog=_start_watchdog() if started else None)
             self._joined = True
 
     def close(self) -> None:
@@ -303,7 +305,8 @@ class RayExecutor(ClosingExecutor):
             if _CONN["users"] <= 0 and _CONN["opened"]:
                 with contextlib.suppress(Exception):
                     ray.shutdown()  # a cluster ray.init started goes with it; a joined one keeps running
-                _CONN.update(users=0, opened=False, started=False, address=None)
+                _stop_watchdog(_CONN.get("watchdog"))
+                _CONN.update(users=0, opened=False, started=False, address=None, watchdog=None)
 
     @property
     def started_cluster(self) -> bool:
@@ -373,6 +376,79 @@ class RayExecutor(ClosingExecutor):
             return Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name)
         self._rounds += 1
         return _Round(self, placed, hosts).execute()
+
+
+def _driver_messages_to_stderr() -> None:
+    """Send what Ray's driver prints about the cluster (the raylet's error messages when a worker,
+    actor or node dies, which Ray writes to stdout whatever ``log_to_driver`` says) to stderr, so
+    a program's stdout stays its own (``hetsched run --json`` prints one JSON object there)."""
+    import ray._private.worker as ray_worker
+
+    original = ray_worker.print_to_stdstream
+    if getattr(original, "hetsched_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.hetsched_to_stderr = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
+
+
+WATCHDOG = r"""
+import os, signal, sys, time
+marker, me = os.environ["HETSCHED_RAY_SESSION"].encode(), os.getpid()
+sys.stdin.buffer.read()  # returns when the driver closes its end: it left, or it was killed
+def left():
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+    for pid in left():
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    deadline = time.monotonic() + wait_s
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+"""
+"""The watchdog of a local cluster an executor started: it waits until the driver's end of its
+stdin closes (the driver stopped the cluster, or was killed, even with SIGKILL), then stops every
+process whose command line names the cluster's session (Ray's agents otherwise outlive a killed
+driver, adopted by init)."""
+
+
+def _start_watchdog() -> Any:
+    """Start the watchdog of the local cluster just started (None where /proc is missing)."""
+    import subprocess
+
+    if not os.path.isdir("/proc"):
+        return None
+    try:
+        session = os.path.basename(ray._private.worker.global_worker.node.get_session_dir_path())
+    except Exception:  # no node handle: nothing to watch
+        return None
+    env = {**os.environ, "HETSCHED_RAY_SESSION": session}
+    return subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)
+
+
+def _stop_watchdog(proc: Any) -> None:
+    """After a clean shutdown: close the watchdog's stdin (it sweeps what is left) and reap it."""
+    if proc is None:
+        return
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=15)
 
 
 def _use_cluster_token() -> None:
