@@ -15,8 +15,8 @@ plt = pytest.importorskip("matplotlib.pyplot", reason="the bench figures need ma
 from hetsched.bench import figures, load_runs, read_manifest  # noqa: E402  (after the skip)
 from hetsched.model import Placement  # noqa: E402
 from hetsched.model.files import load_scenario  # noqa: E402
+from hetsched.search.reference import reference  # noqa: E402
 from hetsched.sim import Simulator  # noqa: E402
-from hetsched.sim.reference import reference  # noqa: E402
 
 
 def bench(folder: Path, *scenarios: str) -> Any:
