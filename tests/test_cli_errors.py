@@ -366,3 +366,29 @@ def test_ctrl_c_on_bench_says_what_was_kept_and_how_to_resume(tmp_path: Path) ->
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted:" in text and str(store) in text
     assert "of 400 runs finished and are kept" in text and "resume with hetsched bench --scenario chain" in text
+
+
+@pytest.mark.parametrize("given", ["tool_modules=cliux_real_tools", "tool_modules=./cliux_real_tools.py"])
+def test_the_local_executor_runs_a_tool_from_a_module_in_the_current_folder(tmp_path: Path, given: str) -> None:
+    import subprocess
+
+    (tmp_path / "cliux_real_tools.py").write_text(textwrap.dedent("""
+        from hetsched.tools import FunctionTool, register_tool
+
+        def load(device):
+            return None
+
+        def run(model, inputs):
+            return "ok"
+
+        register_tool(FunctionTool("cliux_echo", load, run, has_gpu=False))
+    """))
+    (tmp_path / "flow.yaml").write_text("cards:\n  cliux_echo: {cpu_ms: 1, vram_mb: 0, has_gpu: false}\n"
+                                        "nodes: {A: cliux_echo}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-m", "hetsched", "run", "flow.yaml", "-e", "local", "-X", given,
+                           "-X", "device=none", "-r", "1", "--no-store", "--reference", "none", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (round_0,) = json.loads(proc.stdout)["rounds"]
+    assert round_0["feasible"]

@@ -362,3 +362,24 @@ def test_a_session_on_the_local_executor(tmp_path: Path) -> None:
             s.submit()
         assert info.value.trace is not None and info.value.trace.kind is InfeasibleKind.TOOL_ERROR
         assert "seven is not allowed" in info.value.trace.reason and info.value.round == 0
+
+
+def test_waiting_requests_run_in_arrival_order() -> None:
+    wf = hs.Workflow("order").node("A", hs.function_tool("dbl", double))
+    with hs.Session(wf, store=False, executor_options=STANDIN) as s:
+        rounds: dict[int, int] = {}
+        held = s.begin_request()  # holds the session's turn: every submit below queues
+        held.run_node("A", [0])
+        threads = []
+        for i in range(5):
+            t = threading.Thread(target=lambda i=i: rounds.__setitem__(i, s.submit(i).round))
+            t.start()
+            threads.append(t)
+            deadline = time.monotonic() + 30
+            while s._turn.waiting < i + 1:  # thread i is queued before thread i + 1 arrives
+                assert time.monotonic() < deadline, "a submit never queued"
+                time.sleep(0.001)
+        held.finish()
+        for t in threads:
+            t.join()
+    assert rounds == {i: i + 1 for i in range(5)}  # served in the order they arrived
