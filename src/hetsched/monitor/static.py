@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Scenario
-from hetsched.model.mapping import NOW_CODE, PLACEMENTS, QUEUE_CODE
+from hetsched.model.mapping import NOW_CODE, QUEUE_CODE
 
 Codes = tuple[int, ...]
 """A mapping as placement codes in workflow node order (``Placement.code``)."""
@@ -32,31 +32,28 @@ class StaticCheck:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        wf = scenario.workflow
-        self.order: tuple[str, ...] = wf.node_ids
-        index = {n: i for i, n in enumerate(self.order)}
-        self.index: dict[str, int] = index
+        c = scenario.compiled  # the one compile of the scenario (hetsched.model.contention)
+        self.order: tuple[str, ...] = c.names
+        self.index: dict[str, int] = c.index
         """node id -> position in ``order``."""
-        tools = wf.tools
-        tindex = {t: i for i, t in enumerate(tools)}
-        self.tool: tuple[int, ...] = tuple(tindex[wf.tool_of[n]] for n in self.order)
-        self.tool_vram: tuple[float, ...] = tuple(scenario.cards[t].vram_mb for t in tools)
+        self.tool: tuple[int, ...] = c.tool_idx
+        self.tool_vram: tuple[float, ...] = c.tool_vram
         self.node_vram: tuple[float, ...] = tuple(self.tool_vram[t] for t in self.tool)
         self.budget = scenario.machine.vram_budget_mb
         self.tolerance = 1e-9 * (self.budget + sum(self.tool_vram))
         self.desc: tuple[int, ...] = scenario.descendant_masks
-        tool_nodes = [0] * len(tools)
+        tool_nodes = [0] * len(c.tools)
         for i, t in enumerate(self.tool):
             tool_nodes[t] |= 1 << i
         self.tool_nodes: tuple[int, ...] = tuple(tool_nodes)
 
     def codes(self, mapping: Mapping) -> Codes:
         """Placement codes of a mapping in node order."""
-        return tuple(mapping[n].code for n in self.order)
+        return self.scenario.compiled.codes(mapping)
 
     def mapping(self, codes: Sequence[int]) -> Mapping:
         """The mapping of placement codes (node order)."""
-        return Mapping(zip(self.order, (PLACEMENTS[c] for c in codes), strict=True))
+        return self.scenario.compiled.mapping(codes)
 
     def reason(self, codes: Sequence[int]) -> Infeasibility | None:
         """The scenario's own verdict and text (``Scenario.infeasibility``)."""
