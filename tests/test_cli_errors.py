@@ -210,6 +210,9 @@ def test_a_tool_module_is_found_as_a_file_or_in_the_current_folder(
 
 # ---------------------------------------------------------------- executor options: a declared schema
 def test_every_executor_declares_exactly_its_constructors_options() -> None:
+    from hetsched.exec import executor_names
+
+    assert set(SCHEMAS) == set(executor_names())
     for name, schema in SCHEMAS.items():
         params = inspect.signature(executor_class(name)).parameters
         keywords = {p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or (p != "scenario" and v.default
@@ -290,6 +293,20 @@ def test_close_names_are_suggested(capsys: pytest.CaptureFixture[str], tmp_path:
     assert str(flow) in message and "did you mean 'whisper_small'" in message
     flow.write_text("nodes: {A: whisper_small}\nmachin: {cpu_cores: 4}\n")
     assert "did you mean 'machine'" in refused(capsys, "validate", str(flow))
+
+
+@pytest.mark.parametrize(("args", "meant"), [
+    (("run", "chain", "-p", "agentic", "--decider", "rule", "--no-store", "-r", "1"), "rules"),
+    (("run", "chain", "--reference", "orcle", "--no-store", "-r", "1"), "oracle"),
+    (("run", "chain", "-e", "lcoal", "--no-store", "-r", "1"), "local"),
+    (("schema", "scenaro"), "scenario"),
+    (("bench", "-p", "agentc", "--scenario", "chain"), "agentic"),
+    (("runs", "--status", "finishd"), "finished"),
+])
+def test_every_name_given_on_the_command_line_suggests_the_close_one(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], meant: str
+) -> None:
+    assert f"did you mean '{meant}'" in refused(capsys, *args)
 
 
 def test_an_unknown_machine_key_lists_the_accepted_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -253,6 +253,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a file format (or write them all with --write)."""
     from hetsched.model import UnknownNameError
+    from hetsched.model.errors import did_you_mean
     from hetsched.model.schemas import SCHEMAS, write_schemas
 
     if write is not None:
@@ -260,7 +261,8 @@ def schema(
             out.print(f"wrote {safe(path)}")
         return
     if kind not in SCHEMAS:
-        raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}")
+        raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}"
+                               + did_you_mean(kind, SCHEMAS))
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
 
 
