@@ -385,3 +385,16 @@ def test_waiting_requests_run_in_arrival_order() -> None:
         for t in threads:
             t.join()
     assert rounds == {i: i + 1 for i in range(5)}  # served in the order they arrived
+
+
+def test_the_driving_thread_reads_the_mapping_and_cannot_nest_requests() -> None:
+    with hs.Session(diamond(), store=False, executor_options=STANDIN) as s:
+        with s.begin_request() as req:
+            assert s.mapping == req.mapping  # no deadlock: this thread holds the turn
+            with pytest.raises(hs.InputError, match="finish\\(\\) it first"):
+                s.submit(1)
+            with pytest.raises(hs.InputError, match="finish\\(\\) it first"):
+                s.begin_request()
+            a = req.run_node("src", [1])
+            req.run_node("join", [req.run_node("L", [a]), req.run_node("R", [a])])
+        assert s.submit(1).round == 1

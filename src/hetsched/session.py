@@ -140,6 +140,8 @@ class _FifoLock:
         self._cond = threading.Condition()
         self._next = 0
         self._serving = 0
+        self.owner: int | None = None
+        """Thread id of the holder (None when free)."""
 
     def acquire(self) -> None:
         with self._cond:
@@ -147,9 +149,11 @@ class _FifoLock:
             self._next += 1
             while self._serving != ticket:
                 self._cond.wait()
+            self.owner = threading.get_ident()
 
     def release(self) -> None:
         with self._cond:
+            self.owner = None
             self._serving += 1
             self._cond.notify_all()
 
@@ -318,12 +322,19 @@ class Session:
         """The session's turn (FIFO); yields how long the caller waited for it, ms."""
         if self._closed:
             raise InputError("the session is closed")
+        if self._turn.owner == threading.get_ident():  # this thread drives a request (begin_request): no wait
+            yield 0.0
+            return
         begin = time.monotonic()
         self._turn.acquire()
         try:
             yield (time.monotonic() - begin) * 1000.0
         finally:
             self._turn.release()
+
+    def _not_driving(self, what: str) -> None:
+        if self._turn.owner == threading.get_ident():
+            raise InputError(f"{what}: this thread is driving a request (begin_request); finish() it first")
 
     # ------------------------------------------------------------------ deciding
     def _proposal(self, probes: tuple[Probe, ...]) -> Proposal:
@@ -412,6 +423,7 @@ class Session:
         ``None``: the sources get no input, as in a batch round);
         returns the sinks' outputs with the round's record. A tool that raises raises
         :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
+        self._not_driving("submit")
         given = self._inputs(value, inputs)
         if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim" and \
                 "inputs" not in inspect.signature(self.executor.run).parameters:
@@ -481,6 +493,7 @@ class Session:
         if not isinstance(self.executor, InProcessExecutor):
             raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
                              f"{self.executor.name!r} (use submit() there)")
+        self._not_driving("begin_request")
         self._stop_idle()
         if self._closed:
             raise InputError("the session is closed")
