@@ -31,8 +31,8 @@ from hetsched.model import Scenario
 from hetsched.model.files import load_scenario
 from hetsched.monitor import MECHANISMS, MonitorConfig
 from hetsched.policies.agentic import Agentic
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 VARIANTS: list[tuple[str, MonitorConfig]] = [
     ("full monitor", MonitorConfig()),

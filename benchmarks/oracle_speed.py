@@ -4,7 +4,7 @@ Instances: seeded random workflows of ``random_scenarios.py`` (chain, fan-out, l
 DAGs over the bundled library's GPU-capable cards, VRAM budget between the largest tool and the
 sum), three-way unless ``--mode binary``. For each instance:
 
-- *bounded*: ``hetsched.sim.oracle.solve`` (the optimum, ``top=1``) with the default worker
+- *bounded*: ``hetsched.search.oracle.solve`` (the optimum, ``top=1``) with the default worker
   processes: wall time, and the wall time it would take on idle cores (this process's CPU time
   plus the workers' CPU time divided among them; other jobs on a shared machine inflate the
   measured wall time); CPU time of a one-process run; simulations; peak memory of a third,
@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from random_scenarios import FAMILIES, random_scenario
 
 from hetsched.model import Mode, Scenario
+from hetsched.search import oracle as oracle_mod
+from hetsched.search.local_search import Evaluator
 from hetsched.sim import Simulator
-from hetsched.sim import oracle as oracle_mod
-from hetsched.sim.local_search import Evaluator
 
 
 def plain(sc: Scenario, limit: int, seed: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ random DAGs over the bundled library's GPU-capable cards), three-way.
 
 - Small workflows (``--exact-sizes``, default 10 12 14): ``best_known`` with a budget of
   ``--evals`` simulations (seeded, the same on every machine) against the exact optimum of
-  ``hetsched.sim.oracle.solve``: the true gap (best-known / optimum - 1), how often it is exactly
+  ``hetsched.search.oracle.solve``: the true gap (best-known / optimum - 1), how often it is exactly
   optimal, and the gap it reports against its own lower bound.
 - Large workflows (``--large-sizes``, default 20 50 100): ``best_known`` with ``--seconds`` of wall
   time (what ``--reference best-known --max-seconds`` gives a user): the reported gap to the lower
@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from random_scenarios import FAMILIES, random_scenario
 
-from hetsched.sim import oracle as oracle_mod
-from hetsched.sim.lower_bound import dual_bound_ms, root_bound_ms
-from hetsched.sim.reference import best_known
+from hetsched.search import oracle as oracle_mod
+from hetsched.search.lower_bound import dual_bound_ms, root_bound_ms
+from hetsched.search.reference import best_known
 
 
 def pct(x: float) -> str:

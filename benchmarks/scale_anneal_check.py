@@ -1,7 +1,7 @@
 """An independent check of the scale suite's agentic answers: simulated annealing on the noise-free simulator.
 
 ``hetsched bench --suite scale`` compares every policy with the reference search of
-``hetsched.sim.reference``. This script asks a different question of a finished scale suite:
+``hetsched.search.reference``. This script asks a different question of a finished scale suite:
 can a long, unrelated search (simulated annealing over the noise-free simulator, one- and
 two-node moves, started from the agentic policy's best mapping of rounds 0-5 and from all-CPU,
 ``--seconds`` per workflow) improve on what the agentic policy ran by round 5? A ratio of 1.000

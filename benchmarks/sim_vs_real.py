@@ -42,8 +42,8 @@ from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, Scenar
 from hetsched.model.files import load_scenario
 from hetsched.policies import make_policy
 from hetsched.profile import ProfileConfig, profile_tools
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 from hetsched.tools import Device, FunctionTool, get_tool, register_tool
 
 SCENARIOS = ("rag_tiny", "fanout_tiny")

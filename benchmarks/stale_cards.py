@@ -23,8 +23,8 @@ from hetsched.bench.generate import SMALL_SIZES, WorkflowSpec, random_scenario, 
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import Mode, Scenario
 from hetsched.policies import make_policy
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 DECIDERS = ("rules", "argmin")
 ROUNDS = 10

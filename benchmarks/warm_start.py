@@ -34,8 +34,8 @@ from pathlib import Path
 import hetsched as hs
 from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
 from hetsched.model import Edge, Mode, Node, Scenario, ToolCard, Workflow
+from hetsched.search.reference import SimPlanner, reference
 from hetsched.sim import Simulator
-from hetsched.sim.reference import SimPlanner, reference
 
 WITHIN = 1.01
 

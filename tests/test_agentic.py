@@ -35,8 +35,8 @@ from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, RoundR
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library
 from hetsched.policies import make_policy, policy_names
 from hetsched.policies.agentic import Agentic
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 VRAM = load_scenario("vram_3way")
 CHAIN = load_scenario("chain")

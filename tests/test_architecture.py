@@ -1,5 +1,5 @@
 """The import direction of DESIGN.md holds, with no exception, and no module imports itself in a circle:
-model <- sim/tools/exec/profile/monitor/llm/store <- policies <- loop <- bench/cli.
+model <- sim <- search; model <- tools/exec/profile/monitor/llm/store <- policies <- loop <- bench/cli.
 
 Parses every module under src/hetsched and checks each import of ``hetsched.<room>`` against
 the rooms that module's room may use (docs/architecture.md lists the same table), then looks
@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "hetsched"
-BELOW_LOOP = {"model", "sim", "tools", "exec", "profile", "monitor", "llm", "store", "export", "policies"}
+BELOW_LOOP = {"model", "sim", "search", "tools", "exec", "profile", "monitor", "llm", "store", "export", "policies"}
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "sim": {"model"},
+    "search": {"model", "sim"},
     "tools": {"model"},
     "exec": {"model", "sim", "tools"},
     "profile": {"model", "tools", "exec"},
@@ -27,10 +28,10 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"model", "__init__"},
     "export": {"model"},
     "policies": {"model", "monitor", "llm"},
-    "loop": {"model", "policies", "monitor", "exec", "sim", "store", "warm"},
+    "loop": {"model", "policies", "monitor", "exec", "sim", "search", "store", "warm"},
     "builder": {"model", "tools"},
-    "warm": {"model", "sim", "store"},
-    "session": {"model", "exec", "tools", "policies", "sim", "store", "loop", "builder", "warm"},
+    "warm": {"model", "sim", "search", "store"},
+    "session": {"model", "exec", "tools", "policies", "sim", "search", "store", "loop", "builder", "warm"},
     "api": BELOW_LOOP | {"loop", "builder", "warm", "session"},
     "integrations": {"model", "tools", "builder", "session"},
     "bench": BELOW_LOOP | {"loop", "__init__", "builder", "warm", "session", "api"},

@@ -18,9 +18,9 @@ from hetsched.policies import PolicyContext, make_policy, policy_names
 from hetsched.policies.greedy_mem import benefit_order
 from hetsched.policies.starpu_dmda import StarpuDmda
 from hetsched.policies.ucb1 import Ucb1, lower_bound_ms, reward
+from hetsched.search.oracle import solve
+from hetsched.search.reference import SimPlanner
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
-from hetsched.sim.reference import SimPlanner
 
 BASELINES = ("heft-cf", "starpu-dmda", "ucb1", "greedy-mem")
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE

@@ -19,8 +19,8 @@ from hetsched.cli import app
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement, Proposal, RoundRecord, RunKey, Scenario, UnknownNameError
 from hetsched.policies import make_policy, policy_names
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 from hetsched.store import RunInfo, RunStore
 
 pytest.importorskip("matplotlib", reason="the bench report draws with matplotlib (the 'bench' extra)")

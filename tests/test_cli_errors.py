@@ -210,6 +210,9 @@ def test_a_tool_module_is_found_as_a_file_or_in_the_current_folder(
 
 # ---------------------------------------------------------------- executor options: a declared schema
 def test_every_executor_declares_exactly_its_constructors_options() -> None:
+    from hetsched.exec import executor_names
+
+    assert set(SCHEMAS) == set(executor_names())
     for name, schema in SCHEMAS.items():
         params = inspect.signature(executor_class(name)).parameters
         keywords = {p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or (p != "scenario" and v.default
@@ -292,6 +295,20 @@ def test_close_names_are_suggested(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "did you mean 'machine'" in refused(capsys, "validate", str(flow))
 
 
+@pytest.mark.parametrize(("args", "meant"), [
+    (("run", "chain", "-p", "agentic", "--decider", "rule", "--no-store", "-r", "1"), "rules"),
+    (("run", "chain", "--reference", "orcle", "--no-store", "-r", "1"), "oracle"),
+    (("run", "chain", "-e", "lcoal", "--no-store", "-r", "1"), "local"),
+    (("schema", "scenaro"), "scenario"),
+    (("bench", "-p", "agentc", "--scenario", "chain"), "agentic"),
+    (("runs", "--status", "finishd"), "finished"),
+])
+def test_every_name_given_on_the_command_line_suggests_the_close_one(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], meant: str
+) -> None:
+    assert f"did you mean '{meant}'" in refused(capsys, *args)
+
+
 def test_an_unknown_machine_key_lists_the_accepted_ones(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     flow = tmp_path / "flow.yaml"
     flow.write_text("nodes: {A: bert_base}\nmachine: {vram_budget: 4000}\n")
@@ -366,3 +383,29 @@ def test_ctrl_c_on_bench_says_what_was_kept_and_how_to_resume(tmp_path: Path) ->
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted:" in text and str(store) in text
     assert "of 400 runs finished and are kept" in text and "resume with hetsched bench --scenario chain" in text
+
+
+@pytest.mark.parametrize("given", ["tool_modules=cliux_real_tools", "tool_modules=./cliux_real_tools.py"])
+def test_the_local_executor_runs_a_tool_from_a_module_in_the_current_folder(tmp_path: Path, given: str) -> None:
+    import subprocess
+
+    (tmp_path / "cliux_real_tools.py").write_text(textwrap.dedent("""
+        from hetsched.tools import FunctionTool, register_tool
+
+        def load(device):
+            return None
+
+        def run(model, inputs):
+            return "ok"
+
+        register_tool(FunctionTool("cliux_echo", load, run, has_gpu=False))
+    """))
+    (tmp_path / "flow.yaml").write_text("cards:\n  cliux_echo: {cpu_ms: 1, vram_mb: 0, has_gpu: false}\n"
+                                        "nodes: {A: cliux_echo}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-m", "hetsched", "run", "flow.yaml", "-e", "local", "-X", given,
+                           "-X", "device=none", "-r", "1", "--no-store", "--reference", "none", "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (round_0,) = json.loads(proc.stdout)["rounds"]
+    assert round_0["feasible"]

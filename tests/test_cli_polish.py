@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetsched import __version__
-from hetsched.cli import app, main
+from hetsched.cli import app, load_commands, main
 from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_RESULT, EXIT_UNEXPECTED, plain, safe
 from hetsched.model import InputError
 
@@ -40,6 +40,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 def commands() -> list[str]:
     import typer.main
 
+    load_commands()  # the CLI loads command modules lazily; the whole tree here
     group = typer.main.get_command(app)
     return sorted(group.commands)  # type: ignore[attr-defined]
 
@@ -64,6 +65,7 @@ def test_every_command_has_examples_plain_metavars_and_one_way_to_show_defaults(
 def test_a_short_option_means_one_thing_in_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     import typer.main
 
+    load_commands()
     group = typer.main.get_command(app)
     seen: dict[str, tuple[str, str]] = {}
     for name, command in group.commands.items():  # type: ignore[attr-defined]

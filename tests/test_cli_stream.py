@@ -93,3 +93,21 @@ def test_ctrl_c_prints_the_rounds_done(tmp_path: Path, as_json: bool) -> None:
     assert len(re.findall(r"^\s+\d+\s+\S+\s+0\s+yes ", body, flags=re.M)) == len(stored)  # one row per stored round
     if as_json:
         assert out == ""  # stdout never carries a partial object
+
+
+def test_no_round_progress_while_the_reference_is_computed(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import hetsched.api as api
+    import hetsched.cli.run as run_cli
+
+    monkeypatch.setattr(run_cli, "PROGRESS_AFTER_S", 0.05)
+    real = api.reference
+
+    def slow_reference(*args: object, **kwargs: object) -> object:
+        time.sleep(0.4)  # a slow search after the last round
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "reference", slow_reference)
+    code, out, err = cli(capsys, "run", "chain", "-p", "all-cpu", "-r", "1", "--no-store", "--reference", "oracle")
+    assert code == 0 and "oracle:" in out
+    assert "running for" not in err, err

@@ -43,9 +43,9 @@ from hetsched.model import (
 from hetsched.model.files import load_scenario
 from hetsched.monitor import Observations
 from hetsched.policies import Policy, make_policy, policy_names
+from hetsched.search.oracle import solve
+from hetsched.search.reference import ReferenceChoice, SimPlanner, parse_reference_choice, reference
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
-from hetsched.sim.reference import ReferenceChoice, SimPlanner, parse_reference_choice, reference
 from hetsched.store import RunStore
 
 DATA = Path(__file__).parent / "data"
@@ -238,7 +238,7 @@ def test_runs_need_no_oracle_at_50_three_way_nodes(monkeypatch: pytest.MonkeyPat
         raise AssertionError("a run solved the oracle")
 
     with monkeypatch.context() as patched:
-        patched.setattr("hetsched.sim.reference.solve", no_solving)
+        patched.setattr("hetsched.search.reference.solve", no_solving)
         for name in policy_names():
             if name == "oracle":
                 continue  # proposes the planner's reference: best-known at this size (below)

@@ -15,9 +15,9 @@ from tests.test_sim import instances
 
 from hetsched.model import InputError, Mapping, Mode, Placement, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.search import oracle as oracle_mod
+from hetsched.search.oracle import SearchTooLong, estimate_seconds, solve
 from hetsched.sim import Simulator
-from hetsched.sim import oracle as oracle_mod
-from hetsched.sim.oracle import SearchTooLong, estimate_seconds, solve
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -233,8 +233,8 @@ def test_bundled_real_cards_are_measurements_that_say_where() -> None:
         sc = load_scenario(name)
         assert "tiny" in name and sc.cards and all(c.provenance.device == "standin" for c in sc.cards.values())
     # the properties their files state, on the simulator with the measured cards
+    from hetsched.search.oracle import solve
     from hetsched.sim import Simulator
-    from hetsched.sim.oracle import solve
 
     rag = load_scenario("rag_tiny")
     need = rag.gpu_now_vram_mb(rag.uniform(Placement.GPU_NOW))

@@ -22,8 +22,8 @@ from hetsched.export import lanes, trace_events
 from hetsched.model import Attempt, DecisionRecord, Mapping, Placement, Proposal, RoundRecord
 from hetsched.model.files import load_scenario
 from hetsched.policies import policy_names
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 plt = pytest.importorskip("matplotlib.pyplot", reason="the bench figures need matplotlib (the 'bench' extra)")
 

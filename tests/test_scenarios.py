@@ -16,8 +16,8 @@ from hetsched.model import InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import Category
 from hetsched.model.files import bundled_library_path, bundled_scenarios, load_scenario, load_tool_library, resolve_card
 from hetsched.policies import PolicyContext, make_policy, policy_names
+from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import solve
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
 SUITE = tuple(f"S{i}" for i in range(1, 14))

@@ -20,12 +20,12 @@ from tests.test_sim import instances
 
 from hetsched.cli import main
 from hetsched.model import InfeasibleKind, InputError, Mapping, Mode, Placement, ReferenceKind, Scenario
+from hetsched.search.bounds import BoundModel
+from hetsched.search.local_search import local_search
+from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
+from hetsched.search.oracle import SearchTooLong, solve
+from hetsched.search.reference import SimPlanner, best_known, lower_bound_ms, reference
 from hetsched.sim import Simulator
-from hetsched.sim.bounds import BoundModel
-from hetsched.sim.local_search import local_search
-from hetsched.sim.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
-from hetsched.sim.oracle import SearchTooLong, solve
-from hetsched.sim.reference import SimPlanner, best_known, lower_bound_ms, reference
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 scenarios = st.one_of(

@@ -330,3 +330,58 @@ def test_inputs_need_the_in_process_executor(tmp_path: Path) -> None:
     with hs.Session(sc, executor=Named(sc), store=False, policy="all-cpu") as s, \
             pytest.raises(hs.InputError, match="reach the tools with executor='inproc'"):
         s.submit("hello")
+
+
+def seven(*_: int) -> int:
+    return 7
+
+
+def plus_one(*xs: int) -> int:
+    return sum(xs) + 1
+
+
+def fails_on_seven(*xs: int) -> int:
+    if 7 in xs:
+        raise RuntimeError("seven is not allowed")
+    return 0
+
+
+def test_a_session_on_the_local_executor(tmp_path: Path) -> None:
+    """Worker processes: a request's inputs reach the source, the sinks' outputs come back, and a tool
+    that raises fails that request, typed."""
+    wf = (hs.Workflow("local_svc").node("A", hs.function_tool("plus_one", plus_one, plus_one, cpu_ms=1, gpu_ms=1))
+          .node("B", hs.function_tool("seven", seven, cpu_ms=1), after="A")
+          .node("C", hs.function_tool("plus_one_b", plus_one, cpu_ms=1), after="A"))
+    with hs.Session(wf, executor="local", executor_options={"device": "standin"}, policy="all-cpu",
+                    store=tmp_path / "s.sqlite") as s:
+        assert s.submit(3).outputs == {"B": 7, "C": 5}  # 3 -> A: 4 -> C: 5
+        assert s.submit(10).outputs == {"B": 7, "C": 12}
+        assert s.submit().outputs == {"B": 7, "C": 2}  # no value: the source gets no input
+    bad = hs.Workflow("local_bad").node("A", hs.function_tool("seven", seven, cpu_ms=1)).node(
+        "B", hs.function_tool("fails_on_seven", fails_on_seven, cpu_ms=1), after="A")
+    with hs.Session(bad, executor="local", policy="all-cpu", store=False) as s:
+        with pytest.raises(hs.ToolError) as info:
+            s.submit()
+        assert info.value.trace is not None and info.value.trace.kind is InfeasibleKind.TOOL_ERROR
+        assert "seven is not allowed" in info.value.trace.reason and info.value.round == 0
+
+
+def test_waiting_requests_run_in_arrival_order() -> None:
+    wf = hs.Workflow("order").node("A", hs.function_tool("dbl", double))
+    with hs.Session(wf, store=False, executor_options=STANDIN) as s:
+        rounds: dict[int, int] = {}
+        held = s.begin_request()  # holds the session's turn: every submit below queues
+        held.run_node("A", [0])
+        threads = []
+        for i in range(5):
+            t = threading.Thread(target=lambda i=i: rounds.__setitem__(i, s.submit(i).round))
+            t.start()
+            threads.append(t)
+            deadline = time.monotonic() + 30
+            while s._turn.waiting < i + 1:  # thread i is queued before thread i + 1 arrives
+                assert time.monotonic() < deadline, "a submit never queued"
+                time.sleep(0.001)
+        held.finish()
+        for t in threads:
+            t.join()
+    assert rounds == {i: i + 1 for i in range(5)}  # served in the order they arrived

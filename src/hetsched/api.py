@@ -85,6 +85,7 @@ def run(
     experiment: str = "",
     on_start: OnStart | None = None,
     on_round: OnRound | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
@@ -98,7 +99,8 @@ def run(
     ``executor_options``; ``running``: an executor already built for it (reused, not closed).
     ``reference``: compute one for the report after the run (``auto``, ``oracle``, ``best-known``;
     default ``none``) and store it with the run. ``llm_api_key`` reaches an LLM decider without
-    being stored. On any exception (Ctrl-C included) the stored run is marked interrupted and keeps
+    being stored. ``on_rounds_done`` is called after the last round, before the reference. On any
+    exception (Ctrl-C included) the stored run is marked interrupted and keeps
     its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
     the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
     the run (option ``warm_start``), so a resumed run rebuilds the same prior.
@@ -140,6 +142,8 @@ def run(
             finally:
                 if own_store:
                     st.close()
+        if on_rounds_done is not None:
+            on_rounds_done()
         _add_reference(result, reference, max_seconds, store, ex)  # measured there on a real executor
     finally:
         if running is None:
@@ -156,6 +160,7 @@ def resume(
     running: Executor | None = None,
     on_start: OnStart | None = None,
     on_round: Recorder | None = None,
+    on_rounds_done: Callable[[], None] | None = None,
     reference: str = "none",
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
@@ -182,6 +187,8 @@ def resume(
     finally:
         if own_store:
             st.close()
+    if on_rounds_done is not None:
+        on_rounds_done()
     _add_reference(result, reference, max_seconds, store, running)
     return result
 
@@ -193,7 +200,7 @@ def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
     (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
     measurement."""
     from hetsched.exec.measure import measure_reference
-    from hetsched.sim.reference import ReferenceChoice, parse_reference_choice
+    from hetsched.search.reference import ReferenceChoice, parse_reference_choice
 
     if parse_reference_choice(choice) is ReferenceChoice.NONE:
         return
@@ -215,8 +222,8 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
     """The mapping reports compare against: ``auto`` (the exact oracle when its search fits
     ``max_seconds``, else a best-known mapping with its gap to a lower bound), ``oracle``,
     ``best-known`` or ``none``."""
-    from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
-    from hetsched.sim.reference import reference as compute
+    from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, parse_reference_choice
+    from hetsched.search.reference import reference as compute
 
     return compute(_scenario(scenario), parse_reference_choice(choice),
                    max_seconds=DEFAULT_SEARCH_SECONDS if max_seconds is None else max_seconds)

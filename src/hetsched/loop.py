@@ -13,7 +13,7 @@ next round starts, so an interrupted run loses nothing.
 store (``hetsched.store``) by its :class:`~hetsched.model.RunKey`; a resumed run replays to the
 same rounds as an uninterrupted one because every seed derives from (run seed, round, probe)
 and policies decide from (context, history, probes). A run needs no oracle: references are
-computed for reports only (``hetsched.sim.reference``).
+computed for reports only (``hetsched.search.reference``).
 
 Imports the model, the policies, the monitor, the executors (``hetsched.exec``, the simulator)
 and the store.
@@ -46,7 +46,7 @@ from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
 from hetsched.policies import Policy, PolicyContext, make_policy
-from hetsched.sim.reference import SimPlanner
+from hetsched.search.reference import SimPlanner
 from hetsched.store import RunBusyError, RunStore, StoreError
 from hetsched.warm import Prior, prior_from_runs
 

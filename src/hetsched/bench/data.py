@@ -34,8 +34,8 @@ from functools import lru_cache
 from typing import Any
 
 from hetsched.model import Mapping, Placement, Reference, RoundRecord, Scenario
+from hetsched.search.reference import reference
 from hetsched.sim import Simulator
-from hetsched.sim.reference import reference
 from hetsched.store import RunInfo
 
 from .spec import PolicySpec

@@ -17,6 +17,7 @@ import io
 import math
 import re
 import statistics
+import textwrap
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter
 
 from hetsched.export import lanes
 from hetsched.model import Mapping, Mode, Placement, Scenario, Trace
@@ -167,21 +168,35 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _grid(n: int, ncols: int = 4, size: tuple[float, float] = (3.6, 2.6), legend_rows: int = 1
-          ) -> tuple[Figure, list[Axes]]:
+MIN_GRID_WIDTH_IN = 9.0
+"""Narrowest figure of panels: one or two scenarios still get room for the title, axes and legend."""
+_TITLE_CHARS_PER_IN = 13.0  # characters of a 10 pt title per inch of figure width (a safe estimate)
+
+
+def _grid(n: int, title: str, ylabel: str, ncols: int = 4, size: tuple[float, float] = (3.6, 2.6),
+          legend_rows: int = 1) -> tuple[Figure, list[Axes]]:
+    """``n`` panels in rows of ``ncols`` under a title wrapped to the figure's width, each row's first
+    panel labelled ``ylabel``. Margins are fixed in inches (legend strip below, the title's lines above,
+    the tick labels and y label on the left), so nothing is cut however few panels there are."""
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
+    width = max(size[0] * ncols, MIN_GRID_WIDTH_IN)
+    lines = textwrap.wrap(title, width=int(width * _TITLE_CHARS_PER_IN)) or [""]
+    title_in = 0.3 + 0.2 * len(lines)
     legend_in = 0.35 + 0.25 * legend_rows
-    height = size[1] * nrows + 0.5 + legend_in
-    fig, axes = plt.subplots(nrows, ncols, figsize=(size[0] * ncols, height), squeeze=False)
+    height = size[1] * nrows + title_in + legend_in + 0.35
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)
     for ax in flat[:n]:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    # fixed margins in inches (legend strip below, title above): tight_layout costs seconds on 13 panels
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=(legend_in + 0.35) / height, top=1 - 0.5 / height,
-                        wspace=0.28, hspace=0.45)
+    for ax in flat[:n:ncols]:
+        ax.set_ylabel(ylabel, fontsize=8)
+    fig.suptitle("\n".join(lines), fontsize=10, y=1 - 0.12 / height, va="top")
+    # tight_layout costs seconds on 13 panels: margins in inches instead
+    fig.subplots_adjust(left=0.85 / width, right=1 - 0.2 / width, bottom=(legend_in + 0.35) / height,
+                        top=1 - (title_in + 0.1) / height, wspace=0.32, hspace=0.45)
     return fig, flat[:n]
 
 
@@ -248,7 +263,9 @@ def fig_e2e_normalized(data: BenchData, path: Path) -> Path:
 def fig_convergence(data: BenchData, path: Path) -> Path:
     """Per scenario: noise-free E2E / oracle of each round's mapping (median over seeds), per policy."""
     names, labels = data.scenario_names(), _present(data)
-    fig, axes = _grid(len(names), legend_rows=math.ceil(len(labels) / 6))
+    title = ("Convergence: noise-free E2E of each round's mapping / oracle (dashed line: oracle; median over "
+             f"seeds; x at the top: most seeds infeasible; clipped at {CLIP:g})")
+    fig, axes = _grid(len(names), title, "E2E / oracle", legend_rows=math.ceil(len(labels) / 6))
     for ax, s in zip(axes, names, strict=True):
         ax.axhline(1.0, color="#999999", lw=0.8, ls="--", zorder=1)
         for lb in _draw_order(labels):
@@ -270,10 +287,8 @@ def fig_convergence(data: BenchData, path: Path) -> Path:
         ax.set_ylim(0.9, CLIP * 1.1)
         ax.set_title(f"{s} ({data.scenarios[s].mode.value})", fontsize=9)
         ax.tick_params(labelsize=7)
-    axes[0].set_ylabel("E2E / oracle")
+        ax.set_xlabel("round", fontsize=7)
     _legend_below(fig, labels)
-    fig.suptitle("Convergence: noise-free E2E of each round's mapping / oracle (dashed line: oracle; median over "
-                 f"seeds; x at the top: most seeds infeasible; clipped at {CLIP:g})", fontsize=10)
     return _save(fig, path)
 
 
@@ -282,7 +297,9 @@ def fig_convergence(data: BenchData, path: Path) -> Path:
 def fig_regret(data: BenchData, path: Path) -> Path:
     """Per scenario: cumulative true regret in oracle E2Es (mean over seeds), per policy, symlog scale."""
     names, labels = data.scenario_names(), _present(data)
-    fig, axes = _grid(len(names), legend_rows=math.ceil(len(labels) / 6))
+    title = ("Cumulative regret over rounds (sum of E2E - oracle E2E, in oracle E2Es; 0 = the oracle every "
+             "round; infeasible rounds charged the all-CPU E2E)")
+    fig, axes = _grid(len(names), title, "cumulative regret (oracle E2Es)", legend_rows=math.ceil(len(labels) / 6))
     for ax, s in zip(axes, names, strict=True):
         for lb in _draw_order(labels):
             runs = data.cell(s, lb)
@@ -294,13 +311,21 @@ def fig_regret(data: BenchData, path: Path) -> Path:
                     **_line_kw(lb, labels.index(lb), n))
         ax.set_yscale("symlog", linthresh=0.1)
         ax.set_ylim(bottom=-0.03)  # a policy with no regret draws on 0, above the axis line
+        # plain numbers: the log formatters write mathtext ('$\\mathdefault{10^{2}}$'), shown raw with it off
+        ax.yaxis.set_major_formatter(FuncFormatter(_tick_number))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(s, fontsize=9)
         ax.tick_params(labelsize=7)
-    axes[0].set_ylabel("regret / oracle E2E")
+        ax.set_xlabel("round", fontsize=7)
     _legend_below(fig, labels)
-    fig.suptitle("Cumulative regret over rounds (sum of E2E - oracle E2E, in oracle E2Es; 0 = the oracle every "
-                 "round; infeasible rounds charged the all-CPU E2E)", fontsize=10)
     return _save(fig, path)
+
+
+def _tick_number(value: float, _pos: object = None) -> str:
+    """A tick as plain text: 0, 0.1, 1, 10, 100, 1000, 1e+04."""
+    if value == 0:
+        return "0"
+    return f"{value:g}"
 
 
 # ---------------------------------------------------------------------------- Gantt
@@ -343,22 +368,47 @@ def _gantt(ax: Axes, share: Axes, trace: Trace, title: str, xmax: float, node_co
     runs: dict[int, list[tuple[float, float]]] = {}
     colours: dict[int, list[Any]] = {}
     loads: dict[int, list[tuple[float, float]]] = {}
+    busy: dict[int, list[tuple[float, float]]] = {}  # each lane's occupied spans, loads included
+    lane_of: dict[str, int] = {}
     for n in trace.nodes.values():
         y = g_lanes[n.node] if n.placement.on_gpu else n_g + c_lanes[n.node]
+        lane_of[n.node] = y
         if n.load_ms > 0:
             loads.setdefault(y, []).append((n.admitted_ms, n.load_ms))
         runs.setdefault(y, []).append((n.start_ms, n.end_ms - n.start_ms))
         colours.setdefault(y, []).append(node_color[n.node])
-        if labelled:
+        busy.setdefault(y, []).append((n.admitted_ms if n.load_ms > 0 else n.start_ms, n.end_ms))
+    if labelled:
+        # a label's width in ms: characters x the 7 pt font's average advance, scaled by the axes' ms per inch
+        ax_width_in = ax.get_position().width * ax.get_figure(root=True).get_figwidth()  # type: ignore[union-attr]
+        ms_per_char = 7 * 0.56 / 72 * xmax / max(ax_width_in, 0.1)
+        keyed: list[str] = []
+        for n in trace.nodes.values():
+            y = lane_of[n.node]
+            run_ms = n.end_ms - n.start_ms
             alone = iso.get(n.node)
-            extra = f" (alone {alone:.0f})" if alone is not None and abs(alone - (n.end_ms - n.start_ms)) > 0.5 else ""
-            text = f"{n.node} {n.tool}\n{n.end_ms - n.start_ms:.0f} ms{extra}"
-            if n.end_ms - n.start_ms >= 0.12 * xmax:
+            extra = f" (alone {alone:.0f})" if alone is not None and abs(alone - run_ms) > 0.5 else ""
+            text = f"{n.node} {n.tool}\n{run_ms:.0f} ms{extra}"
+            need = ms_per_char * (max(len(line) for line in text.split("\n")) + 1)
+            after = min([a for a, _ in busy[y] if a >= n.end_ms - 1e-9 and (a, _) != (n.start_ms, n.end_ms)]
+                        + [xmax])
+            first = n.admitted_ms if n.load_ms > 0 else n.start_ms  # its own load bar is not free room
+            before = max([e for _, e in busy[y] if e <= first + 1e-9 and e != n.end_ms] + [0.0])
+            if run_ms >= need:
                 ax.text((n.start_ms + n.end_ms) / 2, y, text, ha="center", va="center", fontsize=7, clip_on=True)
-            elif n.end_ms < 0.85 * xmax:  # a short bar: the label beside it, not cut in half by the axis
+            elif after - n.end_ms >= need:  # a short bar: the label beside it, where the lane is free
                 ax.text(n.end_ms + 0.005 * xmax, y, text, ha="left", va="center", fontsize=7, clip_on=True)
-            else:
-                ax.text(n.start_ms - 0.005 * xmax, y, text, ha="right", va="center", fontsize=7, clip_on=True)
+            elif first - before >= need:
+                ax.text(first - 0.005 * xmax, y, text, ha="right", va="center", fontsize=7, clip_on=True)
+            else:  # no room anywhere on its lane: its id on the bar if it fits, the full label in the key
+                if run_ms >= ms_per_char * (len(n.node) + 1):
+                    ax.text((n.start_ms + n.end_ms) / 2, y, n.node, ha="center", va="center", fontsize=7,
+                            clip_on=True)
+                keyed.append(f"{n.node} {n.tool} {run_ms:.0f} ms{extra}")
+        if keyed:
+            key = "; ".join(keyed)
+            ax.text(1.0, 1.02, key if len(key) <= 110 else key[:107] + "...", transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=7)
     for y, spans in loads.items():
         ax.broken_barh(spans, (y - 0.35, 0.7), facecolors="lightgrey", edgecolors="grey", hatch="//")
     for y, spans in runs.items():

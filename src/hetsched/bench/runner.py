@@ -30,7 +30,7 @@ from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
 from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
 from hetsched.policies import policy_names
-from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
+from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
 from hetsched.store import RunStore, canonical
 
 from .data import BenchData, RunSummary, summarize_run

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.model import InputError, Scenario, ToolCard, UnknownNameError
+from hetsched.model.errors import did_you_mean
 from hetsched.model.files import bundled_scenarios, load_scenario, load_tool_library
 from hetsched.policies import policy_names
 
@@ -74,7 +75,8 @@ def parse_spec(text: str) -> PolicySpec:
     policy = m["policy"].lower().replace("_", "-")
     known = policy_names()
     if policy not in known:
-        raise UnknownNameError(f"--policy {text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}")
+        raise UnknownNameError(f"--policy {text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}"
+                               + did_you_mean(policy, known))
     decider = m["decider"]
     if decider is None:
         return PolicySpec(policy, {"decider": "rules"} if policy == "agentic" else {})

@@ -40,8 +40,8 @@ from hetsched.exec import make_executor
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import SIM, InputError, Mapping, Mode, RoundRecord, Scenario, Trace
 from hetsched.policies import make_policy
+from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
 from hetsched.sim import Simulator
-from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
 
 from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
 from .spec import PolicySpec, default_specs

@@ -11,28 +11,45 @@ from __future__ import annotations
 
 import sys
 
-from hetsched.cli import bench, export, gantt, inspect, profile, run, runs
-from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, app, err, safe
-from hetsched.llm.base import LLMUnreachableError
-from hetsched.model import HetschedError
+from hetsched.cli.app import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, app, err, safe
 
-COMMAND_MODULES = (bench, export, gantt, inspect, profile, run, runs)
-"""Modules whose import registers their commands on :data:`app`."""
+COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
+"""Modules whose import registers their commands on :data:`app` (each imported when one of its commands runs)."""
+
+
+def load_commands() -> None:
+    """Import every command module (their commands register on :data:`app`): for tools that walk the whole
+    command tree (docs, tests); the CLI itself loads a command's module only when it runs."""
+    import importlib
+
+    for module in COMMAND_MODULES:
+        importlib.import_module(module)
+
+
+def _is(exc: BaseException, module: str, name: str) -> bool:
+    """Is ``exc`` an instance of ``module.name``? Looked up only if that module was imported: an exception of
+    a class never imported cannot be one, and the CLI stays free of the model's imports until a command
+    needs them."""
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return isinstance(cls, type) and isinstance(exc, cls)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         app(args=argv, prog_name="hetsched")
-    except LLMUnreachableError as exc:  # the server never answered: not bad input, exit 69
-        err.print(f"[bold red]error:[/] {safe(exc)}")
-        sys.exit(EXIT_LLM_UNREACHABLE)
-    except HetschedError as exc:
-        err.print(f"[bold red]error:[/] {safe(exc)}")
-        sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if _is(exc, "hetsched.llm.base", "LLMUnreachableError"):  # the server never answered: not bad input
+            err.print(f"[bold red]error:[/] {safe(exc)}")
+            sys.exit(EXIT_LLM_UNREACHABLE)
+        if _is(exc, "hetsched.model.errors", "HetschedError"):
+            err.print(f"[bold red]error:[/] {safe(exc)}")
+            sys.exit(EXIT_BAD_INPUT)
+        raise
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "load_commands", "main"]

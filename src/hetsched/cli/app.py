@@ -79,14 +79,98 @@ def _plain_params(command: Any, ctx: Any = None) -> None:
             param.show_default = False
 
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("hetsched.cli.run", "Run ROUNDS rounds of a policy and show each round's mapping and E2E against a "
+            "reference."),
+    "bench": ("hetsched.cli.bench", "Run the evaluation (policies x scenarios x seeds x rounds) and write the report "
+              "to OUT."),
+    "report": ("hetsched.cli.bench", "Regenerate the report from stored runs (a bench folder, a store file, or run "
+               "ids); nothing is re-run."),
+    "gantt": ("hetsched.cli.gantt", "Draw a Gantt chart (PNG) of a scenario's schedule against the reference: "
+              "all-GPU by default,"),
+    "show": ("hetsched.cli.inspect", "Print a scenario: its cards, its DAG and its machine/budget."),
+    "init": ("hetsched.cli.inspect", "Print a bundled scenario or the bundled tool library as YAML to start your own "
+             "from."),
+    "oracle": ("hetsched.cli.inspect", "Find the best feasible mappings on the noise-free simulator by exact "
+               "branch-and-bound."),
+    "validate": ("hetsched.cli.inspect", "Check a file; print what it holds, or one clear error and exit 2."),
+    "scenarios": ("hetsched.cli.inspect", "List the bundled scenarios (the examples and the paper's suite S1-S13)."),
+    "schema": ("hetsched.cli.inspect", "Print the JSON Schema of a file format (or write them all with --write)."),
+    "simulate": ("hetsched.cli.inspect", "Simulate one mapping: per-node times, VRAM, E2E and its ratio to the oracle "
+                 "(\"what if\")."),
+    "profile": ("hetsched.cli.profile", "Measure tools alone on the CPU and on the GPU (or the stand-in device) into "
+                "a tool library."),
+    "runs": ("hetsched.cli.runs", "List the recorded runs, newest first."),
+    "show-run": ("hetsched.cli.runs", "Show one run: its settings, each round against its reference, probes, the "
+                 "decider transcript and fallbacks."),
+    "export": ("hetsched.cli.export", "Export a placement for another system (ray: per-node .options(...))."),
+}
+"""Command name -> (the module that registers it, the first line of its help). The module is imported only
+when its command runs or shows its own help, so ``hetsched --version`` and ``hetsched --help`` import none
+of them (no numpy, pydantic, networkx or bench); a test keeps this table in step with the commands."""
+
+
+def _command_info(name: str) -> Any:
+    for info in app.registered_commands:
+        callback = info.callback
+        if (info.name or (callback.__name__.replace("_", "-") if callback else "")) == name:
+            return info
+    return None
+
+
 class _Group(typer.core.TyperGroup):
-    """The command group: every command's parameters get plain metavars as it is looked up."""
+    """The command group: commands load lazily (:data:`COMMANDS`), and every command's parameters get
+    plain metavars as it is looked up."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(dict.fromkeys([*COMMANDS, *self.commands]))
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            import importlib
+
+            import typer.main
+
+            importlib.import_module(COMMANDS[cmd_name][0])  # registers its commands on the app
+            info = _command_info(cmd_name)
+            group = next((g for g in app.registered_groups if g.name == cmd_name), None)
+            if info is not None:
+                command = typer.main.get_command_from_info(
+                    info, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode
+                )
+            elif group is not None:  # a command with subcommands (export ray)
+                command = typer.main.get_group_from_info(
+                    group, pretty_exceptions_short=app.pretty_exceptions_short, rich_markup_mode=app.rich_markup_mode,
+                    suggest_commands=app.suggest_commands,
+                )
+            if command is not None:
+                self.commands[cmd_name] = command
         if command is not None:
             _plain_params(command, ctx)
         return command
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list from :data:`COMMANDS`, without importing a command module."""
+        def short(text: str, limit: int) -> str:  # as Click shortens help: whole words, then '...'
+            if len(text) <= limit:
+                return text
+            cut = text[: max(limit - 3, 1)].rsplit(" ", 1)[0]
+            return cut.rstrip(" ,;:") + "..."
+
+        names = self.list_commands(ctx)
+        width = max(len(n) for n in names)
+        limit = formatter.width - 6 - width
+        rows = []
+        for name in names:
+            if name in COMMANDS:
+                text = COMMANDS[name][1]
+            else:
+                command = self.get_command(ctx, name)
+                text = command.get_short_help_str(limit) if command is not None else ""
+            rows.append((name, short(text, limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 app = typer.Typer(

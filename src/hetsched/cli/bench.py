@@ -53,7 +53,7 @@ from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
 from hetsched.model import ExecutorSpec, InputError
 from hetsched.model.limits import MAX_ROUNDS
-from hetsched.sim.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
+from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
 
 MAX_SEEDS = 10_000

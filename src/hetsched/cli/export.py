@@ -16,7 +16,7 @@ from hetsched.cli.run import load
 from hetsched.exec.ray_plan import export_dict, export_text
 from hetsched.model import Mapping, Scenario
 from hetsched.model.files import load_mapping, parse_mapping_text
-from hetsched.sim.reference import reference
+from hetsched.search.reference import reference
 
 export_app = typer.Typer(help="Export a placement for another system (ray: per-node .options(...)).",
                          no_args_is_help=True, epilog=examples("hetsched export ray rag_tiny",

@@ -15,7 +15,7 @@ from hetsched.model import InputError, Mapping, Placement
 from hetsched.model.files import load_mapping, parse_mapping_text
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
-from hetsched.sim.reference import reference
+from hetsched.search.reference import reference
 
 
 @app.command(epilog=examples(

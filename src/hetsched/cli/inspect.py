@@ -10,13 +10,13 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, examples, out, plain_table, safe
+from hetsched.cli.app import app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.search.oracle import DEFAULT_MAX_SECONDS, solve
+from hetsched.search.reference import check_max_seconds, reference
 from hetsched.sim import Simulator
-from hetsched.sim.oracle import DEFAULT_MAX_SECONDS, solve
-from hetsched.sim.reference import check_max_seconds, reference
 
 RICH_TABLE_ROWS = 100
 """Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
@@ -185,6 +185,41 @@ def validate(
         out.print(f"ok: mapping for {safe(sc.name)}{verdict}")
 
 
+@app.command(epilog=examples("hetsched init S13 > my_flow.yaml", "hetsched init rag_tiny -o my_rag.yaml",
+                             "hetsched init tools -o my_cards.yaml"))
+def init(
+    name: str = typer.Argument(..., metavar="NAME", help="A bundled scenario (hetsched scenarios lists them), or "
+                               "tools / tools_tiny for a bundled tool library."),
+    out_file: Path | None = typer.Option(
+        None, "--out", "-o", metavar="FILE", help="Write it here (the scenario takes the file's name); "
+        "default: print it."
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+) -> None:
+    """Print a bundled scenario or the bundled tool library as YAML to start your own from.
+
+    The copy stands alone (cards from a bundled library are copied inline) and never keeps the
+    bundled scenario's name: with --out it takes the file's name, printed it has no name line, so
+    it takes the name of the file you save it to. Check your edits with ``hetsched validate FILE``.
+    """
+    from hetsched.model.files import starter_text, write_output
+
+    if out_file is None:
+        typer.echo(starter_text(name), nl=False)
+        return
+    if out_file.is_dir():
+        raise fail(f"--out {out_file} is a directory; give a file such as {out_file / (name + '.yaml')}")
+    if out_file.exists() and not force:
+        raise fail(f"--out {out_file} exists; give another file, or --force to overwrite it")
+    if not out_file.parent.is_dir():
+        raise fail(f"--out {out_file}: the folder {out_file.parent} does not exist")
+    if out_file.suffix.lower() not in (".yaml", ".yml"):
+        raise fail(f"--out {out_file}: give a .yaml file (the copy is YAML, comments included)")
+    text = starter_text(name, name=out_file.stem)
+    write_output(out_file, text, what="--out")
+    err.print(f"wrote {safe(out_file)}; check your edits with: hetsched validate {safe(out_file)}", soft_wrap=True)
+
+
 @app.command("scenarios", epilog=examples("hetsched scenarios", "hetsched show S5"))
 def list_scenarios() -> None:
     """List the bundled scenarios (the examples and the paper's suite S1-S13)."""
@@ -218,6 +253,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a file format (or write them all with --write)."""
     from hetsched.model import UnknownNameError
+    from hetsched.model.errors import did_you_mean
     from hetsched.model.schemas import SCHEMAS, write_schemas
 
     if write is not None:
@@ -225,7 +261,8 @@ def schema(
             out.print(f"wrote {safe(path)}")
         return
     if kind not in SCHEMAS:
-        raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}")
+        raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}"
+                               + did_you_mean(kind, SCHEMAS))
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
 
 

@@ -37,7 +37,7 @@ from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenar
 from hetsched.model.files import load_scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
-from hetsched.sim.reference import (
+from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
     check_max_seconds,
     parse_reference_choice,
@@ -183,8 +183,13 @@ class RoundStream:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """No more progress lines (the rounds are done)."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def __call__(self, record: RoundRecord) -> None:
         with self._lock:
@@ -446,7 +451,8 @@ def run(
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
                 result = _drive(lambda: api.resume(
                     info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
-                    on_round=stream, llm_api_key=llm_api_key, llm_reach=reach, reference=choice.value,
+                    on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key, llm_reach=reach,
+                    reference=choice.value,
                     max_seconds=max_seconds), stream, sc, policy_name, ex.name,
                     store, state, console)
     else:
@@ -476,7 +482,8 @@ def run(
                 result = _drive(lambda: api.run(
                     sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
                     executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
-                    on_round=stream, llm_api_key=llm_api_key, reference=choice.value, max_seconds=max_seconds,
+                    on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key,
+                    reference=choice.value, max_seconds=max_seconds,
                     warm_start=warm_start),
                     stream, sc, policy_name, ex.name, store, state, console)
     if trace is not None:

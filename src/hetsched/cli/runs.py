@@ -15,6 +15,7 @@ from rich.table import Table
 from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.cli.run import mapping_text
 from hetsched.model import Mapping, RoundRecord
+from hetsched.model.errors import did_you_mean
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
 from hetsched.store.db import recovery_hint
@@ -89,7 +90,8 @@ def runs_command(
 ) -> None:
     """List the recorded runs, newest first."""
     if status is not None and status not in STATUSES:
-        raise fail(f"--status {status!r} is not a run status; accepted: {', '.join(STATUSES)}")
+        raise fail(f"--status {status!r} is not a run status; accepted: {', '.join(STATUSES)}"
+                   + did_you_mean(status, STATUSES))
     path = resolve_store_path(store)
     if not path.exists():
         if as_json:

@@ -23,7 +23,7 @@ from hetsched.model import InputError, UnknownNameError
 from hetsched.model.errors import did_you_mean
 from hetsched.tools.base import SIZES
 
-_KINDS = ("bool", "int", "float", "str", "choice", "device", "modules", "dict")
+_KINDS = ("bool", "int", "float", "str", "choice", "device", "modules", "dict", "any")
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,8 @@ class Option:
     """Keyword of the executor's constructor."""
     kind: str
     """``bool``, ``int``, ``float``, ``str``, ``choice`` (one of ``choices``), ``device`` (a device choice
-    or ``cuda:N``), ``modules`` (a list of module names or files) or ``dict`` (a JSON object)."""
+    or ``cuda:N``), ``modules`` (a list of module names or files), ``dict`` (a JSON object) or ``any`` (a
+    Python object, from code only)."""
     help: str
     """What it does, in a few words."""
     low: float | None = None
@@ -73,6 +74,8 @@ class Option:
             text = "module names or Python files: a list, or one text (commas between several)"
         elif self.kind == "dict":
             text = "a JSON object"
+        elif self.kind == "any":
+            text = "a Python object (from code)"
         else:
             text = "a text"
         return text + (" (or null for the default)" if self.optional else "")
@@ -84,6 +87,8 @@ class Option:
                 return None
             raise self._bad(value, owner)
         kind = self.kind
+        if kind == "any":
+            return value
         if kind == "bool":
             if isinstance(value, bool):
                 return value
@@ -199,6 +204,14 @@ SCHEMAS: dict[str, tuple[Option, ...]] = {
                high=86_400.0),
         Option("load_timeout_s", "float", "how long gpu_now actors may take to be placed and load, seconds",
                low=0.0, low_open=True, high=7 * 86_400.0),
+    ),
+    "inproc": (
+        Option("tools", "any", "tool objects by name (hs.Session passes them)", optional=True),
+        _DEVICE,
+        Option("size", "choice", "tool size preset", choices=SIZES),
+        _MODULES,
+        Option("max_threads", "int", "most tool calls running at once", low=1, high=4096),
+        Option("device_threads", "int", "GPU calls the stand-in device runs at once", low=1, high=4096),
     ),
 }
 """Executor name -> its options (every keyword of its constructor but the scenario)."""

@@ -26,6 +26,7 @@ from hetsched.llm.base import (
 from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig, resolve_llm_config
 from hetsched.model import UnknownNameError
+from hetsched.model.errors import did_you_mean
 
 DECIDERS: dict[str, str] = {
     "rules": "hetsched.llm.rules:RulesDecider",
@@ -51,7 +52,8 @@ def make_decider(name: str, llm: LLMConfig | None = None, **options: Any) -> Dec
 
     key = name.strip().lower()
     if key not in DECIDERS:
-        raise UnknownNameError(f"Unknown decider: {name!r}; valid deciders: {', '.join(DECIDERS)}")
+        raise UnknownNameError(f"Unknown decider: {name!r}; valid deciders: {', '.join(DECIDERS)}"
+                               + did_you_mean(name, DECIDERS))
     module_name, cls_name = DECIDERS[key].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
     if key in LLM_DECIDERS:

@@ -136,11 +136,12 @@ class Compiled:
         return Mapping(zip(self.names, (PLACEMENTS[c] for c in codes), strict=True))
 
     def static_ok(self, codes: Sequence[int]) -> bool:
-        """The one static check on codes: the ``gpu_now`` tools fit the budget together and every
-        queued node fits it alone (what only the FIFO order shows is left to :func:`simulate`)."""
+        """The one static check on codes, ``Scenario.infeasibility``'s budget checks with its sums in
+        the same order: the ``gpu_now`` tools fit the budget together at t = 0 and every queued node
+        fits it alone (what only the FIFO order shows is left to :func:`simulate`)."""
         need = 0.0
         seen: set[int] = set()
-        tool, budget = self.tool_idx, self.budget + EPS
+        tool, budget = self.tool_idx, self.budget
         for i, p in enumerate(codes):
             if p == NOW:
                 t = tool[i]

@@ -857,3 +857,69 @@ def detect_kind(path: Path) -> str:
         f"file {path}: not a tool library (top-level 'tools:'), a scenario ('nodes:') or a mapping; "
         f"got {type(doc).__name__}"
     )
+
+
+# ---------------------------------------------------------------------------- starting points
+def bundled_libraries() -> dict[str, Path]:
+    """Bundled tool library name (``tools``, ``tools_tiny``) -> file."""
+    return {p.stem: p for p in sorted(data_dir().glob("*.yaml"))}
+
+
+_TOP_NAME = re.compile(r"^name:.*\n?", re.MULTILINE)
+_TOP_TOOLS = re.compile(r"^tools:.*\n?", re.MULTILINE)
+
+
+def starter_text(ref: str, name: str | None = None) -> str:
+    """A bundled scenario (or tool library) as YAML to start your own from (``hetsched init``).
+
+    The text is the bundled file's, comments included. A scenario copy stands alone: the cards it
+    takes from a bundled library are written inline under ``cards:`` (with their provenance), and
+    its ``name:`` is ``name``, or dropped when ``name`` is None so that the copy takes its file's
+    name when it is loaded (a copy never keeps the bundled name). A library is returned as it is.
+    """
+    libraries = bundled_libraries()
+    if ref in libraries:
+        return libraries[ref].read_text(encoding="utf-8")
+    scenarios = bundled_scenarios()
+    if ref not in scenarios:
+        choices = [*scenarios, *libraries]
+        raise UnknownNameError(f"{_value(ref)} is not a bundled scenario or tool library; bundled: "
+                               f"{', '.join(choices)}" + did_you_mean(ref, choices))
+    path = scenarios[ref]
+    text = path.read_text(encoding="utf-8")
+    doc = _expect_dict(read_structured(path), "the top level", path)
+    if name is None:
+        text = _TOP_NAME.sub("# name: this file's name unless you set one (a copy of a bundled scenario\n"
+                             f"# must not keep its name, {ref!r})\n", text, count=1)
+    else:
+        text = _TOP_NAME.sub(lambda _: f"name: {json.dumps(name)}\n", text, count=1)
+    if "tools" in doc:  # a library next to the bundled file: inline the cards the scenario uses
+        lib_path = (path.parent / str(doc["tools"])).resolve()
+        lib = _expect_dict(read_structured(lib_path), "the top level", lib_path)
+        entries = _expect_dict(lib.get("tools"), "tools", lib_path)
+        defaults = {k: lib[k] for k in PROVENANCE_DEFAULTS if k in lib}
+        used = [n.tool for n in _parse_nodes(doc.get("nodes"), path)]
+        wanted: list[str] = []
+        while used:  # each tool, its base, the base's base...
+            tool = used.pop()
+            if tool in entries and tool not in wanted:
+                wanted.append(tool)
+                base = entries[tool].get("base")
+                if isinstance(base, str):
+                    used.append(base)
+        cards: dict[str, Any] = {}
+        for tool in sorted(wanted):
+            entry = dict(entries[tool])
+            if "provenance" not in entry and "base" not in entry:
+                prov = dict(defaults)
+                if "source" in entry:
+                    prov["source"] = entry.pop("source")
+                entry["provenance"] = prov
+            cards[tool] = entry
+        if "cards" in doc:  # cards of its own too: point at the library where it is installed instead
+            return _TOP_TOOLS.sub(lambda _: f"tools: {json.dumps(str(lib_path))}\n", text, count=1)
+        text = _TOP_TOOLS.sub(f"# the cards below are copied from the bundled library {lib_path.name}\n", text,
+                              count=1)
+        block = yaml.safe_dump({"cards": cards}, sort_keys=False, allow_unicode=True, width=110)
+        text = text.rstrip("\n") + "\n" + block
+    return text

@@ -1,7 +1,7 @@
 """The oracle policy: proposes the reference mapping every round (the model's optimum).
 
-The search itself lives on the evaluation side (``hetsched.sim.oracle`` and
-``hetsched.sim.reference``); this policy asks the planner the loop gives it, so it proposes
+The search itself lives on the evaluation side (``hetsched.search.oracle`` and
+``hetsched.search.reference``); this policy asks the planner the loop gives it, so it proposes
 the exact optimum when the space allows and a labelled best-known mapping otherwise.
 Imports the model and the policy base only.
 """

@@ -1,8 +1,8 @@
-"""The simulated executor (discrete-event, DESIGN.md's contention model) and the searches
-that use it as the model of the world, for reports: ``bounds`` (vectorized lower bounds),
-``oracle`` (exact branch-and-bound), ``local_search`` (best-known search), ``lower_bound``
-(bounds on the optimum) and ``reference`` (what reports compare against, and the planner).
-Imports only ``hetsched.model`` (and numpy)."""
+"""The simulator executor: a workflow run under a mapping on the contention model
+(:mod:`hetsched.model.contention`), with the machine's noise, returning a ``Trace``. The searches
+that use the model as the world (exact branch-and-bound, bounds, local search, lower bound, the
+reference and the planner) are in :mod:`hetsched.search`.
+Imports only ``hetsched.model``."""
 
 from hetsched.sim.engine import Simulator, lognormal_factors
 

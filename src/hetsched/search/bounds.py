@@ -1,12 +1,12 @@
 """Lower bounds on the noise-free E2E of (partial) mappings, vectorized with numpy.
 
-The exact search (:mod:`hetsched.sim.oracle`), the best-known search
-(:mod:`hetsched.sim.local_search`) and the reference's lower bound (:mod:`hetsched.sim.reference`)
+The exact search (:mod:`hetsched.search.oracle`), the best-known search
+(:mod:`hetsched.search.local_search`) and the reference's lower bound (:mod:`hetsched.search.reference`)
 all bound with this module. Nodes are assigned in a fixed topological order (``BoundModel.order``),
 so the nodes of a partial mapping (a *prefix*) always include every predecessor of each of them.
 For a batch of prefixes (rows) it keeps, per row, the relaxed finish time of every assigned node
 and running sums, and returns a bound that holds for every completion of the prefix. Each term
-is a lower bound on the E2E the simulator (:mod:`hetsched.sim.engine`) computes, for these
+is a lower bound on the E2E the contention model (:mod:`hetsched.model.contention`) computes, for these
 reasons (docs/reference.md spells them out):
 
 - **critical path**: a node cannot start before its inputs arrive and then runs at least its

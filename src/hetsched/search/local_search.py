@@ -1,6 +1,6 @@
 """The best-known search: iterated local search with large-neighbourhood moves over the noise-free simulator.
 
-Used for workflows too large for the exact search (:mod:`hetsched.sim.oracle`), and by the exact
+Used for workflows too large for the exact search (:mod:`hetsched.search.oracle`), and by the exact
 search itself for its first incumbent. Anytime: it returns the best mapping found when its budget
 ends, which is either a time budget (``max_seconds``) or a number of simulations (``max_evals``;
 then the result is the same for a seed on every machine).
@@ -11,7 +11,7 @@ One iteration:
    ``MAX_NEIGHBOURS`` of them on long workflows) and tool moves (every node
    of one tool to one placement: ``gpu_now`` residency is per tool, so these cross VRAM cliffs
    that single moves cannot). Each neighbourhood is bounded at once with
-   :class:`~hetsched.sim.bounds.BoundModel`; a neighbour whose lower bound cannot beat the current
+   :class:`~hetsched.search.bounds.BoundModel`; a neighbour whose lower bound cannot beat the current
    mapping is never simulated, the others are simulated in order of their bound and the first
    improvement is taken.
 2. **Window re-optimization (large neighbourhood).** A window of up to ``WINDOW`` nodes (a node and
@@ -40,11 +40,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hetsched.model import Scenario
+from hetsched.model.contention import simulate
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
-from hetsched.sim.bounds import BoundModel
-from hetsched.sim.engine import Simulator
+from hetsched.search.bounds import BoundModel
 
 WINDOW = 6
 """Largest number of nodes a window move re-optimizes exactly (3^6 = 729 combinations)."""
@@ -80,30 +80,16 @@ class Evaluator:
 
     def __init__(self, scenario: Scenario, bounds: BoundModel | None = None) -> None:
         self.scenario = scenario
-        self.sim = Simulator(scenario, noise=False)
+        self.compiled = scenario.compiled
         self.bounds = bounds or BoundModel(scenario)
-        wf = scenario.workflow
-        ids = wf.node_ids
-        tools = wf.tools
-        tindex = {t: i for i, t in enumerate(tools)}
-        self._tool = [tindex[wf.tool_of[n]] for n in ids]
-        self._tool_vram = [scenario.cards[t].vram_mb for t in tools]
-        self._vram = [scenario.card_of(n).vram_mb for n in ids]
-        self._budget = scenario.machine.vram_budget_mb
         self._cache: dict[tuple[int, ...], float] = {}
         self.evaluations = 0
         self.sim_seconds = 0.0
 
     def static_ok(self, codes: Sequence[int]) -> bool:
-        """``Scenario.infeasibility``'s budget checks, summed in the same order (the gpu_now set at
-        t = 0, and no queue node larger than the budget); deadlocks are left to the simulation."""
-        seen: dict[int, None] = {}
-        for i, c in enumerate(codes):
-            if c == NOW:
-                seen.setdefault(self._tool[i], None)
-            elif c == QUEUE and self._vram[i] > self._budget:
-                return False
-        return sum(self._tool_vram[t] for t in seen) <= self._budget
+        """``Scenario.infeasibility``'s budget checks (:meth:`Compiled.static_ok`); deadlocks are left
+        to the simulation."""
+        return self.compiled.static_ok(codes)
 
     def __call__(self, codes: tuple[int, ...], *, checked: bool = False) -> float:
         """E2E of ``codes`` (inf when it cannot run); ``checked``: the caller has already made
@@ -115,7 +101,7 @@ class Evaluator:
             e = math.inf
         else:
             t0 = time.perf_counter()
-            e = self.sim.e2e_codes(codes)
+            e = simulate(self.compiled, codes).e2e_ms
             self.sim_seconds += time.perf_counter() - t0
             self.evaluations += 1
         if len(self._cache) >= _CACHE_MAX:

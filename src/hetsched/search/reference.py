@@ -1,11 +1,11 @@
 """References for reports, and the planner the loop hands policies: the model's noise-free view.
 
 - :func:`reference`: the mapping a report compares against: the exact oracle
-  (:mod:`hetsched.sim.oracle`) when its search is estimated to fit the time budget, else a
+  (:mod:`hetsched.search.oracle`) when its search is estimated to fit the time budget, else a
   labelled best-known mapping from :func:`best_known` with a proven lower bound, or none.
 - :func:`best_known`: the best mapping an iterated local search
-  (:mod:`hetsched.sim.local_search`) finds in the budget, and a lower bound on the optimum
-  (:mod:`hetsched.sim.lower_bound`), so the report can say how far from optimal it may be.
+  (:mod:`hetsched.search.local_search`) finds in the budget, and a lower bound on the optimum
+  (:mod:`hetsched.search.lower_bound`), so the report can say how far from optimal it may be.
 - :class:`SimPlanner`: the :class:`~hetsched.model.Planner` built on the noise-free simulator
   (feasibility including FIFO deadlocks, predicted E2E, the reference).
 
@@ -27,10 +27,11 @@ from hetsched.model import (
     ReferenceKind,
     Scenario,
 )
+from hetsched.model.errors import did_you_mean
+from hetsched.search.local_search import Evaluator, local_search
+from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
+from hetsched.search.oracle import SearchTooLong, solve
 from hetsched.sim.engine import Simulator
-from hetsched.sim.local_search import Evaluator, local_search
-from hetsched.sim.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
-from hetsched.sim.oracle import SearchTooLong, solve
 
 DEFAULT_SEARCH_SECONDS = 10.0
 """Time budget of a reference by default (``--max-seconds``): the exact search must be estimated
@@ -58,7 +59,8 @@ def parse_reference_choice(text: str) -> ReferenceChoice:
         return ReferenceChoice(text.strip().lower())
     except ValueError:
         accepted = ", ".join(c.value for c in ReferenceChoice)
-        raise InputError(f"--reference: unknown value {text!r}; accepted: {accepted}") from None
+        raise InputError(f"--reference: unknown value {text!r}; accepted: {accepted}"
+                         + did_you_mean(text, [c.value for c in ReferenceChoice])) from None
 
 
 def check_max_seconds(value: float | None, option: str = "--max-seconds") -> float | None:
@@ -71,7 +73,7 @@ def check_max_seconds(value: float | None, option: str = "--max-seconds") -> flo
 def lower_bound_ms(scenario: Scenario) -> float:
     """A lower bound on the E2E of every feasible mapping under the model, without search: the
     larger of the bound of the empty mapping (critical path, device work, VRAM x time) and the
-    Lagrangian bound that sees the VRAM budget (:func:`~hetsched.sim.lower_bound.dual_bound_ms`)."""
+    Lagrangian bound that sees the VRAM budget (:func:`~hetsched.search.lower_bound.dual_bound_ms`)."""
     return max(root_bound_ms(scenario), dual_bound_ms(scenario))
 
 
@@ -130,7 +132,7 @@ def reference(
     Args:
         scenario: the scenario.
         choice: auto, oracle, best-known or none.
-        max_seconds: time budget. ``oracle`` raises :class:`~hetsched.sim.oracle.SearchTooLong`
+        max_seconds: time budget. ``oracle`` raises :class:`~hetsched.search.oracle.SearchTooLong`
             when the exact search is estimated (or found) to need more (None: no limit);
             ``auto`` then falls back to best-known, starting from the best mapping the exact
             search had seen, with the time left (at least a quarter of the budget);

@@ -4,10 +4,10 @@ PAPER.md's oracle enumerates every feasible mapping and measures each; ours eval
 with the noise-free simulator, so it is the true optimum of the model (noise cannot crown a
 lucky mapping), and it does not simulate what provably cannot win:
 
-1. A seeded local search (:mod:`hetsched.sim.local_search`) finds a good first incumbent.
+1. A seeded local search (:mod:`hetsched.search.local_search`) finds a good first incumbent.
 2. Nodes are assigned in topological order, a few at a time (a *level*). Each batch of prefixes
    is extended by every combination of the level's placements at once with numpy, and every child
-   whose lower bound (:mod:`hetsched.sim.bounds`: critical path, admission, GPU/CPU work, VRAM x
+   whose lower bound (:mod:`hetsched.search.bounds`: critical path, admission, GPU/CPU work, VRAM x
    time, sibling contention) cannot beat the current threshold, or whose ``gpu_now`` set is over
    the budget, is dropped. Survivors
    are explored depth first, lowest bound first, with an explicit stack: memory is bounded by
@@ -54,8 +54,8 @@ import numpy as np
 from hetsched.model import InputError, Mapping, Placement, Scenario
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
-from hetsched.sim.bounds import BoundModel, Rows
-from hetsched.sim.local_search import Evaluator, local_search
+from hetsched.search.bounds import BoundModel, Rows
+from hetsched.search.local_search import Evaluator, local_search
 
 _TIE_REL = 1e-9
 DEFAULT_MAX_SECONDS = 60.0

@@ -1,6 +1,6 @@
 """A proven lower bound on the optimal noise-free E2E, for workflows too large to solve exactly.
 
-The bound of the empty mapping (:class:`~hetsched.sim.bounds.BoundModel`: critical path with
+The bound of the empty mapping (:class:`~hetsched.search.bounds.BoundModel`: critical path with
 every node at its fastest, work on each device, VRAM x time) holds for every mapping but is weak.
 This module raises it by best-first branch-and-bound on the bounds alone: it keeps a frontier of
 prefixes (partial mappings in topological order), repeatedly expands the prefixes whose bound is
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hetsched.model import Scenario
-from hetsched.sim.bounds import BoundModel, Rows
-from hetsched.sim.local_search import Evaluator
+from hetsched.search.bounds import BoundModel, Rows
+from hetsched.search.local_search import Evaluator
 
 MAX_FRONTIER_CELLS = 1 << 23
 """Largest frontier the bound search keeps, in prefixes x their length (about 75 MB)."""
@@ -159,7 +159,7 @@ def dual_bound_ms(scenario: Scenario, steps: int = 8, max_big: int = 6) -> float
 
     For every feasible mapping m, E2E(m) is at least each of: its critical path CP(m) (isolated
     times), its GPU work Wg(m), its CPU work Wc(m) and its VRAM x time over the budget M(m)
-    (:mod:`hetsched.sim.bounds`), hence at least any convex combination of them; and its
+    (:mod:`hetsched.search.bounds`), hence at least any convex combination of them; and its
     ``gpu_now`` tools fit: sum(vram) - budget <= 0. So for weights w in the simplex and lambda >= 0,
     OPT >= min over all mappings of [w . (CP, Wg, Wc, M) + lambda (sum of gpu_now VRAM - budget)].
     A tool held by several nodes is charged vram / (its node count) per ``gpu_now`` node (at most
