@@ -132,17 +132,22 @@ def test_a_mapping_measured_infeasible_is_not_run_again_without_a_reask() -> Non
     assert "measured infeasible in round 0" in decider.received[2][-1]["content"]  # the re-ask says so
 
 
-def test_measured_infeasible_reads_rounds_and_probes_not_budget_checks_and_skips_junk() -> None:
-    m = {"A": "cpu"}
-    records: list[Any] = [
-        {"kind": "infeasible", "mapping": m, "source": "round", "round": 2, "reason": "tool error: x"},
-        {"kind": "infeasible", "mapping": {"A": "gpu_now"}, "source": "budget check", "round": 3, "reason": "OOM"},
-        {"kind": "last_round", "mapping": {"A": "gpu_queue"}, "feasible": False, "round": 4, "reason": ""},
-        {"kind": "infeasible", "mapping": "junk", "source": "probe", "round": 1},
-        {"kind": "infeasible", "mapping": {"A": "tpu"}, "source": "probe", "round": 1},
-        "not a record",
+def test_measured_infeasible_reads_rounds_and_probes_not_budget_checks() -> None:
+    from hetsched.model.observations import Execution, Infeasible, LastRound
+
+    records = [
+        Infeasible((("A", "cpu"),), "C", "tool error: x", "round", 2),
+        Infeasible((("A", "gpu_now"),), "G", "OOM", "budget check", 3),
+        LastRound(4, (("A", "gpu_queue"),), "Q", feasible=False, e2e_ms=None, reason=""),
+        LastRound(5, (("A", "gpu_now"),), "G", feasible=True, e2e_ms=3.0, reason=""),
+        Infeasible((("A", "gpu_now"),), "G", "deadlock", "probe", 1),
+        Execution((("A", "cpu"),), "C", 1, 5.0, 5.0, 5.0, (0,), 0),
     ]
-    assert measured_infeasible(records) == {Mapping(m): (2, "tool error: x"), Mapping({"A": "gpu_queue"}): (4, "")}
+    assert measured_infeasible(records) == {
+        Mapping({"A": "cpu"}): (2, "tool error: x"),
+        Mapping({"A": "gpu_queue"}): (4, ""),
+        Mapping({"A": "gpu_now"}): (1, "deadlock"),
+    }
 
 
 # ---------------------------------------------------------------- user strings are data everywhere in the prompt

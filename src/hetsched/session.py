@@ -28,6 +28,7 @@ helpers (it sits beside the loop, above everything it drives).
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 import time
@@ -182,8 +183,9 @@ class Session:
             since those executors look tools up there; their functions must be defined at module level.
         policy: a policy name (``agentic`` by default, with the ``rules`` decider) or a Policy object.
         policy_options: ``make_policy`` options for a policy name (JSON-ready; recorded).
-        executor: ``inproc`` (default: tools in this process), ``local``, ``ray``, ``sim``, or an
-            Executor object (then the caller closes it).
+        executor: ``inproc`` (default: tools in this process), ``local``, ``ray`` (a request's inputs
+            reach their worker processes or tasks), ``sim`` (runs no tools), or an Executor object (then
+            the caller closes it).
         executor_options: the executor's options.
         store: a run store path, a :class:`~hetsched.store.RunStore`, None for the default store
             (``$HETSCHED_STORE``, else the user data dir), or False to record nothing.
@@ -381,7 +383,8 @@ class Session:
                                                seed=seed, executor=ex.name))
         if isinstance(ex, InProcessExecutor):
             return ex.run_request(mapping, inputs, seed)
-        trace = ex.run(mapping, seed=seed)
+        # inputs: submit checked that this executor's run takes them
+        trace = ex.run(mapping, seed=seed, inputs=inputs) if inputs else ex.run(mapping, seed=seed)  # type: ignore[call-arg]
         outputs = dict(getattr(ex, "last_outputs", {}) or {}) if trace.feasible else {}
         error = None
         if not trace.feasible and trace.kind is not None and trace.kind.value in ("tool_error", "timeout", "oom"):
@@ -410,9 +413,11 @@ class Session:
         returns the sinks' outputs with the round's record. A tool that raises raises
         :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
         given = self._inputs(value, inputs)
-        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim":
+        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim" and \
+                "inputs" not in inspect.signature(self.executor.run).parameters:
             raise InputError(f"executor {self.executor.name!r} runs source nodes without inputs; a request's inputs "
-                             "reach the tools with executor='inproc' (submit() with no value runs the workflow as is)")
+                             "reach the tools with executor='inproc', 'local' or 'ray' (submit() with no value runs "
+                             "the workflow as is)")
         self._stop_idle()
         with self._held() as waited_ms:
             r = len(self._history)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from hetsched.model import Attempt, HetschedError, InputError, Mapping, Planner, Scenario
+from hetsched.model.observations import Observation
 
 DEFAULT_MAX_ATTEMPTS = 3
 """Asks per round for chat deciders: the first ask plus two re-asks carrying the validation error."""
@@ -79,9 +80,9 @@ class DecisionContext:
     """Rounds planned for the run."""
     cards_visible: bool = True
     """False in cold start: only names, descriptions and measurements may be used."""
-    observations: tuple[dict[str, Any], ...] = ()
-    """The runtime monitor's records as JSON (``kind``-tagged: execution, infeasible, latency,
-    probe, unmeasured, budget, last_round)."""
+    observations: tuple[Observation, ...] = ()
+    """The runtime monitor's typed records (:mod:`hetsched.model.observations`: execution,
+    infeasible, latency, probe, unmeasured, budget, last round)."""
     observations_text: str = ""
     """The same records rendered for a prompt."""
     planner: Planner | None = None

@@ -1,21 +1,23 @@
-"""Reading the monitor's JSON observation records: what was measured, and the best of it.
+"""Reading the monitor's observation records: what was measured, and the best of it.
 
-Deciders receive the monitor's output as JSON records (``DecisionContext.observations``), so
-they see exactly what the monitor exposes (which is what the ablation varies) without
-importing the monitor. :class:`Evidence` reads every record a deterministic decider can use in
-one pass, with mappings as placement codes (building a :class:`~hetsched.model.Mapping` per
-record costs O(n) each and there are O(n) records at scale); the functions below it are the
-simple views the ``argmin`` decider and the fallback use. Imports only ``hetsched.model``.
+Deciders receive the monitor's typed records (``DecisionContext.observations``: the
+:mod:`hetsched.model.observations` dataclasses), so they see exactly what the monitor exposes
+(which is what the ablation varies) without importing the monitor, and read fields, never keys.
+:class:`Evidence` reads every record a deterministic decider can use in one pass, with mappings
+as placement codes (building a :class:`~hetsched.model.Mapping` per record costs O(n) each and
+there are O(n) records at scale); the functions below it are the simple views the ``argmin``
+decider and the fallback use. Imports only ``hetsched.model``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from hetsched.model import Mapping, Placement, Scenario
 from hetsched.model.mapping import PLACEMENTS
+from hetsched.model.observations import Execution, LastRound, NodeLatency, Observation, Pairs
+from hetsched.model.observations import Infeasible as InfeasibleRecord
 
 Codes = tuple[int, ...]
 """A mapping as placement codes in workflow node order (``Placement.code``)."""
@@ -65,37 +67,33 @@ class Evidence:
     """The previous round's mapping (None in round 0)."""
     last_feasible: bool = True
     """Whether the previous round's mapping ran."""
-    latency: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    latency: dict[tuple[str, str], NodeLatency] = field(default_factory=dict)
     """(node, placement) -> the running-average record (mean latency under contention...)."""
 
     @classmethod
-    def read(cls, scenario: Scenario, records: Sequence[dict[str, Any]]) -> Evidence:
-        """Parse the records once (mappings as codes)."""
+    def read(cls, scenario: Scenario, records: Sequence[Observation]) -> Evidence:
+        """Read the records once (mappings as codes)."""
         ev = cls(scenario.workflow.node_ids)
         for r in records:
-            kind = r.get("kind")
-            if kind == "execution":
-                codes = ev.codes(r)
-                rounds = r.get("rounds") or [0]
-                ev.measured[codes] = MeasuredCodes(
-                    codes, float(r["mean_e2e_ms"]), int(r["runs"]), int(max(rounds)), len(ev.measured)
-                )
-            elif kind == "infeasible":
-                ev.infeasible.setdefault(ev.codes(r), str(r.get("reason", "")))
-            elif kind == "last_round":
-                ev.last = ev.codes(r)
-                ev.last_feasible = bool(r.get("feasible", True))
-            elif kind == "latency":
-                ev.latency[(str(r["node"]), str(r["placement"]))] = r
+            if isinstance(r, Execution):
+                codes = ev.codes(r.code, r.mapping)
+                last = max(r.rounds or (0,))
+                ev.measured[codes] = MeasuredCodes(codes, r.mean_e2e_ms, r.runs, last, len(ev.measured))
+            elif isinstance(r, InfeasibleRecord):
+                ev.infeasible.setdefault(ev.codes(r.code, r.mapping), r.reason)
+            elif isinstance(r, LastRound):
+                ev.last = ev.codes(r.code, r.mapping)
+                ev.last_feasible = r.feasible
+            elif isinstance(r, NodeLatency):
+                ev.latency[(r.node, r.placement)] = r
         return ev
 
-    def codes(self, record: dict[str, Any]) -> Codes:
-        """A record's mapping as codes: from its letter code when it has one, else from its mapping."""
-        code = record.get("code")
-        if isinstance(code, str) and len(code) == len(self.order) and all(ch in _OF_LETTER for ch in code):
+    def codes(self, code: str, mapping: Pairs) -> Codes:
+        """A record's mapping as codes: from its letter code when it has one, else from its pairs."""
+        if len(code) == len(self.order) and all(ch in _OF_LETTER for ch in code):
             return tuple(_OF_LETTER[ch] for ch in code)
-        mapping = record["mapping"]
-        return tuple(Placement(mapping[n]).code for n in self.order)
+        by_node = dict(mapping)
+        return tuple(Placement(by_node[n]).code for n in self.order)
 
     def mapping(self, codes: Codes) -> Mapping:
         """The mapping of codes."""
@@ -109,35 +107,31 @@ class Evidence:
         return min(self.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
 
 
-def measured(records: Sequence[dict[str, Any]]) -> list[Measured]:
+def measured(records: Sequence[Observation]) -> list[Measured]:
     """Every mapping that ran to completion, in the order the monitor listed them."""
-    return [
-        Measured(Mapping(r["mapping"]), float(r["mean_e2e_ms"]), int(r["runs"]))
-        for r in records
-        if r.get("kind") == "execution"
-    ]
+    return [Measured(Mapping(dict(r.mapping)), r.mean_e2e_ms, r.runs) for r in records if isinstance(r, Execution)]
 
 
-def best_measured(records: Sequence[dict[str, Any]]) -> Measured | None:
+def best_measured(records: Sequence[Observation]) -> Measured | None:
     """The measured mapping with the lowest mean E2E (ties: listed first); None when nothing ran."""
-    best: dict[str, Any] | None = None
+    best: Execution | None = None
     for r in records:
-        if r.get("kind") == "execution" and (best is None or float(r["mean_e2e_ms"]) < float(best["mean_e2e_ms"])):
+        if isinstance(r, Execution) and (best is None or r.mean_e2e_ms < best.mean_e2e_ms):
             best = r
     if best is None:
         return None
-    return Measured(Mapping(best["mapping"]), float(best["mean_e2e_ms"]), int(best["runs"]))
+    return Measured(Mapping(dict(best.mapping)), best.mean_e2e_ms, best.runs)
 
 
-def last_round(records: Sequence[dict[str, Any]]) -> Mapping | None:
+def last_round(records: Sequence[Observation]) -> Mapping | None:
     """The mapping executed in the previous round (None in round 0)."""
     for r in records:
-        if r.get("kind") == "last_round":
-            return Mapping(r["mapping"])
+        if isinstance(r, LastRound):
+            return Mapping(dict(r.mapping))
     return None
 
 
-def fallback_mapping(scenario: Scenario, records: Sequence[dict[str, Any]]) -> tuple[Mapping, str]:
+def fallback_mapping(scenario: Scenario, records: Sequence[Observation]) -> tuple[Mapping, str]:
     """The mapping used when a decider gives none: the best measured feasible one, else all-CPU."""
     best = best_measured(records)
     if best is not None:

@@ -414,7 +414,7 @@ class RulesDecider(Decider):
             got = predicted.get((i, code))
             if not got or sum(got) <= 0:
                 continue
-            ratio = float(record["mean_ms"]) / (sum(got) / len(got))
+            ratio = record.mean_ms / (sum(got) / len(got))
             if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
                 continue
             scale = cpu if code == Placement.CPU.code else gpu

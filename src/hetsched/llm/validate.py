@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hetsched.model import Mapping, MappingError, Placement, Planner, Scenario, parse_placement
-from hetsched.model.observations import quote
+from hetsched.model.observations import Infeasible as InfeasibleRecord
+from hetsched.model.observations import LastRound, Observation, quote
 from hetsched.model.scenario import cold_reason
 from hetsched.model.trace import Infeasibility
 
@@ -82,30 +83,21 @@ def _reason(refused: Infeasibility, cards_visible: bool) -> str:
     return quote(str(refused) if cards_visible else cold_reason(refused))
 
 
-def measured_infeasible(records: Sequence[Any]) -> dict[Mapping, tuple[int, str]]:
+def measured_infeasible(records: Sequence[Observation]) -> dict[Mapping, tuple[int, str]]:
     """Mappings the observations say were executed and could not run: ``mapping -> (round, reason)``.
 
-    Read from the monitor's JSON records: ``infeasible`` records of a round or a probe (not the
-    ``budget check`` ones, which were never executed) and an infeasible ``last_round``. Records
-    that do not have the expected shape are skipped.
+    Read from the monitor's records: ``Infeasible`` records of a round or a probe (not the
+    ``budget check`` ones, which were never executed) and an infeasible ``LastRound``.
     """
     found: dict[Mapping, tuple[int, str]] = {}
     for r in records:
-        if not isinstance(r, dict):
-            continue
-        kind = r.get("kind")
-        if kind == "infeasible" and r.get("source") in ("round", "probe"):
-            pass
-        elif not (kind == "last_round" and r.get("feasible") is False):
-            continue
-        raw, rnd = r.get("mapping"), r.get("round")
-        if not isinstance(raw, dict) or not isinstance(rnd, int):
-            continue
-        try:
-            m = Mapping(raw)
-        except (MappingError, ValueError, TypeError):
-            continue
-        found.setdefault(m, (rnd, str(r.get("reason") or "")))
+        ran: InfeasibleRecord | LastRound | None = None
+        if isinstance(r, InfeasibleRecord):
+            ran = r if r.source in ("round", "probe") else None  # a budget check never ran
+        elif isinstance(r, LastRound):
+            ran = None if r.feasible else r
+        if ran is not None:
+            found.setdefault(Mapping(dict(ran.mapping)), (ran.round, ran.reason))
     return found
 
 

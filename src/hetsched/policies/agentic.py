@@ -134,7 +134,7 @@ class Agentic(Policy):
                 round=len(history),
                 rounds=self.ctx.rounds,
                 cards_visible=not self.cold_start,
-                observations=records,
+                observations=obs.records,
                 observations_text=obs.text,
                 planner=self.ctx.planner,
             )
@@ -155,7 +155,7 @@ class Agentic(Policy):
         reason = ""
         rationale = decision.rationale
         if mapping is None:
-            mapping, why = fallback_mapping(sc, records)
+            mapping, why = fallback_mapping(sc, obs.records)
             reason = f"{problem}; {why}" if problem else why
             rationale = f"fallback: {why}"
         record = DecisionRecord(
