@@ -278,6 +278,7 @@ class RayExecutor(ClosingExecutor):
                     started = True
                 else:
                     _use_cluster_token()
+                    _driver_settings()
                     ray.init(address=self.address, runtime_env=self._runtime_env, **quiet)
                     started = False
             except (ConnectionError, rex.RayError, ValueError, RuntimeError) as exc:
@@ -380,6 +381,17 @@ class RayExecutor(ClosingExecutor):
             return Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name)
         self._rounds += 1
         return _Round(self, placed, hosts, inputs).execute()
+
+
+DRIVER_SETTINGS = {"RAY_task_events_report_interval_ms": "100"}
+"""Ray settings of this driver process when it joins a cluster (``RAY_*`` variables Ray reads when
+it connects; a value already set wins): the driver reports its tasks' events (submitted, and so
+ready) every 0.1 s instead of every 1 s, so a round's events reach the state API sooner."""
+
+
+def _driver_settings() -> None:
+    for key, value in DRIVER_SETTINGS.items():
+        os.environ.setdefault(key, value)
 
 
 def _driver_messages_to_stderr() -> None:
