@@ -85,3 +85,20 @@ def test_run_and_resume_from_python(tmp_path: Path) -> None:
     assert free.run_id is None and len(free.rounds) == 2
     ref = hs.reference("chain", "oracle")
     assert ref is not None and ref.exact
+
+
+def test_profile_measures_registered_tools_into_cards() -> None:
+    from tests.realtools import Worker
+
+    from hetsched.tools import unregister_tool
+
+    hs.register_tool(Worker("api_probe_tool", ms=5, mem_mb=2), replace=True)
+    try:
+        cards = hs.profile(["api_probe_tool", "api_probe_tool_x3"], runs=3, warmup=1, loads=1, device="standin")
+    finally:
+        unregister_tool("api_probe_tool")
+    by_name = {c.name: c for c in cards}
+    assert set(by_name) == {"api_probe_tool", "api_probe_tool_x3"}
+    base = by_name["api_probe_tool"]
+    assert base.provenance.runs == 3 and base.provenance.device == "standin" and base.cpu_ms >= 5
+    assert by_name["api_probe_tool_x3"].cpu_ms == pytest.approx(3 * base.cpu_ms)

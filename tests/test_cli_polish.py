@@ -105,12 +105,12 @@ def test_every_round_infeasible_says_so_and_exits_3(capsys: pytest.CaptureFixtur
 def test_simulate_prints_nothing_when_its_reference_is_refused(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import hetsched.cli.inspect as inspect
+    import hetsched.search.reference as search_reference
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise InputError("scenario 'fanout': too large")
 
-    monkeypatch.setattr(inspect, "reference", refuse)
+    monkeypatch.setattr(search_reference, "reference", refuse)  # simulate imports it when it runs
     code, out, err = cli(capsys, "simulate", "fanout", "A=cpu,B=cpu,C=cpu,D=cpu")
     assert code == EXIT_BAD_INPUT and out == "" and "too large" in err
 

@@ -78,3 +78,18 @@ def test_help_lists_every_command_and_each_command_has_its_help(capsys: pytest.C
     with pytest.raises(SystemExit) as exc:
         main(["shwo"])
     assert exc.value.code == 2
+
+
+def test_looking_at_a_scenario_imports_no_simulator_search_loop_or_networkx() -> None:
+    for args in (("validate", str(Path(SRC) / "hetsched" / "data" / "scenarios" / "S13.yaml")), ("show", "S13")):
+        loaded = modules_after(*args)
+        heavy = [m for m in loaded if m.startswith(("numpy", "networkx", "hetsched.sim", "hetsched.search",
+                                                    "hetsched.loop", "hetsched.store", "hetsched.cli.run"))]
+        assert heavy == [], (args, heavy)
+
+
+def test_the_oracle_commands_default_budget_is_the_searchs() -> None:
+    from hetsched.cli.inspect import ORACLE_MAX_SECONDS
+    from hetsched.search.oracle import DEFAULT_MAX_SECONDS
+
+    assert ORACLE_MAX_SECONDS == DEFAULT_MAX_SECONDS

@@ -518,3 +518,15 @@ def test_a_node_naming_an_unknown_tool_is_refused_naming_node_and_tool() -> None
     b.add_edge(START, "a")
     with pytest.raises(InputError, match=r"node 'a' uses tool 'no_such_tool', which has no card"):
         hlg.ScheduledGraph(b.compile(), vram_budget_mb=100, store=False)
+
+
+def test_a_named_scheduled_graph_continues_its_stored_rounds_when_opened_again(tmp_path: Any) -> None:
+    store = tmp_path / "runs.sqlite"
+    with hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=store, name="svc") as app:
+        for x in range(2):
+            app.invoke({"x": x})
+        run_id = app.session.run_id
+    with hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=store, name="svc") as again:
+        assert again.session.run_id == run_id and len(again.session.rounds) == 2
+        _, response = again.invoke_with_response({"x": 3})
+        assert response.round == 2

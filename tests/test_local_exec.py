@@ -418,7 +418,8 @@ def test_agentic_on_the_local_executor_stops_exploring_within_the_measured_noise
         assert ("settled" if state.settled else "exploring stopped") in r.proposal.rationale
     deploy = result.deploy
     assert deploy is not None and deploy == deploy_choice(executions(result.rounds))
-    assert all(deploy.median_ms <= m.median_ms for m in measured_mappings(executions(result.rounds)))
+    clean = [m for m in measured_mappings(executions(result.rounds)) if not m.failed]
+    assert all(deploy.median_ms <= m.median_ms for m in clean)
     # on the simulator the rule is off unless asked for: its rounds are the policy's as before
     plain = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=6))
     assert not any("settled" in r.proposal.rationale or "exploring stopped" in r.proposal.rationale

@@ -71,8 +71,11 @@ def test_the_deploy_mapping_has_the_lowest_median_of_what_ran(rounds: list) -> N
         assert best is None
         return
     assert best is not None
+    clean = [m for m in measured_mappings(runs) if not m.failed]
     for m in measured_mappings(runs):
-        assert best.median_ms <= m.median_ms
+        assert m.failed == sum(1 for _, t in runs if not t.feasible and t.mapping == m.mapping)
+        if m in clean or not clean:  # a mapping that failed is deployed only when every mapping failed once
+            assert best.median_ms <= m.median_ms
         times = [t.e2e_ms for _, t in feasible if t.mapping == m.mapping]
         assert list(m.runs_ms) == times and m.median_ms == statistics.median(times)
         assert m.min_ms <= m.median_ms <= m.max_ms

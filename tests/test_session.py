@@ -347,14 +347,16 @@ def fails_on_seven(*xs: int) -> int:
 
 
 def test_a_session_on_the_local_executor(tmp_path: Path) -> None:
-    """Worker processes: the sinks' outputs come back, and a tool that raises fails that request, typed."""
-    wf = (hs.Workflow("local_svc").node("A", hs.function_tool("seven", seven, seven, cpu_ms=1, gpu_ms=1))
-          .node("B", hs.function_tool("plus_one", plus_one, cpu_ms=1), after="A"))
+    """Worker processes: a request's inputs reach the source, the sinks' outputs come back, and a tool
+    that raises fails that request, typed."""
+    wf = (hs.Workflow("local_svc").node("A", hs.function_tool("plus_one", plus_one, plus_one, cpu_ms=1, gpu_ms=1))
+          .node("B", hs.function_tool("seven", seven, cpu_ms=1), after="A")
+          .node("C", hs.function_tool("plus_one_b", plus_one, cpu_ms=1), after="A"))
     with hs.Session(wf, executor="local", executor_options={"device": "standin"}, policy="all-cpu",
                     store=tmp_path / "s.sqlite") as s:
-        assert s.submit().outputs == {"B": 8}
-        with pytest.raises(hs.InputError, match="reach the tools with executor='inproc'"):
-            s.submit(3)
+        assert s.submit(3).outputs == {"B": 7, "C": 5}  # 3 -> A: 4 -> C: 5
+        assert s.submit(10).outputs == {"B": 7, "C": 12}
+        assert s.submit().outputs == {"B": 7, "C": 2}  # no value: the source gets no input
     bad = hs.Workflow("local_bad").node("A", hs.function_tool("seven", seven, cpu_ms=1)).node(
         "B", hs.function_tool("fails_on_seven", fails_on_seven, cpu_ms=1), after="A")
     with hs.Session(bad, executor="local", policy="all-cpu", store=False) as s:
@@ -383,3 +385,16 @@ def test_waiting_requests_run_in_arrival_order() -> None:
         for t in threads:
             t.join()
     assert rounds == {i: i + 1 for i in range(5)}  # served in the order they arrived
+
+
+def test_the_driving_thread_reads_the_mapping_and_cannot_nest_requests() -> None:
+    with hs.Session(diamond(), store=False, executor_options=STANDIN) as s:
+        with s.begin_request() as req:
+            assert s.mapping == req.mapping  # no deadlock: this thread holds the turn
+            with pytest.raises(hs.InputError, match="finish\\(\\) it first"):
+                s.submit(1)
+            with pytest.raises(hs.InputError, match="finish\\(\\) it first"):
+                s.begin_request()
+            a = req.run_node("src", [1])
+            req.run_node("join", [req.run_node("L", [a]), req.run_node("R", [a])])
+        assert s.submit(1).round == 1

@@ -11,7 +11,6 @@ import pytest
 
 import hetsched as hs
 from hetsched.model import Placement, Scenario
-from hetsched.model.measured import deploy_choice, executions
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
 from hetsched.warm import measured_cards, prior_for
@@ -27,7 +26,7 @@ def test_a_new_session_starts_from_the_stores_best_feasible_mapping(tmp_path: Pa
     with hs.Session(sc, executor="sim", store=store, warm_start=False) as past:
         for _ in range(6):
             past.submit(None)
-        best = deploy_choice(executions(past.rounds))  # the lowest median over repeats, probes included
+        best = past.best()
     assert best is not None
     with hs.Session(sc, executor="sim", store=store) as warm:
         assert warm.prior is not None and warm.prior.mapping == best.mapping
@@ -93,9 +92,7 @@ def test_hetsched_run_warm_start_is_recorded_and_resumed_identically(tmp_path: P
     copy = tmp_path / "copy.sqlite"
     shutil.copy(past, copy)
     whole = hs.run("vram_3way", "agentic", rounds=6, seed=2, store=past, warm_start=True)
-    deploy = deploy_choice(executions(first.rounds))
-    assert deploy is not None
-    assert whole.rounds[0].mapping == deploy.mapping and "warm start" in whole.rounds[0].proposal.rationale
+    assert whole.rounds[0].mapping == best.mapping and "warm start" in whole.rounds[0].proposal.rationale
     with RunStore(past) as st:
         assert st.key(whole.run_id or "").options[WARM_START_OPTION] == [first.run_id]
 

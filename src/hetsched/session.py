@@ -28,6 +28,7 @@ helpers (it sits beside the loop, above everything it drives).
 
 from __future__ import annotations
 
+import inspect
 import random
 import threading
 import time
@@ -139,6 +140,8 @@ class _FifoLock:
         self._cond = threading.Condition()
         self._next = 0
         self._serving = 0
+        self.owner: int | None = None
+        """Thread id of the holder (None when free)."""
 
     def acquire(self) -> None:
         with self._cond:
@@ -146,9 +149,11 @@ class _FifoLock:
             self._next += 1
             while self._serving != ticket:
                 self._cond.wait()
+            self.owner = threading.get_ident()
 
     def release(self) -> None:
         with self._cond:
+            self.owner = None
             self._serving += 1
             self._cond.notify_all()
 
@@ -182,8 +187,9 @@ class Session:
             since those executors look tools up there; their functions must be defined at module level.
         policy: a policy name (``agentic`` by default, with the ``rules`` decider) or a Policy object.
         policy_options: ``make_policy`` options for a policy name (JSON-ready; recorded).
-        executor: ``inproc`` (default: tools in this process), ``local``, ``ray``, ``sim``, or an
-            Executor object (then the caller closes it).
+        executor: ``inproc`` (default: tools in this process), ``local``, ``ray`` (a request's inputs
+            reach their worker processes or tasks), ``sim`` (runs no tools), or an Executor object (then
+            the caller closes it).
         executor_options: the executor's options.
         store: a run store path, a :class:`~hetsched.store.RunStore`, None for the default store
             (``$HETSCHED_STORE``, else the user data dir), or False to record nothing.
@@ -316,12 +322,19 @@ class Session:
         """The session's turn (FIFO); yields how long the caller waited for it, ms."""
         if self._closed:
             raise InputError("the session is closed")
+        if self._turn.owner == threading.get_ident():  # this thread drives a request (begin_request): no wait
+            yield 0.0
+            return
         begin = time.monotonic()
         self._turn.acquire()
         try:
             yield (time.monotonic() - begin) * 1000.0
         finally:
             self._turn.release()
+
+    def _not_driving(self, what: str) -> None:
+        if self._turn.owner == threading.get_ident():
+            raise InputError(f"{what}: this thread is driving a request (begin_request); finish() it first")
 
     # ------------------------------------------------------------------ deciding
     def _proposal(self, probes: tuple[Probe, ...]) -> Proposal:
@@ -381,7 +394,8 @@ class Session:
                                                seed=seed, executor=ex.name))
         if isinstance(ex, InProcessExecutor):
             return ex.run_request(mapping, inputs, seed)
-        trace = ex.run(mapping, seed=seed)
+        # inputs: submit checked that this executor's run takes them
+        trace = ex.run(mapping, seed=seed, inputs=inputs) if inputs else ex.run(mapping, seed=seed)  # type: ignore[call-arg]
         outputs = dict(getattr(ex, "last_outputs", {}) or {}) if trace.feasible else {}
         error = None
         if not trace.feasible and trace.kind is not None and trace.kind.value in ("tool_error", "timeout", "oom"):
@@ -409,10 +423,13 @@ class Session:
         ``None``: the sources get no input, as in a batch round);
         returns the sinks' outputs with the round's record. A tool that raises raises
         :class:`~hetsched.exec.inproc.ToolError` (the round is recorded; the session goes on)."""
+        self._not_driving("submit")
         given = self._inputs(value, inputs)
-        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim":
+        if given and not isinstance(self.executor, InProcessExecutor) and self.executor.name != "sim" and \
+                "inputs" not in inspect.signature(self.executor.run).parameters:
             raise InputError(f"executor {self.executor.name!r} runs source nodes without inputs; a request's inputs "
-                             "reach the tools with executor='inproc' (submit() with no value runs the workflow as is)")
+                             "reach the tools with executor='inproc', 'local' or 'ray' (submit() with no value runs "
+                             "the workflow as is)")
         self._stop_idle()
         with self._held() as waited_ms:
             r = len(self._history)
@@ -476,6 +493,7 @@ class Session:
         if not isinstance(self.executor, InProcessExecutor):
             raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
                              f"{self.executor.name!r} (use submit() there)")
+        self._not_driving("begin_request")
         self._stop_idle()
         if self._closed:
             raise InputError("the session is closed")

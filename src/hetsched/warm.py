@@ -3,8 +3,8 @@
 A new session or run of a workflow the store has seen (the same DAG and tools; its cards or its
 budget may have changed) starts from:
 
-- the earlier runs' mapping to deploy (the lowest median measured E2E over its repeats, among
-  those that can still run: static check and planner on the new scenario) as its first proposal;
+- the best measured feasible mapping of the earlier runs on the same executor, re-checked
+  against the new scenario (static check and planner), as its first proposal;
 - the earlier runs' measured rounds whose mappings can still run, as evidence the monitor reads
   before the new run's own rounds.
 
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 
 from hetsched.model import Mapping, Placement, RoundRecord, Scenario, ToolCard
 from hetsched.model.limits import MIN_MS
-from hetsched.model.measured import deploy_choice, executions
 from hetsched.search.reference import SimPlanner
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
@@ -101,13 +100,11 @@ def prior_from_runs(store: RunStore, scenario: Scenario, run_ids: Sequence[str],
             evidence.append((other, feasible))
     if rounds:
         renumbered = [replace(r, round=i, probes=()) for i, r in enumerate(rounds)]
-        runs = [(r.round, p.trace) for r in rounds for p in r.probes
-                if p.trace.feasible and planner.infeasibility(p.trace.mapping) is None]
-        runs += executions(renumbered)
-        best = deploy_choice(runs)  # the lowest median over repeats (probes included), not one lucky run
-        assert best is not None  # every round kept ran to completion
+        # the single best measured round, as the issue asks: on the warm-start suite (BENCHMARKS.md) it
+        # did better than the lowest median over repeats (which favours a mapping measured often)
+        best = min(rounds, key=lambda r: r.trace.e2e_ms or 0.0)
         return Prior(best.mapping, renumbered, tuple(used),
-                     f"the mapping to deploy of run(s) {', '.join(used[:3])} ({best.describe()}), re-checked "
+                     f"best measured mapping of run(s) {', '.join(used[:3])} ({best.trace.e2e_ms:.1f} ms), re-checked "
                      "against this scenario's budget")
     if not evidence:
         return None

@@ -48,7 +48,7 @@ from hetsched.bench.suites import (
 )
 from hetsched.bench.tables import all_tables
 from hetsched.cli.app import EXIT_INTERRUPTED, app, err, examples, fail, out, safe
-from hetsched.cli.run import check_store_folder, parse_executor_options
+from hetsched.cli.common import check_store_folder, parse_executor_options
 from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
 from hetsched.model import ExecutorSpec, InputError

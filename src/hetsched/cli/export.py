@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from hetsched.cli.app import app, examples, fail
-from hetsched.cli.run import load
+from hetsched.cli.common import load
 from hetsched.exec.ray_plan import export_dict, export_text
 from hetsched.model import Mapping, Scenario
 from hetsched.model.files import load_mapping, parse_mapping_text

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from hetsched.cli.app import app, examples, fail, out, safe
-from hetsched.cli.run import SCENARIO_HELP, check_output_file, load
+from hetsched.cli.common import SCENARIO_HELP, check_output_file, load
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement
 from hetsched.model.files import load_mapping, parse_mapping_text

@@ -11,12 +11,14 @@ import typer
 from rich.table import Table
 
 from hetsched.cli.app import app, err, examples, fail, out, plain_table, safe
-from hetsched.cli.run import SCENARIO_HELP, load, mapping_text
+from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
-from hetsched.search.oracle import DEFAULT_MAX_SECONDS, solve
-from hetsched.search.reference import check_max_seconds, reference
-from hetsched.sim import Simulator
+
+# the simulator and the searches (numpy) are imported by the commands that use them: show and validate
+# of a scenario or library, and `scenarios`, start without them
+ORACLE_MAX_SECONDS = 60.0
+"""``oracle --max-seconds`` default: :data:`hetsched.search.oracle.DEFAULT_MAX_SECONDS` (a test keeps them equal)."""
 
 RICH_TABLE_ROWS = 100
 """Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
@@ -97,7 +99,7 @@ def oracle(
         "must fit --max-seconds)."
     ),
     max_seconds: float = typer.Option(
-        DEFAULT_MAX_SECONDS, "--max-seconds", metavar="SECONDS",
+        ORACLE_MAX_SECONDS, "--max-seconds", metavar="SECONDS",
         help="Give up with an estimate when the search would take longer.",
     ),
     jobs: int | None = typer.Option(
@@ -107,6 +109,9 @@ def oracle(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:
     """Find the best feasible mappings on the noise-free simulator by exact branch-and-bound."""
+    from hetsched.search.oracle import solve
+    from hetsched.search.reference import check_max_seconds
+
     sc = load(scenario)
     check_max_seconds(max_seconds)
     t0 = time.perf_counter()
@@ -180,6 +185,8 @@ def validate(
             return
         sc = load(scenario)
         mapping = sc.validate_mapping(mapping, where=f"file {file}")
+        from hetsched.sim import Simulator
+
         reason = Simulator(sc, noise=False).infeasibility(mapping)
         verdict = f", but infeasible: {safe(reason)}" if reason else ", feasible"
         out.print(f"ok: mapping for {safe(sc.name)}{verdict}")
@@ -284,9 +291,11 @@ def simulate(
     ),
 ) -> None:
     """Simulate one mapping: per-node times, VRAM, E2E and its ratio to the oracle ("what if")."""
-    from hetsched.cli.run import check_output_file
+    from hetsched.cli.common import check_output_file
     from hetsched.export import write_chrome_trace
     from hetsched.model.files import parse_mapping_text
+    from hetsched.search.reference import reference
+    from hetsched.sim import Simulator
 
     if trace is not None:
         check_output_file(trace, "--trace")

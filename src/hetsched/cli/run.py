@@ -28,13 +28,22 @@ from hetsched.cli.app import (
     plain_table,
     safe,
 )
+
+# shared with the other command modules (which import them from hetsched.cli.common); re-exported here
+from hetsched.cli.common import (  # noqa: F401
+    SCENARIO_HELP,
+    check_output_file,
+    check_store_folder,
+    load,
+    mapping_text,
+    parse_executor_options,
+)
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
 from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
-from hetsched.model import ExecutorSpec, Mapping, Reference, RoundRecord, Scenario
-from hetsched.model.files import load_scenario
+from hetsched.model import ExecutorSpec, Reference, RoundRecord, Scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
 from hetsched.search.reference import (
@@ -43,20 +52,6 @@ from hetsched.search.reference import (
     parse_reference_choice,
 )
 from hetsched.store import RunStore
-
-SCENARIO_HELP = "Scenario file, or the name of a bundled scenario (hetsched scenarios lists them)."
-"""Help text of every SCENARIO argument."""
-
-
-def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
-    """``A:gpu_now B:cpu``; with a reference, nodes that differ from it are marked with ``*``.
-
-    Plain text: pass it through :func:`~hetsched.cli.app.safe` before rich output."""
-    parts = []
-    for node, p in mapping.items():
-        mark = "*" if reference is not None and reference.get(node) != p else ""
-        parts.append(f"{node}:{p.value}{mark}")
-    return " ".join(parts)
 
 
 def reference_name(ref: Reference | None, executor: str = "sim") -> str:
@@ -90,49 +85,6 @@ def round_table(result: RunResult) -> Table:
         cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
-
-
-def check_output_file(path: Path, option: str) -> None:
-    """Fail early (exit 2) when an output file cannot be written, before any work is done."""
-    if path.is_dir():
-        raise fail(f"{option} {path} is a directory; give a file name such as {path / 'trace.json'}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
-
-
-def check_store_folder(store: Path | None, option: str = "--store") -> None:
-    """Refuse (exit 2) a ``--store`` file whose folder does not exist, naming it: a typo in a folder
-    name must not create a new folder and a new, empty store there."""
-    if store is None:
-        return
-    folder = store.expanduser().parent
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
-                   "folder")
-
-
-def load(ref: str) -> Scenario:
-    """Load a scenario by path or bundled name."""
-    return load_scenario(ref)
-
-
-def parse_executor_options(items: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` items as executor options; a VALUE that reads as JSON (numbers, true/false, lists)
-    is taken as JSON, else as a string."""
-    options: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise fail(f"--executor-option {item!r}: write KEY=VALUE, e.g. device=standin or timeout_s=60")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value.strip()
-    return options
 
 
 def describe_executor(ex: Executor, as_json: bool) -> None:

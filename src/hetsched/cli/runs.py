@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from hetsched.cli.app import app, err, examples, fail, out, safe
-from hetsched.cli.run import mapping_text
+from hetsched.cli.common import mapping_text
 from hetsched.model import Mapping, RoundRecord
 from hetsched.model.errors import did_you_mean
 from hetsched.model.measured import deploy_choice, executions

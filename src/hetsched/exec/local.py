@@ -276,9 +276,14 @@ class LocalExecutor(ClosingExecutor):
         return node_timeout_s(self.scenario.card_of(node), placement, self.timeout_s, self.timeout_factor,
                               self.min_timeout_s)
 
-    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
-        """Execute one round for real; infeasible or failed rounds come back refused, with a typed reason."""
+    def run(self, mapping: Mapping, seed: int | None = 0, inputs: dict[str, Any] | None = None) -> Trace:
+        """Execute one round for real; infeasible or failed rounds come back refused, with a typed reason.
+
+        ``inputs`` (a request's, ``hs.Session``): source node -> the value its tool receives as its one
+        input (pickled to its worker); the sink nodes' outputs are in :attr:`last_outputs` after a
+        round that ran."""
         sc = self.scenario
+        self.last_outputs = {}
         mapping = sc.validate_mapping(mapping)
         budget = sc.machine.vram_budget_mb
         gpu_nodes = [n for n in sc.workflow.node_ids if mapping[n].on_gpu]
@@ -308,7 +313,7 @@ class LocalExecutor(ClosingExecutor):
             if why is not None:
                 return refuse(InfeasibleKind.TOOL_ERROR, f"node {n!r}: tool {sc.workflow.tool_of[n]!r} could not be "
                               f"prepared on the {worker.label}: {why}")  # type: ignore[union-attr]
-        return _Round(self, mapping).execute()
+        return _Round(self, mapping, inputs).execute()
 
 
 def _close_workers(workers: list[Worker | None]) -> None:
@@ -320,8 +325,9 @@ def _close_workers(workers: list[Worker | None]) -> None:
 class _Round:
     """One execution of a mapping: the warm phase, the event loop, the cleanup."""
 
-    def __init__(self, ex: LocalExecutor, mapping: Mapping) -> None:
+    def __init__(self, ex: LocalExecutor, mapping: Mapping, inputs: dict[str, Any] | None = None) -> None:
         self.ex, self.mapping = ex, mapping
+        self.given = {n: pickle.dumps(v) for n, v in (inputs or {}).items()}  # a source's request input
         sc = ex.scenario
         self.sc, self.wf = sc, sc.workflow
         self.budget = sc.machine.vram_budget_mb
@@ -410,6 +416,8 @@ class _Round:
 
     # -- dispatch
     def inputs_for(self, node: str) -> list[tuple[str, Any]]:
+        if node in self.given and not self.wf.preds(node):
+            return [("val", self.given[node])]
         specs: list[tuple[str, Any]] = []
         for p in self.wf.preds(node):
             if self.where[p] == self.where[node] and self.keep[p]:

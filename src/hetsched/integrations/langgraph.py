@@ -455,23 +455,25 @@ class ScheduledGraph:
         library: the tool library the built-in tools' cards come from (a path; default the bundled
             reference library; ``hetsched/data/tools_tiny.yaml`` holds the tiny preset's cards).
         mode, cpu_cores: the workflow's mode (``three_way`` by default) and the machine's CPU cores.
-        name: the workflow's name.
+        name: the session's name (and the workflow's): a session opened again with the same name,
+            graph, policy and store continues from its stored rounds; None (default): a new run
+            each time, the workflow named ``langgraph``.
         loops: ``refuse`` (default) or ``fold`` (see :func:`read_graph`).
         session_options: for ``hs.Session`` (``policy``, ``store``, ``explore``, ``seed``...). The
             session's executor must drive requests node by node (the in-process one, its default).
     """
 
     def __init__(self, graph: Any, *, vram_budget_mb: float, tools: Sequence[Any] = (), library: Any = None,
-                 mode: str = "three_way", cpu_cores: int | None = None, name: str = "langgraph",
+                 mode: str = "three_way", cpu_cores: int | None = None, name: str | None = None,
                  loops: str = "refuse", **session_options: Any) -> None:
         self.graph = graph
         """The compiled LangGraph graph."""
         self.shape = read_graph(graph, loops=loops)
         """What was read from it (scheduled nodes and their precedence)."""
-        self.workflow = _build_workflow(self.shape, name=name, vram_budget_mb=vram_budget_mb, tools=tools,
-                                        library=library, mode=mode, cpu_cores=cpu_cores)
+        self.workflow = _build_workflow(self.shape, name=name or "langgraph", vram_budget_mb=vram_budget_mb,
+                                        tools=tools, library=library, mode=mode, cpu_cores=cpu_cores)
         """The hetsched workflow (``hs.Workflow``) the session schedules."""
-        self.session = Session(self.workflow, tools=list(tools), **session_options)
+        self.session = Session(self.workflow, tools=list(tools), name=name, **session_options)
         """The online session: its mapping, run store and policy."""
         self.last: Response | None = None
         """The last finished request's response (``trace``, ``mapping``, ``round``...); with

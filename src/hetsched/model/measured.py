@@ -35,6 +35,8 @@ class MeasuredMapping:
     """Its measured E2E in each feasible execution, in order, ms."""
     rounds: tuple[int, ...]
     """The round of each execution (a probe counts in the round it ran before)."""
+    failed: int = 0
+    """Executions of the mapping that did not run to completion (refused, failed, timed out)."""
 
     @property
     def median_ms(self) -> float:
@@ -61,16 +63,19 @@ class MeasuredMapping:
     def describe(self) -> str:
         """``median 101.2 ms over 4 runs (min 98.0, max 110.3, spread 12.0%)``."""
         n = len(self.runs_ms)
+        failed = f"; {self.failed} execution(s) failed" if self.failed else ""
         if n == 1:
-            return f"{self.median_ms:.1f} ms, measured once (no spread over repeats)"
+            return f"{self.median_ms:.1f} ms, measured once (no spread over repeats){failed}"
         spread = self.spread
         pct = "" if spread is None else f", spread {100 * spread:.1f}%"
-        return f"median {self.median_ms:.1f} ms over {n} runs (min {self.min_ms:.1f}, max {self.max_ms:.1f}{pct})"
+        return (f"median {self.median_ms:.1f} ms over {n} runs (min {self.min_ms:.1f}, max {self.max_ms:.1f}{pct})"
+                f"{failed}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: mapping, runs_ms, rounds, median_ms, min_ms, max_ms, spread."""
         return {"mapping": self.mapping.to_dict(), "runs_ms": list(self.runs_ms), "rounds": list(self.rounds),
-                "median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "spread": self.spread}
+                "median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "spread": self.spread,
+                "failed": self.failed}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MeasuredMapping:
@@ -79,7 +84,7 @@ class MeasuredMapping:
         rounds = tuple(int(x) for x in data.get("rounds", [-1] * len(runs)))
         if not runs or len(rounds) != len(runs):
             raise ValueError(f"a measured mapping needs one round per run, got {len(runs)} runs, {len(rounds)} rounds")
-        return cls(Mapping(data["mapping"]), runs, rounds)
+        return cls(Mapping(data["mapping"]), runs, rounds, int(data.get("failed", 0)))
 
 
 def executions(history: Sequence[RoundRecord]) -> list[tuple[int, Trace]]:
@@ -92,25 +97,29 @@ def executions(history: Sequence[RoundRecord]) -> list[tuple[int, Trace]]:
 
 
 def measured_mappings(runs: Iterable[tuple[int, Trace]]) -> list[MeasuredMapping]:
-    """The feasible executions grouped by mapping, in the order each mapping was first measured."""
+    """The feasible executions grouped by mapping, in the order each mapping was first measured, each
+    with the count of its executions that failed."""
     times: dict[Mapping, list[float]] = {}
     rounds: dict[Mapping, list[int]] = {}
+    failed: dict[Mapping, int] = {}
     for rnd, trace in runs:
         if not trace.feasible or trace.e2e_ms is None:
+            failed[trace.mapping] = failed.get(trace.mapping, 0) + 1
             continue
         times.setdefault(trace.mapping, []).append(float(trace.e2e_ms))
         rounds.setdefault(trace.mapping, []).append(rnd)
-    return [MeasuredMapping(m, tuple(t), tuple(rounds[m])) for m, t in times.items()]
+    return [MeasuredMapping(m, tuple(t), tuple(rounds[m]), failed.get(m, 0)) for m, t in times.items()]
 
 
 def deploy_choice(runs: Iterable[tuple[int, Trace]]) -> MeasuredMapping | None:
-    """The mapping to deploy: the lowest median measured E2E (ties: more runs, then the first
-    measured); None when nothing ran to completion."""
+    """The mapping to deploy: among the mappings that never failed (all of them when each failed
+    once), the lowest median measured E2E (ties: more runs, then the first measured); None when
+    nothing ran to completion."""
     measured = measured_mappings(runs)
     if not measured:
         return None
     order = {m.mapping: i for i, m in enumerate(measured)}
-    return min(measured, key=lambda m: (m.median_ms, -len(m.runs_ms), order[m.mapping]))
+    return min(measured, key=lambda m: (m.failed > 0, m.median_ms, -len(m.runs_ms), order[m.mapping]))
 
 
 def measured_noise(measured: Iterable[MeasuredMapping]) -> float | None:
@@ -125,7 +134,7 @@ SETTLE_REPEATS = 3
 """Executions a mapping needs before its place among the best counts as measured."""
 STALE_AFTER = 4
 """New mappings in a row that must fail to beat the best so far by more than the noise band
-before exploring stops."""
+before exploring stops: at least this many, and at least one per node of the workflow."""
 NOISE_FLOOR = 0.02
 """The least noise band (share of the best's median): clocks and scheduling jitter are never zero."""
 
@@ -173,17 +182,21 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
 
     - **Noise**: the run's measured noise (:func:`measured_noise`: the median relative spread of the
       mappings run at least twice), at least ``noise_floor``.
-    - **Exploring stops** once the last ``stale_after`` mappings measured for the first time were
-      each no faster than the fastest execution before them by more than the noise band: what
-      exploring finds is within what repeating one mapping already shows.
+    - **Exploring stops** once the last ``stale_after`` mappings (at least one per node of the
+      workflow) measured for the first time were each no faster than the fastest execution
+      before them by more than the noise band: what exploring finds is within what repeating one
+      mapping already shows.
     - **Then it verifies**: the best measured mapping (:func:`deploy_choice`, lowest median) is
       repeated until it has ``repeats`` runs, then each mapping whose median lies within the noise
       band of the best's, until it has ``repeats`` runs too (a faster one becomes the best).
     - **Settled** when nothing is left to repeat: the mapping to deploy is the best measured one.
     """
-    runs = [(r, t) for r, t in executions(history) if t.feasible and t.e2e_ms is not None]
-    measured = measured_mappings(runs)
-    best = deploy_choice(runs)
+    everything = executions(history)
+    runs = [(r, t) for r, t in everything if t.feasible and t.e2e_ms is not None]
+    measured = measured_mappings(everything)
+    best = deploy_choice(everything)
+    if history:
+        stale_after = max(stale_after, len(history[0].mapping))
     noise = max(measured_noise(measured) or 0.0, noise_floor)
     stale = 0
     fastest: float | None = None

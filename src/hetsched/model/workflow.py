@@ -1,17 +1,65 @@
 """The workflow DAG: nodes that each invoke one tool, and edges that may carry data.
 
-Part of the model package; imports pydantic, networkx, ``model.errors`` and ``model.limits`` only.
+Part of the model package; imports pydantic, ``model.errors`` and ``model.limits`` only (networkx only
+when :attr:`Workflow.graph` is asked for: the order and the DAG check are computed here, so loading a
+scenario does not pay networkx's import).
 """
 
 from __future__ import annotations
 
+import heapq
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetsched.model.errors import some
 from hetsched.model.limits import MAX_DATA_MB, Name
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+
+def _topological(ids: list[str], pairs: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
+    """Kahn's algorithm with the ready nodes in a heap by file position: the same order as networkx's
+    ``lexicographical_topological_sort`` keyed by file order. Returns the order (shorter than ``ids`` when
+    there is a cycle) and the successors."""
+    index = {n: i for i, n in enumerate(ids)}
+    succs: dict[str, list[str]] = {n: [] for n in ids}
+    indegree = dict.fromkeys(ids, 0)
+    for src, dst in pairs:
+        succs[src].append(dst)
+        indegree[dst] += 1
+    ready = [index[n] for n in ids if indegree[n] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        node = ids[heapq.heappop(ready)]
+        order.append(node)
+        for nxt in succs[node]:
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                heapq.heappush(ready, index[nxt])
+    return order, succs
+
+
+def _a_cycle(left: set[str], succs: dict[str, list[str]]) -> list[str]:
+    """One cycle among ``left``, the nodes Kahn's algorithm could not order. Each of them still has a
+    predecessor in ``left`` (else it would have been ordered), so walking predecessors never stops and
+    must repeat a node: the walk from that node on is a cycle, reversed."""
+    preds: dict[str, list[str]] = {n: [] for n in left}
+    for src in left:
+        for dst in succs[src]:
+            if dst in left:
+                preds[dst].append(src)
+    node = min(left)
+    seen: dict[str, int] = {}
+    path: list[str] = []
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = preds[node][0]
+    return path[seen[node]:][::-1]
 
 
 class Node(BaseModel):
@@ -68,21 +116,24 @@ class Workflow(BaseModel):
             if (e.src, e.dst) in pairs:
                 raise ValueError(f"edge {e.src}->{e.dst} is given twice")
             pairs.add((e.src, e.dst))
-        graph: nx.DiGraph[str] = nx.DiGraph()
-        graph.add_nodes_from(ids)
-        graph.add_edges_from(pairs)
-        if not nx.is_directed_acyclic_graph(graph):
-            cycle = nx.find_cycle(graph)
-            around = [u for u, _ in cycle]
+        order, succs = _topological(list(ids), [(e.src, e.dst) for e in self.edges])
+        if len(order) < len(ids):
+            around = _a_cycle(set(ids) - set(order), succs)
+            position = {n: i for i, n in enumerate(ids)}
+            start = min(range(len(around)), key=lambda i: position[around[i]])  # from its first node in the file
+            around = around[start:] + around[:start]
+            first = around[0]
             if len(around) > 10:  # name enough of a long cycle to find it, not all of it
                 around = [*around[:5], f"... ({len(around) - 6} more)", around[-1]]
-            path = " -> ".join([*around, cycle[0][0]])
+            path = " -> ".join([*around, first])
             raise ValueError(f"the workflow has a cycle ({path}); a workflow must be a DAG")
         return self
 
     @cached_property
     def graph(self) -> nx.DiGraph[str]:
         """The DAG as a networkx graph (edge attribute ``data_mb``)."""
+        import networkx as nx
+
         g: nx.DiGraph[str] = nx.DiGraph()
         for n in self.nodes:
             g.add_node(n.id, tool=n.tool)
@@ -98,8 +149,8 @@ class Workflow(BaseModel):
     @cached_property
     def topo_order(self) -> tuple[str, ...]:
         """A deterministic topological order (ties broken by file order)."""
-        index = {n: i for i, n in enumerate(self.node_ids)}
-        return tuple(nx.lexicographical_topological_sort(self.graph, key=index.__getitem__))
+        order, _ = _topological(list(self.node_ids), [(e.src, e.dst) for e in self.edges])
+        return tuple(order)
 
     @cached_property
     def tool_of(self) -> dict[str, str]:
