@@ -39,7 +39,7 @@ from hetsched.exec.devices import cpu_model
 from hetsched.exec.ray import RayExecutor
 from hetsched.model import Mapping, Placement, Scenario
 from hetsched.model.files import load_scenario
-from hetsched.sim.reference import reference
+from hetsched.search.reference import reference
 
 SETTINGS = {
     "RAY_task_events_report_interval_ms": "100",

@@ -413,6 +413,20 @@ def _cmdline(p: Path) -> bytes:
         return b""
 
 
+# ---------------------------------------------------------------------------- hs.Session on Ray
+def test_a_session_request_reaches_the_sources_and_returns_the_sinks(wide_ex: RayExecutor) -> None:
+    """A request's value reaches the source task, the sink's output comes back (Spin: value + inputs)."""
+    import hetsched as hs
+
+    with hs.Session(wide(), executor=wide_ex, policy="all-cpu", store=False) as s:  # the caller's executor
+        with_input = s.submit(5)
+        without = s.submit()
+    assert with_input.trace.feasible and without.trace.feasible
+    # A = 1 + 5 feeds B, and A and B feed every later node: the 5 reaches J along 7 paths
+    assert without.outputs == {"J": 141167}
+    assert with_input.outputs == {"J": 141167 + 7 * 5}
+
+
 # ---------------------------------------------------------------------------- last: a node dies
 def test_a_dead_node_ends_the_round_and_later_rounds_are_refused_as_unavailable(cluster: Cluster,
                                                                                 wide_ex: RayExecutor,
@@ -445,17 +459,3 @@ def test_a_dead_node_ends_the_round_and_later_rounds_are_refused_as_unavailable(
             assert ex.run(Mapping({"A": Q})).feasible, "the head still runs GPU placements"
     finally:
         unregister_tool("sleepy")
-
-
-# ---------------------------------------------------------------------------- hs.Session on Ray
-def test_a_session_request_reaches_the_sources_and_returns_the_sinks(wide_ex: RayExecutor) -> None:
-    """A request's value reaches the source task, the sink's output comes back (Spin: value + inputs)."""
-    import hetsched as hs
-
-    with hs.Session(wide(), executor=wide_ex, policy="all-cpu", store=False) as s:  # the caller's executor
-        with_input = s.submit(5)
-        without = s.submit()
-    assert with_input.trace.feasible and without.trace.feasible
-    # A = 1 + 5 feeds B, and A and B feed every later node: the 5 reaches J along 7 paths
-    assert without.outputs == {"J": 141167}
-    assert with_input.outputs == {"J": 141167 + 7 * 5}

@@ -202,20 +202,6 @@ def scan(text: str, work: ParseWork | None = None) -> Structure:
     return Structure(tuple(spans), starts[0] if starts else None)
 
 
-def top_level_spans(text: str) -> tuple[list[tuple[int, int]], int | None]:
-    """``(spans, open_start)``: the ``(start, end)`` of each balanced object not inside another,
-    and where an object still open at the end of the text starts (or None)."""
-    found = scan(text)
-    outer: list[tuple[int, int]] = []
-    min_start = len(text) + 1
-    for start, end, _ in reversed(found.spans):
-        if start < min_start:
-            outer.append((start, end))
-            min_start = start
-    outer.reverse()
-    return outer, found.open_start
-
-
 class _Budget:
     """Characters the decoder may still be handed for one reply."""
 

@@ -237,7 +237,12 @@ class Scenario(BaseModel):
         for i, n in enumerate(ids):
             if mapping[n] is Placement.GPU_NOW:
                 now_tools[wf.tool_of[n]] = now_tools.get(wf.tool_of[n], 0) | (1 << i)
+        resident = 0
+        for nodes in now_tools.values():
+            resident |= nodes
         for i in queued:
+            if not masks[i] & resident:
+                continue  # no gpu_now node depends on it: nothing can hold memory it waits for
             q = ids[i]
             holders = [t for t, nodes in now_tools.items() if nodes & masks[i]]
             held = sum(self.cards[t].vram_mb for t in holders)

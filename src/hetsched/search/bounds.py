@@ -521,6 +521,3 @@ class BoundModel:
         """Rows too close to the budget for the float sum to decide; the caller checks them exactly."""
         return np.abs(vram_now - self.budget_mb) <= self.budget_mb * _REL_SLACK + 1e-9
 
-    def global_bound(self) -> float:
-        """The bound of the empty prefix: holds for every mapping."""
-        return float(self.root().lb[0])
