@@ -13,11 +13,14 @@ import threading
 import time
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hetsched as hs
-from hetsched.model import Infeasibility, InfeasibleKind, Placement
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Placement, Proposal
 from hetsched.store import RunStore
 
 STANDIN = {"device": "standin"}
@@ -275,10 +278,130 @@ def test_a_gpu_now_node_called_concurrently_and_again_in_one_request() -> None:
             for t in threads:
                 t.join()
             assert sorted(results) == [0, 3, 6, 9, 12]
-            assert req.run_node("A", [10]) == 30  # after the tool was released: loaded again through the queue
+            assert req.run_node("A", [10]) == 30  # after all its nodes ran: still resident, nothing needed its VRAM
         rec = s.rounds[-1]
         assert rec.trace.feasible and set(rec.trace.nodes) == {"A"}
-        assert loads.count("standin") >= 2
+        assert loads.count("standin") == 1
+
+
+class _Script(hs.Policy):
+    """Proposes the given mappings in turn, then the last one again."""
+
+    name = "script"
+
+    def __init__(self, mappings: list[dict[str, str]]) -> None:
+        super().__init__()
+        self.mappings = mappings
+
+    def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
+        return Proposal(Mapping(self.mappings[min(len(history), len(self.mappings) - 1)]), rationale="script")
+
+
+_PLACEMENTS = st.sampled_from(["cpu", "gpu_now", "gpu_queue"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.fixed_dictionaries({"src": st.just("cpu"), "L": _PLACEMENTS, "R": _PLACEMENTS,
+                                       "join": st.just("cpu")}), min_size=1, max_size=6))
+def test_gpu_now_tools_stay_resident_across_requests_while_the_mapping_keeps_them(
+        mappings: list[dict[str, str]]) -> None:
+    # a serving session: a gpu_now tool is loaded once and kept while the next request keeps it
+    # gpu_now, unloaded when a mapping moves it off (before that request runs) and on close
+    events: list[tuple[str, str]] = []
+
+    def spec(name: str) -> Any:
+        def load(device: hs.Device) -> str:
+            if device.label != "cpu":  # the device loads only (CPU handles are loaded once and kept)
+                events.append(("load", name))
+            return device.label
+
+        def unload(handle: str) -> None:
+            if handle != "cpu":
+                events.append(("unload", name))
+
+        return hs.function_tool(name, lambda h, x: 2 * x, lambda h, x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600,
+                                load=load, unload=unload)
+
+    wf = (hs.Workflow("resident", mode="three_way", vram_budget_mb=1000.0)
+          .node("src", hs.function_tool("inc", lambda x: x + 1, cpu_ms=1))
+          .node("L", spec("left"), after="src").node("R", spec("right"), after="src")
+          .node("join", hs.function_tool("add", add, cpu_ms=1), after=["L", "R"]))
+    held: set[str] = set()  # the gpu_now tools resident between requests
+    stretches = 0  # loads a resident tool needs: one per stretch of requests keeping it gpu_now (no eviction)
+    mappings = [m for m in mappings if wf.scenario().infeasibility(Mapping(m)) is None]
+    with hs.Session(wf, policy=_Script(mappings or [{}]), store=False, executor_options=STANDIN) as s:
+        for x, m in enumerate(mappings):
+            now = {"left" if n == "L" else "right" for n in ("L", "R") if m[n] == "gpu_now"}
+            queued = sum(m[n] == "gpu_queue" for n in ("L", "R"))
+            before = len(events)
+            resp = s.submit(x)
+            assert resp.mapping == Mapping(m) and resp.outputs == {"join": 4 * (x + 1)}
+            mine = events[before:]
+            after = set(s.executor.resident)  # type: ignore[attr-defined]
+            evicted = now - after  # made room for a queued node once their nodes had run
+            assert after <= now
+            loads = [t for e, t in mine if e == "load"]
+            assert len(loads) == len(now - held) + queued  # resident ones were not loaded again
+            assert len(mine) - len(loads) == len(held - now) + queued + len(evicted)
+            first_load = next((i for i, (e, _) in enumerate(mine) if e == "load"), len(mine))
+            assert all(mine.index(("unload", t)) < first_load for t in held - now)  # moved off gpu_now: unloaded before anything loads
+            # VRAM never over the budget: the recorded timeline counts the resident tools
+            assert resp.trace.vram_timeline[0].used_mb == pytest.approx(600.0 * len(now))
+            assert all(p.used_mb <= 1000.0 + 1e-6 for p in resp.trace.vram_timeline)
+            stretches += len(now - held)
+            held = after
+        assert len([t for e, t in events if e == "load"]) >= stretches
+    assert sorted(t for e, t in events if e == "unload") == sorted(t for e, t in events if e == "load")  # close()
+    assert not s.executor.resident  # type: ignore[attr-defined]
+
+
+def test_the_same_mapping_loads_a_gpu_now_tool_once_and_a_change_unloads_it() -> None:
+    events: list[tuple[str, str]] = []
+
+    def load(device: hs.Device) -> str:
+        events.append(("load", device.label))
+        return device.label
+
+    spec = hs.function_tool("mul", lambda h, x: 3 * x, lambda h, x: 3 * x, load=load,
+                            unload=lambda h: events.append(("unload", h)), cpu_ms=50, gpu_ms=1, vram_mb=100)
+    wf = hs.Workflow("serve").node("A", spec)
+    script = _Script([{"A": "gpu_now"}] * 4 + [{"A": "cpu"}])
+    with hs.Session(wf, policy=script, store=False, executor_options=STANDIN) as s:
+        for x in range(4):
+            assert s.submit(x).outputs == {"A": 3 * x}
+        assert events == [("load", "standin")]  # one load for four requests under the same mapping
+        assert s.submit(5).outputs == {"A": 15}
+        assert events == [("load", "standin"), ("unload", "standin"), ("load", "cpu")]  # moved off: unloaded first
+    assert events[-1] == ("unload", "cpu")
+
+
+def test_a_resident_tool_is_evicted_for_a_queued_node_and_reloaded_through_the_fifo() -> None:
+    # budget 1000: L resident (600) must leave room for R queued (600) once L's node has run
+    events: list[tuple[str, str]] = []
+
+    def spec(name: str) -> Any:
+        def load(device: hs.Device) -> str:
+            if device.label != "cpu":  # the device loads only (CPU handles are loaded once and kept)
+                events.append(("load", name))
+            return device.label
+
+        def unload(handle: str) -> None:
+            if handle != "cpu":
+                events.append(("unload", name))
+
+        return hs.function_tool(name, lambda h, x: 2 * x, lambda h, x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600,
+                                load=load, unload=unload)
+
+    wf = (hs.Workflow("evict", mode="three_way", vram_budget_mb=1000.0)
+          .node("L", spec("left")).node("R", spec("right"), after="L"))
+    m = {"L": "gpu_now", "R": "gpu_queue"}
+    with hs.Session(wf, policy=_Script([m]), store=False, executor_options=STANDIN) as s:
+        for x in range(3):
+            resp = s.submit(x)
+            assert resp.outputs == {"R": 4 * x}
+            assert max(p.used_mb for p in resp.trace.vram_timeline) <= 1000.0 + 1e-6
+    assert events.count(("load", "left")) == 3 and events.count(("unload", "left")) == 3
+    assert events.index(("unload", "left")) < events.index(("load", "right"))
 
 
 def test_a_branch_not_taken_leaves_the_session_deciding() -> None:

@@ -487,9 +487,13 @@ class Session:
             self._pending = None
 
     # ------------------------------------------------------------------ node by node
-    def begin_request(self) -> RequestHandle:
+    def begin_request(self, *, thread_bound: bool = True) -> RequestHandle:
         """Start a request another runtime drives node by node (in-process executor only); it holds
-        the session's turn until :meth:`RequestHandle.finish` (or the ``with`` block ends)."""
+        the session's turn until :meth:`RequestHandle.finish` (or the ``with`` block ends).
+
+        ``thread_bound=False`` for a driver that hops threads (asyncio's ``to_thread``): the turn is then
+        held by the request, not by the calling thread, so a pool thread that began it may begin the next
+        one (which waits for the turn) instead of being told it is already driving a request."""
         if not isinstance(self.executor, InProcessExecutor):
             raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
                              f"{self.executor.name!r} (use submit() there)")
@@ -507,6 +511,8 @@ class Session:
         except BaseException:
             self._turn.release()
             raise
+        if not thread_bound:
+            self._turn.owner = None
         return RequestHandle(self, request, proposal, r, (time.monotonic() - begin) * 1000.0)
 
     # ------------------------------------------------------------------ closing

@@ -6,8 +6,14 @@ inputs and outputs are the application's own Python objects (nothing is pickled)
 be driven from outside, one at a time, by another runtime (LangGraph):
 
 - ``cpu`` nodes run the tool's CPU implementation (loaded once per tool and kept);
-- ``gpu_now`` tools are loaded on the device before the request starts (outside the E2E) and
-  unloaded when their last node of the request ends;
+- ``gpu_now`` tools are *resident*: loaded on the device before the first request that places
+  them ``gpu_now`` (outside the E2E) and kept loaded across requests while the next request's
+  mapping keeps them ``gpu_now``; a request whose mapping moves a tool off ``gpu_now`` unloads it
+  before its own admissions, and :meth:`InProcessExecutor.close` unloads the rest. A resident tool
+  counts against the budget for as long as it is loaded. Once its last node of a request has run
+  it may be evicted: a ``gpu_queue`` node at the head of the FIFO that does not fit unloads it
+  (where the model releases it); a node of it run again after an eviction loads it through the
+  FIFO. A request that fails unloads its resident tools (their state may be damaged);
 - ``gpu_queue`` nodes wait in one FIFO queue until their card's ``vram_mb`` fits beside what is
   held (the budget), then load, run and unload (their load is inside the E2E).
 
@@ -149,6 +155,10 @@ class InProcessExecutor(ClosingExecutor):
         self._prepare_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, max_threads), thread_name_prefix="hetsched-node")
         self._closed = False
+        self.resident: dict[str, Any] = {}
+        """Device handles of the resident ``gpu_now`` tools, by tool (kept across requests)."""
+        self._active: Request | None = None
+        self._active_lock = threading.Lock()
 
     # ------------------------------------------------------------------ devices
     @property
@@ -169,11 +179,14 @@ class InProcessExecutor(ClosingExecutor):
         return ["tools run in this process (threads)", f"GPU placements: {where}"]
 
     def close(self) -> None:
-        """Unload the CPU handles and stop the threads (idempotent)."""
+        """Unload the resident gpu_now tools and the CPU handles, and stop the threads (idempotent)."""
         if self._closed:
             return
         self._closed = True
         self._pool.shutdown(wait=True)
+        for name in list(self.resident):
+            with contextlib.suppress(Exception):  # closing must free the rest whatever one tool does
+                self.tools[name].unload(self.resident.pop(name))
         with self._cpu_lock:
             for name, handle in self._cpu_handles.items():
                 with contextlib.suppress(Exception):  # closing must free the rest whatever one tool does
@@ -204,6 +217,18 @@ class InProcessExecutor(ClosingExecutor):
             if tool not in self._cpu_handles:
                 self._cpu_handles[tool] = self.tools[tool].load(self._cpu)
             return self._cpu_handles[tool]
+
+    def _claim(self, request: Request) -> None:
+        with self._active_lock:
+            if self._active is not None and self._active is not request:
+                raise InputError("the in-process executor runs one request at a time (its gpu_now tools stay "
+                                 "resident between requests); finish the request in flight first")
+            self._active = request
+
+    def _unclaim(self, request: Request) -> None:
+        with self._active_lock:
+            if self._active is request:
+                self._active = None
 
     # ------------------------------------------------------------------ requests
     def begin(self, mapping: Mapping, seed: int | None = 0) -> Request:
@@ -267,14 +292,14 @@ class Request:
         self.sc, self.wf = sc, sc.workflow
         self.budget = sc.machine.vram_budget_mb
         self.now_tools = sc.gpu_now_tools(mapping)
-        # a gpu_now tool stays resident until each of its nodes has run once and no call of it is in
-        # flight; a node run again after that (a loop, a fan-out) loads it again through the FIFO
+        # a gpu_now tool may be evicted (only) once each of its nodes has run once and no call of it is
+        # in flight; a node run again after an eviction (a loop, a fan-out) loads it through the FIFO
         self._now_pending = {t: set() for t in self.now_tools}  # type: dict[str, set[str]]
         for n in self.wf.node_ids:
             if mapping[n] is Placement.GPU_NOW:
                 self._now_pending[self.wf.tool_of[n]].add(n)
         self._now_inflight = {t: 0 for t in self.now_tools}
-        self._now_handles: dict[str, Any] = {}
+        self._now_handles = ex.resident  # shared with the executor: resident across requests
         self._cond = threading.Condition()
         self._fifo: deque[object] = deque()
         self._held_mb = 0.0
@@ -314,7 +339,10 @@ class Request:
             self.failure = Infeasibility(InfeasibleKind.UNAVAILABLE, f"nodes {gpu_nodes} are placed on the GPU, but "
                                          "this executor has no GPU device (device=none)")
             return False
+        self.ex._claim(self)
         try:
+            for tool in [t for t in self._now_handles if t not in self.now_tools]:  # moved off gpu_now: unload
+                self.ex.tools[tool].unload(self._now_handles.pop(tool))
             for n in self.wf.node_ids:
                 if self.mapping[n] is Placement.CPU:
                     self.ex.cpu_handle(self.wf.tool_of[n])
@@ -323,7 +351,8 @@ class Request:
             for tool in self.now_tools:
                 assert self.ex.device is not None
                 self._used_device = True
-                self._now_handles[tool] = self.ex.tools[tool].load(self.ex.device)
+                if tool not in self._now_handles:  # resident tools stay loaded from the previous request
+                    self._now_handles[tool] = self.ex.tools[tool].load(self.ex.device)
                 self._held_mb += self.sc.cards[tool].vram_mb
         except Exception as exc:  # a tool's load failing is the request's failure, typed
             self.failure = Infeasibility(_kind_of(exc), f"loading the tools failed: {type(exc).__name__}: {exc}")
@@ -409,18 +438,25 @@ class Request:
             return True
 
     def _now_leave(self, tool: str, node: str, end: float) -> None:
-        handle = None
         with self._cond:
             self._now_inflight[tool] -= 1
             self._now_pending[tool].discard(node)
-            if not self._now_pending[tool] and self._now_inflight[tool] == 0 and tool in self._now_handles:
-                handle = self._now_handles.pop(tool)
-        if handle is not None:
-            self.ex.tools[tool].unload(handle)
-            with self._cond:
-                self._held_mb -= self.sc.cards[tool].vram_mb
-                self._events.append((self._ms(end), -self.sc.cards[tool].vram_mb))
-                self._cond.notify_all()
+            self._cond.notify_all()  # it may have become evictable for a queued node
+
+    def _evict_one(self) -> bool:
+        """Unload one resident gpu_now tool whose nodes of this request are done (caller holds the lock)."""
+        for tool in list(self._now_handles):
+            if tool in self._now_pending and (self._now_pending[tool] or self._now_inflight[tool]):
+                continue
+            handle = self._now_handles.pop(tool)
+            vram_mb = self.sc.cards[tool].vram_mb
+            try:
+                self.ex.tools[tool].unload(handle)
+            finally:
+                self._held_mb -= vram_mb
+                self._events.append((self._ms(time.monotonic()), -vram_mb))
+            return True
+        return False
 
     def _admit(self, need: float, label: str) -> float:
         ticket = object()
@@ -431,6 +467,8 @@ class Request:
                     if self.failure is not None:
                         raise ToolError(f"{label}: the request failed while it waited in the gpu_queue: "
                                         f"{self.failure}", node=label)
+                    if self._fifo[0] is ticket and self._evict_one():
+                        continue
                     self._cond.wait(0.5)
             except BaseException:
                 self._fifo.remove(ticket)
@@ -454,15 +492,17 @@ class Request:
         self._fail(InfeasibleKind.TOOL_ERROR, reason)
 
     def finish(self) -> Trace:
-        """End the request: unload what is still resident, and return its trace (idempotent)."""
+        """End the request and return its trace (idempotent). Its gpu_now tools stay resident for the
+        next request, unless the request failed (then they are unloaded: their state may be damaged)."""
         if self._finished is not None:
             return self._finished
-        for tool, handle in list(self._now_handles.items()):  # gpu_now tools whose nodes did not all run
-            try:
-                self.ex.tools[tool].unload(handle)
-            except Exception as exc:  # recorded as the request's failure
-                self._fail(InfeasibleKind.TOOL_ERROR, f"unloading {tool} failed: {type(exc).__name__}: {exc}")
-        self._now_handles.clear()
+        if self.failure is not None or not self._nodes:
+            for tool in [t for t in self._now_handles if t in self.now_tools]:
+                try:
+                    self.ex.tools[tool].unload(self._now_handles.pop(tool))
+                except Exception as exc:  # recorded as the request's failure
+                    self._fail(InfeasibleKind.TOOL_ERROR, f"unloading {tool} failed: {type(exc).__name__}: {exc}")
+        self.ex._unclaim(self)
         notes = (STANDIN_NOTE,) if self._used_device and self.ex.device is not None and \
             self.ex.device.kind is DeviceKind.STANDIN else ()
         initial = sum(self.sc.cards[t].vram_mb for t in self.now_tools)

@@ -507,7 +507,7 @@ class ScheduledGraph:
 
     async def ainvoke_with_response(self, input: Any, config: Any = None, **kwargs: Any) -> tuple[Any, Response]:
         """The async form of :meth:`invoke_with_response`."""
-        req = await asyncio.to_thread(self.session.begin_request)
+        req = await asyncio.to_thread(self.session.begin_request, thread_bound=False)
         with req:
             token = _ACTIVE.set(_Active(req, self.shape))
             try:
