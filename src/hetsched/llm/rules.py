@@ -457,8 +457,18 @@ class RulesDecider(Decider):
         best = ev.best
         prior = sc.machine.gpu_kappa
         if best is None:
-            res = self._search(sc, comp, prior, comp.starts)
+            # no complete request yet (e.g. every request skipped a branch): the running averages of
+            # the nodes that ran still rescale the cards they contradict, at the last round's mapping
+            rescaled_model: Estimator | None = None
+            scaled: tuple[float, ...] = ()
+            if ev.latency and ev.last is not None and ev.last_feasible:
+                rescaled_model, scaled, scaled_notes = self._cards_from_latencies(
+                    sc, comp, ev, prior, [MeasuredCodes(ev.last, 0.0, 1, 0, 0)])
+            res = self._search(sc, comp, prior, comp.starts, rescaled_model if scaled else None, scaled)
             steps = list(comp.rules_steps)
+            if scaled:
+                steps.append(f"cards rescaled from the running averages (no complete request yet): "
+                             f"{'; '.join(scaled_notes)}")
             steps.append(
                 f"model (cards, GPU shared by utilization, interference {prior:g} as the machine block declares "
                 f"until measured): searched "
@@ -468,6 +478,7 @@ class RulesDecider(Decider):
             rationale = (
                 "rules from the cards (categories, ratio test, VRAM packing), then the lowest estimate of the "
                 f"cards' contention model: {res.e2e_ms:.1f} ms"
+                + (" (cards rescaled from the nodes' measured latencies)" if scaled else "")
             )
             return ev.mapping(res.best), rationale, steps
         # calibrate: the interference that best explains what was measured
