@@ -264,6 +264,8 @@ CARD_TOLERANCE = 0.10
 card is rescaled (the noise of a few runs stays below it)."""
 CARD_FACTOR_RANGE = (0.1, 10.0)
 """Bounds of a card's rescaling factor."""
+MIN_MEASURED_MS = 1e-3
+"""A measured mean latency below this (0 ms: a tool faster than the clock) counts as this, ms."""
 CALIBRATION_PASSES = 3
 """Passes of (rescale the contradicted cards, fit the interference): under GPU sharing a card
 error shows only partly in one pass's latency ratio, so the rescaling compounds over passes."""
@@ -414,7 +416,7 @@ class RulesDecider(Decider):
             got = predicted.get((i, code))
             if not got or sum(got) <= 0:
                 continue
-            ratio = record.mean_ms / (sum(got) / len(got))
+            ratio = max(record.mean_ms, MIN_MEASURED_MS) / (sum(got) / len(got))  # a 0 ms mean: log(0) is undefined
             if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
                 continue
             scale = cpu if code == Placement.CPU.code else gpu
