@@ -228,23 +228,33 @@ class Scenario(BaseModel):
         """
         wf = self.workflow
         budget = self.machine.vram_budget_mb
-        queued = [i for i, q in enumerate(wf.node_ids) if mapping[q] is Placement.GPU_QUEUE]
+        ids = wf.node_ids
+        codes = [mapping[n] for n in ids]
+        queued = [i for i, p in enumerate(codes) if p is Placement.GPU_QUEUE]
         if not queued:
             return None
-        masks = self.descendant_masks
-        ids = wf.node_ids
-        now_tools: dict[str, int] = {}  # gpu_now tool -> bit mask of its gpu_now nodes
-        for i, n in enumerate(ids):
-            if mapping[n] is Placement.GPU_NOW:
-                now_tools[wf.tool_of[n]] = now_tools.get(wf.tool_of[n], 0) | (1 << i)
-        resident = 0
-        for nodes in now_tools.values():
-            resident |= nodes
+        # gpu_now tools numbered in order of their first gpu_now node; per node, a small bit mask of
+        # the gpu_now tools with a node below it, propagated bottom-up in O(edges) (no n x n masks)
+        tool_bit: dict[str, int] = {}
+        now_bit = [0] * len(ids)
+        for i, p in enumerate(codes):
+            if p is Placement.GPU_NOW:
+                now_bit[i] = 1 << tool_bit.setdefault(wf.tool_of[ids[i]], len(tool_bit))
+        if not tool_bit:
+            return None
+        tools = list(tool_bit)
+        below = [0] * len(ids)
+        succ, bottom_up = self._successors
+        for i in bottom_up:
+            acc = 0
+            for j in succ[i]:
+                acc |= now_bit[j] | below[j]
+            below[i] = acc
         for i in queued:
-            if not masks[i] & resident:
+            if not below[i]:
                 continue  # no gpu_now node depends on it: nothing can hold memory it waits for
             q = ids[i]
-            holders = [t for t, nodes in now_tools.items() if nodes & masks[i]]
+            holders = [t for b, t in enumerate(tools) if below[i] >> b & 1]
             held = sum(self.cards[t].vram_mb for t in holders)
             need = self.card_of(q).vram_mb
             if holders and need + held > budget:
@@ -254,6 +264,17 @@ class Scenario(BaseModel):
                     f"{holders} hold {held:g} MB of {budget:g} MB until nodes that depend on it finish",
                 )
         return None
+
+    @cached_property
+    def _successors(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        """Per node (workflow node order) the indices of its direct successors, and the node
+        indices in reverse topological order (for bottom-up passes such as :meth:`queue_deadlock`)."""
+        wf = self.workflow
+        index = {n: i for i, n in enumerate(wf.node_ids)}
+        succ: list[list[int]] = [[] for _ in wf.node_ids]
+        for e in wf.edges:
+            succ[index[e.src]].append(index[e.dst])
+        return tuple(tuple(s) for s in succ), tuple(index[n] for n in reversed(wf.topo_order))
 
 
 _COLD_DETAILS = {

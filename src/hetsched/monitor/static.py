@@ -46,6 +46,19 @@ class StaticCheck:
         for i, t in enumerate(self.tool):
             tool_nodes[t] |= 1 << i
         self.tool_nodes: tuple[int, ...] = tuple(tool_nodes)
+        wf = scenario.workflow
+        preds: list[list[int]] = [[] for _ in self.order]
+        for e in wf.edges:
+            preds[self.index[e.dst]].append(self.index[e.src])
+        anc = [0] * len(self.order)
+        for v in wf.topo_order:
+            i = self.index[v]
+            acc = 0
+            for j in preds[i]:
+                acc |= (1 << j) | anc[j]
+            anc[i] = acc
+        self.anc: tuple[int, ...] = tuple(anc)
+        """Per node, a bit mask of the nodes it depends on (transitively): ``desc`` read the other way."""
 
     def codes(self, mapping: Mapping) -> Codes:
         """Placement codes of a mapping in node order."""
@@ -80,8 +93,37 @@ class Around:
         self.now_mask = now_mask
         self.need = sum(v for v, k in zip(check.tool_vram, count, strict=True) if k)
         self.queued: tuple[int, ...] = tuple(i for i, c in enumerate(codes) if c == QUEUE_CODE)
+        self.queued_mask = sum(1 << q for q in self.queued)
         self._held: dict[int, float] = {}
         self._verdicts: dict[tuple[Change, ...], InfeasibleKind | None] = {}
+        self._triggers: list[int] | None = None
+        budget = check.budget
+        self.never: tuple[int, ...] = tuple(q for q in self.queued if check.node_vram[q] > budget)
+        """The base's queued nodes that do not fit the budget alone."""
+
+    def _status(self, q: int, now_mask: int, moved_tools: Sequence[int]) -> int:
+        """Queued ``q`` with ``now_mask`` resident: 0 fits, 1 within a hair of the budget, 2 deadlock."""
+        ck = self.check
+        held = self.held(q)
+        below_old = self.now_mask & ck.desc[q]
+        below_new = now_mask & ck.desc[q]
+        if below_old != below_new:
+            for t in moved_tools:
+                nodes = ck.tool_nodes[t]
+                was, now = bool(nodes & below_old), bool(nodes & below_new)
+                if was != now:
+                    held += ck.tool_vram[t] if now else -ck.tool_vram[t]
+        total = ck.node_vram[q] + held
+        if abs(total - ck.budget) <= ck.tolerance:
+            return 1
+        return 2 if total > ck.budget else 0
+
+    @property
+    def triggers(self) -> list[int]:
+        """The base's queued nodes (in order) that deadlock or sit within a hair of the budget."""
+        if self._triggers is None:
+            self._triggers = [q for q in self.queued if self._status(q, self.now_mask, ())]
+        return self._triggers
 
     def held(self, q: int) -> float:
         """Memory of the ``gpu_now`` tools with a node below ``q`` in the base (cached)."""
@@ -132,27 +174,38 @@ class Around:
             return self._exact(changes)
         if need > budget:
             return InfeasibleKind.OOM
-        queued = [q for q in self.queued if q not in changed]
-        queued += [i for i, new in changed.items() if new == QUEUE_CODE]
-        for q in queued:
-            if ck.node_vram[q] > budget:
-                return InfeasibleKind.NEVER_ADMISSIBLE
+        # never admissible: a base queued node left queued, or a newly queued one, that fits nowhere
+        fresh = [i for i, new in changed.items() if new == QUEUE_CODE]
+        if any(q not in changed for q in self.never) or any(ck.node_vram[q] > budget for q in fresh):
+            return InfeasibleKind.NEVER_ADMISSIBLE
+        # the base's queued nodes in order, then the newly queued: the first that deadlocks (or is
+        # within a hair) decides. Only ancestors of a node whose gpu_now-ness changed can differ
+        # from the base, so the others' verdicts are the base's (Around.triggers).
         moved_tools = list(delta)  # a swap within one tool nets 0 but may still move it across q
-        for q in queued:
-            held = self.held(q)
-            below_old = self.now_mask & ck.desc[q]
-            below_new = now_mask & ck.desc[q]
-            if below_old != below_new:
-                for t in moved_tools:
-                    nodes = ck.tool_nodes[t]
-                    was, now = bool(nodes & below_old), bool(nodes & below_new)
-                    if was != now:
-                        held += ck.tool_vram[t] if now else -ck.tool_vram[t]
-            total = ck.node_vram[q] + held
-            if abs(total - budget) <= tol:
-                return self._exact(changes)
-            if total > budget:
-                return InfeasibleKind.DEADLOCK
+        flipped = now_mask ^ self.now_mask
+        above = 0
+        while flipped:
+            low = flipped & -flipped
+            above |= ck.anc[low.bit_length() - 1]
+            flipped ^= low
+        changed_mask = sum(1 << i for i in changed)
+        affected = above & self.queued_mask & ~changed_mask
+        first = next((q for q in self.triggers if not (changed_mask >> q & 1) and not (affected >> q & 1)), None)
+        while affected:
+            low = affected & -affected
+            q = low.bit_length() - 1
+            if first is not None and q > first:
+                break
+            status = self._status(q, now_mask, moved_tools)
+            if status:
+                return self._exact(changes) if status == 1 else InfeasibleKind.DEADLOCK
+            affected ^= low
+        if first is not None:
+            return self._exact(changes) if self._status(first, now_mask, moved_tools) == 1 else InfeasibleKind.DEADLOCK
+        for q in fresh:
+            status = self._status(q, now_mask, moved_tools)
+            if status:
+                return self._exact(changes) if status == 1 else InfeasibleKind.DEADLOCK
         return None
 
     def _exact(self, changes: Sequence[Change]) -> InfeasibleKind | None:
