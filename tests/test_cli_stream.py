@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,10 +53,21 @@ def test_a_long_round_shows_progress(capsys: pytest.CaptureFixture[str], tmp_pat
 
     monkeypatch.setattr(run_cli, "PROGRESS_AFTER_S", 0.05)
     real_run = Simulator.run
+    real_print = run_cli.err.print
+    shown = threading.Event()
+
+    def print_progress(*args: object, **kwargs: object) -> None:
+        real_print(*args, **kwargs)  # type: ignore[arg-type]
+        if "running for" in str(args[0] if args else ""):
+            shown.set()
 
     def slow_run(self: Simulator, *args: object, **kwargs: object) -> object:
-        time.sleep(0.4)  # a round that takes long (the progress clock is wall time)
+        # a round that lasts until its progress line is out (bounded: a missing line fails below), so a
+        # busy machine that wakes the progress thread late cannot end the round first
+        shown.wait(timeout=120)
         return real_run(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(run_cli.err, "print", print_progress)
 
     monkeypatch.setattr(Simulator, "run", slow_run)
     code, _, err = cli(capsys, "run", "chain", "-p", "all-cpu", "-r", "1", "--no-store", "--reference", "none")

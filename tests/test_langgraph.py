@@ -5,6 +5,7 @@ through a session while LangGraph drives them."""
 from __future__ import annotations
 
 import operator
+import time
 from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
@@ -530,3 +531,24 @@ def test_a_named_scheduled_graph_continues_its_stored_rounds_when_opened_again(t
         assert again.session.run_id == run_id and len(again.session.rounds) == 2
         _, response = again.invoke_with_response({"x": 3})
         assert response.round == 2
+
+
+def _slow_on_device(x: Any) -> Any:
+    time.sleep(0.2)  # the card says 5 ms on the GPU: a measurement must correct it
+    return x + 1
+
+
+def test_a_router_that_always_skips_a_branch_still_teaches_the_policy() -> None:
+    # every request skips b: its traces lack b; the policy must still learn from a and c's measured times
+    tools = [_spec("double", _double), _spec("inc", _inc),
+             hs.function_tool("inc2", cpu=_inc, gpu=_slow_on_device, cpu_ms=20.0, gpu_ms=5.0, load_ms=1.0,
+                              vram_mb=10.0)]
+    with hlg.ScheduledGraph(_branchy("c"), vram_budget_mb=100, tools=tools, store=False,
+                            executor_options={"device": "standin"}) as app:
+        first = app.session.mapping
+        assert first["c"] is not hs.Placement.CPU  # the cards say the device is 4x faster for c
+        for _ in range(4):
+            assert app.invoke({"x": 4})["total"] == 9
+            assert set(app.last.trace.nodes) == {"a", "c"}
+        assert app.session.mapping["c"] is hs.Placement.CPU  # measured 200 ms there: moved off the device
+        assert all(r.trace.feasible for r in app.session.rounds)

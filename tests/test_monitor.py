@@ -221,6 +221,35 @@ def test_critical_path_follows_the_latest_predecessor() -> None:
     assert critical_path(t, sc) == ("B", "C")
 
 
+def test_a_partial_trace_is_per_node_evidence_and_never_e2e_evidence() -> None:
+    # A -> B, A -> C (a router: each request takes one branch); C never ran in the first two rounds
+    sc = make_scenario(make_workflow([("A", "ta"), ("B", "tb"), ("C", "tc")], [("A", "B"), ("A", "C")]),
+                       [make_card("ta", 100.0, 10.0), make_card("tb", 200.0, 20.0), make_card("tc", 300.0, 30.0)],
+                       mode=Mode.THREE_WAY)
+    full = Mapping({"A": "gpu_now", "B": "cpu", "C": "cpu"})
+
+    def partial(a_end: float, b_end: float) -> Trace:
+        nodes = {"A": NodeTrace("A", "ta", Placement.GPU_NOW, 0.0, 0.0, 0.0, a_end, 0.0),
+                 "B": NodeTrace("B", "tb", Placement.CPU, a_end, a_end, a_end, b_end, 0.0)}
+        return Trace(full, True, b_end, nodes)
+
+    history = [RoundRecord(0, Proposal(full), partial(10.0, 200.0)),
+               RoundRecord(1, Proposal(full), partial(12.0, 222.0))]
+    assert critical_path(history[0].trace, sc) == ("A", "B")
+    mon = Monitor(sc)
+    assert mon.next_probe(history, []) is not None  # ranks probes around the partial rounds
+    obs = mon.observe(history)
+    lat = {(r.node, r.placement): r for r in obs.records if r.kind == "latency"}
+    assert (lat[("A", "gpu_now")].runs, lat[("A", "gpu_now")].mean_ms) == (2, 11.0)
+    assert (lat[("B", "cpu")].runs, lat[("B", "cpu")].mean_ms) == (2, 200.0)
+    assert not any(n == "C" for n, _ in lat)
+    assert not [r for r in obs.records if r.kind == "execution"]  # no E2E of the workflow was measured
+    done = record(sc, 2, full)  # a complete request: the only E2E evidence
+    obs = Monitor(sc).observe([*history, done])
+    assert [(r.code, r.runs, r.mean_e2e_ms) for r in obs.records if r.kind == "execution"] == [
+        ("GCC", 1, done.trace.e2e_ms)]
+
+
 # ---------------------------------------------------------------- probe order (documented)
 def test_probe_order_on_the_three_way_example() -> None:
     """Base GGCQ: moves of the critical-path nodes by measured latency (D, C, A), then B; the

@@ -158,3 +158,25 @@ def test_the_references_exercise_every_rule() -> None:
                 if any(key.strip() in s for s in steps):
                     words.add(key.strip())
     assert words == {"-> cpu", "(its", "VRAM packing", "-> gpu_queue", "queueing would deadlock"}
+
+
+def test_a_node_measured_at_0_ms_rescales_its_card_without_failing() -> None:
+    # a tool faster than the clock measures 0 ms (start == end); log(0) must not end the decision
+    from tests.factories import make_card, make_scenario, make_workflow
+
+    from hetsched.llm.base import DecisionContext
+    from hetsched.llm.rules import RulesDecider
+    from hetsched.model import NodeTrace, Proposal, RoundRecord, Trace
+    from hetsched.monitor import Monitor
+
+    sc = make_scenario(make_workflow([("A", "ta"), ("B", "tb")], [("A", "B")]),
+                       [make_card("ta", 40.0, 4.0), make_card("tb", 300.0, 30.0)], mode=Mode.THREE_WAY)
+    mapping = Mapping({"A": "cpu", "B": "gpu_now"})
+    nodes = {"A": NodeTrace("A", "ta", Placement.CPU, 0.0, 0.0, 0.0, 0.0, 0.0),
+             "B": NodeTrace("B", "tb", Placement.GPU_NOW, 0.0, 0.0, 0.0, 30.0, 0.0)}
+    history = [RoundRecord(0, Proposal(mapping), Trace(mapping, True, 30.0, nodes))]
+    obs = Monitor(sc).observe(history)
+    assert any(r.kind == "latency" and r.node == "A" and r.mean_ms == 0.0 for r in obs.records)
+    decision = RulesDecider().decide(DecisionContext(sc, round=1, observations=tuple(obs.records)))
+    assert decision.mapping is not None, decision.error
+    assert decision.mapping["A"] is Placement.CPU  # 0 ms measured on the CPU: it stays there

@@ -314,7 +314,8 @@ class Session:
 
     def best(self) -> RoundRecord | None:
         """The feasible round with the lowest measured E2E (the mapping to deploy), or None."""
-        ok = [r for r in self._history if r.trace.feasible and r.trace.e2e_ms is not None]
+        ok = [r for r in self._history if r.trace.feasible and r.trace.e2e_ms is not None and
+              complete(self.scenario, r.trace)]
         return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
 
     @contextmanager
@@ -356,10 +357,9 @@ class Session:
     def _policy_history(self) -> list[RoundRecord]:
         """The rounds the policy reads, numbered in order: the warm-start prior's first, then the
         session's. A request that ran only part of the workflow (a conditional branch not taken, driven
-        node by node) is recorded as it ran but not shown to the policy: its trace lacks nodes the
-        monitor's estimates need, and a zero-length stand-in would be a measurement nobody made."""
-        rounds = [*(self.prior.rounds if self.prior is not None else ()),
-                  *(r for r in self._history if complete(self.scenario, r.trace))]
+        node by node) is shown as it ran: the monitor takes per-node evidence from the nodes that ran and
+        E2E-level evidence only from complete traces (never a zero-length stand-in for a node)."""
+        rounds = [*(self.prior.rounds if self.prior is not None else ()), *self._history]
         return [r if r.round == i else replace(r, round=i) for i, r in enumerate(rounds)]
 
     def _guard(self, proposal: Proposal, r: int) -> Proposal:
@@ -547,7 +547,8 @@ class Session:
 
 
 def complete(scenario: Scenario, trace: Trace) -> bool:
-    """True unless the trace is feasible and lacks a node (the request did not run all of the workflow)."""
+    """True unless the trace is feasible and lacks a node (the request did not run all of the workflow);
+    an incomplete trace is per-node evidence, never E2E evidence (:meth:`Session.best`)."""
     return not trace.feasible or len(trace.nodes) == len(scenario.workflow.node_ids)
 
 

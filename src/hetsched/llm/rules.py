@@ -265,6 +265,8 @@ CARD_TOLERANCE = 0.10
 card is rescaled (the noise of a few runs stays below it)."""
 CARD_FACTOR_RANGE = (0.1, 10.0)
 """Bounds of a card's rescaling factor."""
+MIN_MEASURED_MS = 1e-3
+"""A measured mean latency below this (0 ms: a tool faster than the clock) counts as this, ms."""
 CALIBRATION_PASSES = 3
 """Passes of (rescale the contradicted cards, fit the interference): under GPU sharing a card
 error shows only partly in one pass's latency ratio, so the rescaling compounds over passes."""
@@ -431,7 +433,7 @@ class RulesDecider(Decider):
             got = predicted.get((i, code))
             if not got or sum(got) <= 0:
                 continue
-            ratio = record.mean_ms / (sum(got) / len(got))
+            ratio = max(record.mean_ms, MIN_MEASURED_MS) / (sum(got) / len(got))  # a 0 ms mean: log(0) is undefined
             if abs(math.log(ratio)) <= math.log1p(CARD_TOLERANCE):
                 continue
             scale = cpu if code == Placement.CPU.code else gpu
@@ -474,8 +476,18 @@ class RulesDecider(Decider):
         best = ev.best
         prior = sc.machine.gpu_kappa
         if best is None:
-            res = self._search(sc, comp, prior, comp.starts)
+            # no complete request yet (e.g. every request skipped a branch): the running averages of
+            # the nodes that ran still rescale the cards they contradict, at the last round's mapping
+            rescaled_model: Estimator | None = None
+            scaled: tuple[float, ...] = ()
+            if ev.latency and ev.last is not None and ev.last_feasible:
+                rescaled_model, scaled, scaled_notes = self._cards_from_latencies(
+                    sc, comp, ev, prior, [MeasuredCodes(ev.last, 0.0, 1, 0, 0)])
+            res = self._search(sc, comp, prior, comp.starts, rescaled_model if scaled else None, scaled)
             steps = list(comp.rules_steps)
+            if scaled:
+                steps.append(f"cards rescaled from the running averages (no complete request yet): "
+                             f"{'; '.join(scaled_notes)}")
             steps.append(
                 f"model (cards, GPU shared by utilization, interference {prior:g} as the machine block declares "
                 f"until measured): searched "
@@ -485,6 +497,7 @@ class RulesDecider(Decider):
             rationale = (
                 "rules from the cards (categories, ratio test, VRAM packing), then the lowest estimate of the "
                 f"cards' contention model: {res.e2e_ms:.1f} ms"
+                + (" (cards rescaled from the nodes' measured latencies)" if scaled else "")
             )
             return ev.mapping(res.best), rationale, steps
         # calibrate: the interference that best explains what was measured

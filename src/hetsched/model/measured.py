@@ -88,12 +88,14 @@ class MeasuredMapping:
 
 
 def executions(history: Sequence[RoundRecord]) -> list[tuple[int, Trace]]:
-    """Every execution of a run in order, ``(round, trace)``: each round's probes, then the round."""
+    """Every execution of a run in order, ``(round, trace)``: each round's probes, then the round.
+    A feasible trace that records some nodes but not all (a request that ran part of the workflow: a
+    branch not taken) is left out: its E2E is not the workflow's (the monitor reads its nodes' times)."""
     out: list[tuple[int, Trace]] = []
     for r in history:
         out.extend((r.round, p.trace) for p in r.probes)
         out.append((r.round, r.trace))
-    return out
+    return [(n, t) for n, t in out if not (t.feasible and 0 < len(t.nodes) < len(t.mapping))]
 
 
 def measured_mappings(runs: Iterable[tuple[int, Trace]]) -> list[MeasuredMapping]:

@@ -137,14 +137,17 @@ def _change(node: str, old: Placement, new: Placement) -> str:
 
 def critical_path(trace: Trace, scenario: Scenario) -> tuple[str, ...]:
     """Nodes of the precedence chain that ended last: from the latest sink back through the
-    predecessor that finished last at each step (empty for an infeasible trace)."""
+    predecessor that finished last at each step (empty for an infeasible trace). A partial trace
+    (a branch not taken) is read through the nodes that ran: its latest-ending node stands in for the sink."""
     if not trace.feasible or not trace.nodes:
         return ()
     wf = scenario.workflow
     preds: dict[str, list[str]] = {n: [] for n in wf.node_ids}
     for e in wf.edges:
-        preds[e.dst].append(e.src)
-    node = max(wf.sinks, key=lambda s: trace.nodes[s].end_ms)
+        if e.src in trace.nodes and e.dst in trace.nodes:
+            preds[e.dst].append(e.src)
+    ends = [s for s in wf.sinks if s in trace.nodes] or list(trace.nodes)
+    node = max(ends, key=lambda s: trace.nodes[s].end_ms)
     path = [node]
     while preds[node]:
         node = max(preds[node], key=lambda u: trace.nodes[u].end_ms)
@@ -245,7 +248,7 @@ class _Seen:
             if not t.feasible:
                 self.infeasible.setdefault(codes, run)
                 continue
-            if t.e2e_ms is not None:
+            if t.e2e_ms is not None and not 0 < len(t.nodes) < len(self.check.order):  # E2E: not from partial traces
                 group = self.groups.get(codes)
                 if group is None:
                     group = self.groups[codes] = _Group(t.mapping)
@@ -315,7 +318,7 @@ class _BaseView:
         self.codes = codes
         self.trace = trace
         order = monitor._order
-        self.latency = [0.0] * len(order) if trace is None else [trace.latency_ms(n) for n in order]
+        self.latency = [0.0 if trace is None or n not in trace.nodes else trace.latency_ms(n) for n in order]
         crit = set() if trace is None else {monitor._index[n] for n in critical_path(trace, monitor.scenario)}
         topo = monitor._topo_of
         latency = self.latency
