@@ -178,7 +178,7 @@ def old_kind(a: Around, changes: tuple[Change, ...]) -> InfeasibleKind | None:
     return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(_scenarios_and_mappings(), st.data())
 def test_incremental_check_equals_the_per_queued_node_scan(drawn: tuple[Scenario, Mapping], data: Any) -> None:
     sc, mapping = drawn
@@ -191,7 +191,10 @@ def test_incremental_check_equals_the_per_queued_node_scan(drawn: tuple[Scenario
     for _ in range(data.draw(st.integers(1, 8))):
         k = data.draw(st.integers(1, min(3, n)))
         nodes = data.draw(st.lists(st.integers(0, n - 1), min_size=k, max_size=k, unique=True))
-        changes = tuple((i, data.draw(st.sampled_from(choices[i]))) for i in nodes)
+        # half the time a gpu_now move below a queued node: the variant most likely to deadlock
+        now_first = data.draw(st.booleans())
+        changes = tuple((i, NOW_CODE if now_first and NOW_CODE in choices[i] else data.draw(st.sampled_from(choices[i])))
+                        for i in nodes)
         assert around.kind(changes) == old_kind(around, changes)
         assert around.kind(changes) == old_kind(check.around(base), changes)  # remembered verdicts too
 

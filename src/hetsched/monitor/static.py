@@ -97,6 +97,8 @@ class Around:
         self._held: dict[int, float] = {}
         self._verdicts: dict[tuple[Change, ...], InfeasibleKind | None] = {}
         self._triggers: list[int] | None = None
+        self._triggers_mask = 0
+        self._at_risk: dict[int, int] = {}
         budget = check.budget
         self.never: tuple[int, ...] = tuple(q for q in self.queued if check.node_vram[q] > budget)
         """The base's queued nodes that do not fit the budget alone."""
@@ -123,7 +125,23 @@ class Around:
         """The base's queued nodes (in order) that deadlock or sit within a hair of the budget."""
         if self._triggers is None:
             self._triggers = [q for q in self.queued if self._status(q, self.now_mask, ())]
+            self._triggers_mask = sum(1 << q for q in self._triggers)
         return self._triggers
+
+    def at_risk(self, t: int) -> int:
+        """Bit mask of the base's queued nodes that could deadlock (or come within a hair) if tool
+        ``t`` came to hold memory below them: every node whose verdict can change when ``t`` is
+        the only tool a variant adds (held memory otherwise only falls, and float sums are monotone)."""
+        got = self._at_risk.get(t)
+        if got is None:
+            ck = self.check
+            nodes, vram, floor = ck.tool_nodes[t], ck.tool_vram[t], ck.budget - ck.tolerance
+            got = 0
+            for q in self.queued:
+                if not nodes & self.now_mask & ck.desc[q] and ck.node_vram[q] + (self.held(q) + vram) >= floor:
+                    got |= 1 << q
+            self._at_risk[t] = got
+        return got
 
     def held(self, q: int) -> float:
         """Memory of the ``gpu_now`` tools with a node below ``q`` in the base (cached)."""
@@ -190,6 +208,15 @@ class Around:
             flipped ^= low
         changed_mask = sum(1 << i for i in changed)
         affected = above & self.queued_mask & ~changed_mask
+        # held memory only rises through tools that gain a gpu_now node; with none (or one), only
+        # the base's triggers (and that tool's nodes at risk) can change verdict
+        gained = {ck.tool[i] for i, new in changed.items() if new == NOW_CODE and codes[i] != NOW_CODE}
+        if len(gained) <= 1:
+            self.triggers  # noqa: B018 - fills the triggers' mask
+            risky = self._triggers_mask
+            for t in gained:
+                risky |= self.at_risk(t)
+            affected &= risky
         first = next((q for q in self.triggers if not (changed_mask >> q & 1) and not (affected >> q & 1)), None)
         while affected:
             low = affected & -affected
