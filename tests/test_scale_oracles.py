@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
-from hetsched.llm.rules import FIT_BEST, FIT_NODE_ESTIMATES_MAX, FIT_RECENT, fit_sizes
 from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.mapping import NOW_CODE, QUEUE_CODE
 from hetsched.model.trace import NodeTrace
@@ -197,14 +196,3 @@ def test_incremental_check_equals_the_per_queued_node_scan(drawn: tuple[Scenario
                         for i in nodes)
         assert around.kind(changes) == old_kind(around, changes)
         assert around.kind(changes) == old_kind(check.around(base), changes)  # remembered verdicts too
-
-
-@given(st.integers(1, 10**6))
-def test_the_interference_fit_reads_fewer_mappings_only_on_very_large_workflows(n: int) -> None:
-    best, recent = fit_sizes(n)
-    assert best >= 1 and recent >= 1
-    if n <= 2_600:  # every bench table and golden file: the fit as before
-        assert (best, recent) == (FIT_BEST, FIT_RECENT)
-    else:  # bounded node-estimates per fit, never growing with n
-        assert 31 * n * (best + recent) <= max(FIT_NODE_ESTIMATES_MAX, 31 * n * 2)
-        assert best + recent <= sum(fit_sizes(n - 1))

@@ -29,8 +29,7 @@ the uniform ones). Round 0 runs the lowest estimate.
 Later rounds use the evidence the monitor reports (docs/agentic.md):
 - calibration: the running averages rescale the cards a node's measured latency contradicts
   by more than ``CARD_TOLERANCE``, and the GPU interference is fitted to the measured E2Es of
-  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times; fewer
-  mappings past 2,600 nodes, :func:`fit_sizes`);
+  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times);
 - the calibrated model is searched again (also from the best measured mappings);
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
@@ -277,22 +276,6 @@ FIT_BEST = 8
 """The interference is fitted to the E2Es of this many lowest measured mappings..."""
 FIT_RECENT = 4
 """...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
-
-FIT_NODE_ESTIMATES_MAX = 1_000_000
-"""Past this many nodes x estimates per interference fit (about 31 estimates per fitted mapping:
-the grid and the golden-section refinement), the fit reads fewer measured mappings
-(:func:`fit_sizes`), so calibrating stays linear in n: all ``FIT_BEST + FIT_RECENT`` up to 2,600
-nodes (every bench table unchanged), 3 at 10,000 nodes."""
-
-
-def fit_sizes(n: int) -> tuple[int, int]:
-    """How many of the lowest and of the most recent measured mappings the interference fit of an
-    ``n``-node workflow reads (``FIT_BEST``, ``FIT_RECENT`` until ``FIT_NODE_ESTIMATES_MAX``)."""
-    k = max(2, min(FIT_BEST + FIT_RECENT, FIT_NODE_ESTIMATES_MAX // (31 * max(n, 1))))
-    best = max(1, FIT_BEST * k // (FIT_BEST + FIT_RECENT))
-    return best, max(1, k - best)
-
-
 CANDIDATES = 8
 """How many of the model's lowest mappings are considered for the next measurement."""
 
@@ -503,8 +486,7 @@ class RulesDecider(Decider):
         # calibrate: the interference that best explains what was measured
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
-        fit_best, fit_recent = fit_sizes(len(sc.workflow.node_ids))
-        fit_set = list({m.codes: m for m in ranked[:fit_best] + recent[:fit_recent]}.values())
+        fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
         # calibrate in two passes: the running averages first rescale the cards a node's measured
         # latency contradicts (at the current interference), then the interference is fitted to the
