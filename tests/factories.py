@@ -112,3 +112,21 @@ def decision_info(record: RoundRecord) -> dict[str, Any]:
     decision = record.proposal.decision
     assert decision is not None, f"round {record.round} has no decision record"
     return decision_to_dict(decision)
+
+
+def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """``hetsched ARGS`` through the real entry point in this process: (exit code, stdout, stderr).
+
+    Output captured before the call is dropped; no traceback may reach the output (an exception other
+    than SystemExit fails the test)."""
+    from hetsched.cli import main
+
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = 1 if isinstance(exc.code, str) else int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err

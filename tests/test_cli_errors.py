@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.factories import run_cli as cli
 
-from hetsched.cli import main
 from hetsched.exec import executor_class, make_executor
 from hetsched.exec.options import SCHEMAS, check_options
 from hetsched.llm import resolve_llm_config
@@ -31,18 +31,6 @@ from hetsched.tools.registry import import_tool_modules, is_registered, unregist
 
 CHAIN = load_scenario("chain")
 full_device = pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The real entry point in-process: (exit code, stdout, stderr); no traceback may reach stderr."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    return code, captured.out, captured.err
 
 
 def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:

@@ -7,20 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.factories import run_cli as cli
 
-from hetsched.cli import main
 from hetsched.model.files import bundled_libraries, bundled_scenarios, load_scenario, load_tool_library
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize("name", sorted(bundled_scenarios()))

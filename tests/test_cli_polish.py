@@ -15,26 +15,14 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import run_cli as cli
 
 from hetsched import __version__
-from hetsched.cli import app, load_commands, main
+from hetsched.cli import app, load_commands
 from hetsched.cli.app import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_NO_RESULT, EXIT_UNEXPECTED, plain, safe
 from hetsched.model import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr) of ``hetsched ARGS`` in this process."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def commands() -> list[str]:

@@ -14,23 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.factories import run_cli as cli
 
-from hetsched.cli import main
 from hetsched.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def test_rounds_stream_to_stdout_or_to_stderr_under_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

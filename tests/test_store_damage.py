@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import run_cli as cli
 
-from hetsched.cli import main
 from hetsched.loop import LoopConfig, continue_run, ensure_run, run_key, run_recorded
 from hetsched.model.files import load_scenario
 from hetsched.store import RunBusyError, RunStore, StoreError, schema
@@ -32,18 +32,6 @@ from hetsched.store.locks import lock_path
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 CHAIN = load_scenario("chain")
 VRAM = load_scenario("vram_3way")
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The real entry point in-process: (exit code, stdout, stderr); any exception but SystemExit fails the test."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    return code, captured.out, captured.err
 
 
 def hetsched(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
