@@ -41,7 +41,7 @@ from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, Scenario, ToolCard, Workflow
 from hetsched.model.files import load_scenario
 from hetsched.policies import make_policy
-from hetsched.profile import ProfileConfig, profile_tools
+from hetsched.profiling import ProfileConfig, profile_tools
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 from hetsched.tools import Device, FunctionTool, get_tool, register_tool

@@ -24,7 +24,7 @@ from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import Mapping
 from hetsched.model.files import load_scenario
 from hetsched.policies import make_policy
-from hetsched.profile import ProfileConfig, profile_tools, write_library
+from hetsched.profiling import ProfileConfig, profile_tools, write_library
 from hetsched.tools import Device, DeviceKind, Tool, register_tool
 
 

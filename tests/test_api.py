@@ -23,6 +23,21 @@ def test_every_public_name_resolves_and_is_documented() -> None:
         _ = hs.nope  # type: ignore[attr-defined]
 
 
+def test_public_names_are_not_shadowed_by_subpackages() -> None:
+    """Importing a subpackage binds it as an attribute of the package: a public name equal to a
+    subpackage's (``hs.profile`` vs a ``hetsched.profile`` package) would turn into that module as soon
+    as anything imported it. Run in a fresh interpreter after importing every module."""
+    code = ("import importlib, pkgutil, hetsched as hs\n"
+            "for m in pkgutil.walk_packages(hs.__path__, 'hetsched.'):\n"
+            "    if not m.name.endswith('__main__') and '.integrations' not in m.name and 'ray' not in m.name:\n"
+            "        importlib.import_module(m.name)\n"
+            "bad = [n for n in hs.__all__ if n != '__version__' and getattr(hs, n) is not\n"
+            "       getattr(importlib.import_module(hs._EXPORTS[n]), n)]\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_importing_the_package_loads_nothing_heavy() -> None:
     code = ("import sys, hetsched; heavy = [m for m in ('numpy', 'pydantic', 'networkx', 'hetsched.model') "
             "if m in sys.modules]; print(heavy)")

@@ -1,5 +1,5 @@
 """The import direction of DESIGN.md holds, with no exception, and no module imports itself in a circle:
-model <- sim <- search; model <- tools/exec/profile/monitor/llm/store <- policies <- loop <- bench/cli.
+model <- sim <- search; model <- tools/exec/profiling/monitor/llm/store <- policies <- loop <- bench/cli.
 
 Parses every module under src/hetsched and checks each import of ``hetsched.<room>`` against
 the rooms that module's room may use (docs/architecture.md lists the same table), then looks
@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "hetsched"
-BELOW_LOOP = {"model", "sim", "search", "tools", "exec", "profile", "monitor", "llm", "store", "export", "policies"}
+BELOW_LOOP = {"model", "sim", "search", "tools", "exec", "profiling", "monitor", "llm", "store", "export", "policies"}
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "sim": {"model"},
     "search": {"model", "sim"},
     "tools": {"model"},
     "exec": {"model", "sim", "tools"},
-    "profile": {"model", "tools", "exec"},
+    "profiling": {"model", "tools", "exec"},
     "monitor": {"model"},
     "llm": {"model"},
     "store": {"model", "__init__"},

@@ -22,7 +22,7 @@ from tests.realtools import Worker, check_trace
 from hetsched.exec.local import LocalExecutor
 from hetsched.model import Placement
 from hetsched.model.files import load_scenario, load_tool_library
-from hetsched.profile import ProfileConfig, Profiler, profile_tools, write_library
+from hetsched.profiling import ProfileConfig, Profiler, profile_tools, write_library
 from hetsched.tools import register_tool, unregister_tool
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ The public Python API is this package's ``__all__`` (docs/python.md)::
 Every name loads lazily on first use (PEP 562), so ``import hetsched`` (and ``hetsched --version``)
 imports nothing heavy: numpy, pydantic and networkx come with the first name that needs them.
 
-Layers, imports pointing down: model <- sim / tools <- exec <- profile; model <- monitor / llm <- policies;
+Layers, imports pointing down: model <- sim / tools <- exec <- profiling; model <- monitor / llm <- policies;
 everything below <- loop / session <- api <- bench / cli (docs/architecture.md).
 """
 

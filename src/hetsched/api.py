@@ -232,8 +232,8 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
 def profile(tools: Iterable[str], *, size: str = "tiny", runs: int = 30, device: str = "auto",
             **config: Any) -> list[ToolCard]:
     """Profile registered tools by name on this machine and return their measured cards
-    (``hetsched profile``; write them with :func:`hetsched.profile.write_library`)."""
-    from hetsched.profile import ProfileConfig, profile_tools
+    (``hetsched profile``; write them with :func:`hetsched.profiling.write_library`)."""
+    from hetsched.profiling import ProfileConfig, profile_tools
 
     names: Sequence[str] = list(tools)
     cfg = ProfileConfig(size=size, runs=runs, device=device, **config)

@@ -12,8 +12,8 @@ from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
 from hetsched.model.files import load_scenario, load_tool_library
-from hetsched.profile import ProfileConfig, Profiler, profile_tools, write_library
-from hetsched.profile.profiler import plan_names
+from hetsched.profiling import ProfileConfig, Profiler, profile_tools, write_library
+from hetsched.profiling.profiler import plan_names
 from hetsched.tools.registry import builtin_names, import_tool_modules
 
 

@@ -5,6 +5,6 @@ tool library in the card format, with provenance saying what every figure was me
 Imports the model, the tools and the executors' worker processes (``hetsched.exec``).
 """
 
-from hetsched.profile.profiler import ProfileConfig, Profiler, ToolProfile, profile_tools, write_library
+from hetsched.profiling.profiler import ProfileConfig, Profiler, ToolProfile, profile_tools, write_library
 
 __all__ = ["ProfileConfig", "Profiler", "ToolProfile", "profile_tools", "write_library"]
