@@ -300,6 +300,21 @@ class _Script(hs.Policy):
 _PLACEMENTS = st.sampled_from(["cpu", "gpu_now", "gpu_queue"])
 
 
+def counting_tool(name: str, events: list[tuple[str, str]]) -> Any:
+    """A 600 MB GPU-capable function tool that logs each device load and unload into ``events``."""
+    def load(device: hs.Device) -> str:
+        if device.label != "cpu":  # the device loads only (CPU handles are loaded once and kept)
+            events.append(("load", name))
+        return device.label
+
+    def unload(handle: str) -> None:
+        if handle != "cpu":
+            events.append(("unload", name))
+
+    return hs.function_tool(name, lambda h, x: 2 * x, lambda h, x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600,
+                            load=load, unload=unload)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.fixed_dictionaries({"src": st.just("cpu"), "L": _PLACEMENTS, "R": _PLACEMENTS,
                                        "join": st.just("cpu")}), min_size=1, max_size=6))
@@ -310,17 +325,7 @@ def test_gpu_now_tools_stay_resident_across_requests_while_the_mapping_keeps_the
     events: list[tuple[str, str]] = []
 
     def spec(name: str) -> Any:
-        def load(device: hs.Device) -> str:
-            if device.label != "cpu":  # the device loads only (CPU handles are loaded once and kept)
-                events.append(("load", name))
-            return device.label
-
-        def unload(handle: str) -> None:
-            if handle != "cpu":
-                events.append(("unload", name))
-
-        return hs.function_tool(name, lambda h, x: 2 * x, lambda h, x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600,
-                                load=load, unload=unload)
+        return counting_tool(name, events)
 
     wf = (hs.Workflow("resident", mode="three_way", vram_budget_mb=1000.0)
           .node("src", hs.function_tool("inc", lambda x: x + 1, cpu_ms=1))
@@ -380,17 +385,7 @@ def test_a_resident_tool_is_evicted_for_a_queued_node_and_reloaded_through_the_f
     events: list[tuple[str, str]] = []
 
     def spec(name: str) -> Any:
-        def load(device: hs.Device) -> str:
-            if device.label != "cpu":  # the device loads only (CPU handles are loaded once and kept)
-                events.append(("load", name))
-            return device.label
-
-        def unload(handle: str) -> None:
-            if handle != "cpu":
-                events.append(("unload", name))
-
-        return hs.function_tool(name, lambda h, x: 2 * x, lambda h, x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600,
-                                load=load, unload=unload)
+        return counting_tool(name, events)
 
     wf = (hs.Workflow("evict", mode="three_way", vram_budget_mb=1000.0)
           .node("L", spec("left")).node("R", spec("right"), after="L"))
