@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsched.model.mapping import Mapping, Placement
+
+if TYPE_CHECKING:
+    from hetsched.model.workload import LoadMetrics, RequestTrace
 
 
 class InfeasibleKind(StrEnum):
@@ -212,6 +215,12 @@ class Trace:
     """What the executor wants every reader to know (e.g. that GPU placements ran on a stand-in device)."""
     hosts: tuple[HostTrace, ...] = ()
     """Per machine, for executors that span several (the Ray executor); empty on one machine."""
+    load: LoadMetrics | None = None
+    """Under a workload (``run_workload``): the window's metrics. ``e2e_ms`` is then the window's p95
+    latency and ``nodes`` the nodes of that (p95) request, times from its send; None for one request."""
+    requests: tuple[RequestTrace, ...] = ()
+    """Under a workload: every request (times from the window's start, as ``vram_timeline``); kept in
+    memory for traces and reports, not in :meth:`to_dict` (the store keeps ``load``)."""
 
     def __post_init__(self) -> None:
         if self.feasible == (self.infeasibility is not None):
@@ -301,6 +310,8 @@ class Trace:
         }
         if self.hosts:
             data["hosts"] = {h.host: h.to_dict() for h in self.hosts}
+        if self.load is not None:
+            data["load"] = self.load.to_dict()
         return data
 
     @classmethod
@@ -337,4 +348,13 @@ class Trace:
             executor=data.get("executor", "sim"),
             notes=tuple(data.get("notes", ())),
             hosts=tuple(HostTrace.from_dict(h, d) for h, d in (data.get("hosts") or {}).items()),
+            load=_load_from(data.get("load")),
         )
+
+
+def _load_from(data: dict[str, Any] | None) -> LoadMetrics | None:
+    if not data:
+        return None
+    from hetsched.model.workload import LoadMetrics
+
+    return LoadMetrics.from_dict(data)
