@@ -1,14 +1,14 @@
 """The Workload contract: a workflow under load. An arrival process (closed loop, open loop, or a
 trace of arrival times), how many requests (a count or a duration), a seed, and an optional
-latency target; plus what a run under load measured (:class:`RequestTrace` per request,
-:class:`LoadMetrics` over the window) and how one executor's trace carries it (``Trace.load``,
-``Trace.requests``).
+latency target; plus how a window's measurements are computed (:func:`load_metrics`) and carried
+(:func:`window_trace`: ``Trace.load``, ``Trace.requests``; the record types :class:`RequestTrace`
+and :class:`LoadMetrics` live beside ``Trace`` in :mod:`hetsched.model.trace`).
 
 - **closed**: ``clients`` clients, each sending its next request ``think_ms`` after its last one
   returned; all clients send their first request at t = 0. Request r belongs to client
   r mod clients and follows request r - clients.
-- **open**: Poisson arrivals at ``rate_per_s`` (exponential gaps drawn from ``seed``), whatever
-  the requests in flight.
+- **open**: Poisson arrivals at ``rate_per_s`` (the first at t = 0, then exponential gaps drawn
+  from ``seed``), whatever the requests in flight.
 - **trace**: the arrival times given (``times_ms``, or a file of them), sorted.
 
 The window ends after ``requests`` requests, or with the last request sent before
@@ -25,15 +25,23 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hetsched.model.limits import MAX_MS, MAX_SEED
-from hetsched.model.trace import NodeTrace, VramPoint
+from hetsched.model.mapping import Mapping, Placement
+from hetsched.model.trace import (
+    Infeasibility,
+    InfeasibleKind,
+    LoadMetrics,
+    LoadSample,
+    RequestTrace,
+    Trace,
+    VramPoint,
+)
 
 if TYPE_CHECKING:
     from hetsched.model.scenario import Scenario
@@ -141,19 +149,12 @@ class Workload(BaseModel):
                    seed=seed, slo_ms=slo_ms)
 
     @classmethod
-    def trace(cls, times_ms: Iterable[float] | None = None, *, file: str | Path | None = None,
-              requests: int | None = None, duration_s: float | None = None, slo_ms: float | None = None) -> Workload:
-        """Arrivals at the given times (ms), or at those read from ``file`` (one number a line, ``#``
-        comments; or a YAML/JSON list)."""
-        if (times_ms is None) == (file is None):
-            raise ValueError("give times_ms or file, one of the two")
-        if file is not None:
-            from hetsched.model.files import read_arrivals
-
-            return cls(arrivals=Arrivals.TRACE, times_ms=read_arrivals(Path(file)), file=str(file),
-                       requests=requests, duration_s=duration_s, slo_ms=slo_ms)
-        return cls(arrivals=Arrivals.TRACE, times_ms=tuple(times_ms or ()), requests=requests,
-                   duration_s=duration_s, slo_ms=slo_ms)
+    def trace(cls, times_ms: Iterable[float], *, requests: int | None = None, duration_s: float | None = None,
+              slo_ms: float | None = None, file: str = "") -> Workload:
+        """Arrivals at the given times, ms from the start (from a file: ``hs.read_arrivals(path)``,
+        one number a line or a YAML/JSON list; ``file`` only names it in messages)."""
+        return cls(arrivals=Arrivals.TRACE, times_ms=tuple(times_ms), requests=requests, duration_s=duration_s,
+                   slo_ms=slo_ms, file=file)
 
     def with_slo(self, slo_ms: float | None) -> Workload:
         """The same workload with another latency target."""
@@ -175,6 +176,15 @@ class Workload(BaseModel):
         if self.slo_ms is not None:
             what += f", SLO {self.slo_ms:g} ms"
         return what
+
+    def plan_size_hint(self) -> range:
+        """At most how many requests the window sends, without drawing it (a range of that length)."""
+        if self.requests is not None:
+            n = self.requests if self.arrivals is not Arrivals.TRACE else min(self.requests, len(self.times_ms))
+            return range(n)
+        if self.arrivals is Arrivals.TRACE:
+            return range(len(self.times_ms))
+        return range(2)  # a duration: more than one, as far as the rules are concerned
 
     def plan(self, min_latency_ms: float = 0.0) -> ArrivalPlan:
         """When each request is sent (what the kernel's ``simulate`` and the real executors take).
@@ -202,13 +212,11 @@ class Workload(BaseModel):
             rng = random.Random(self.seed)
             mean_gap = 1000.0 / float(self.rate_per_s or 1.0)
             times: list[float] = []
-            t = 0.0
+            t = 0.0  # the first request at t = 0, then exponential gaps
             limit = self.requests if self.requests is not None else MAX_LOAD_REQUESTS + 1
-            while len(times) < limit:
-                t += rng.expovariate(1.0 / mean_gap)
-                if t >= horizon:
-                    break
+            while len(times) < limit and t < horizon:
                 times.append(t)
+                t += rng.expovariate(1.0 / mean_gap)
             if len(times) > MAX_LOAD_REQUESTS:
                 raise ValueError(f"workload: {self.rate_per_s:g}/s over {self.duration_s:g} s sends more than "
                                  f"{MAX_LOAD_REQUESTS:,} requests; give a shorter duration_s or a request count")
@@ -237,75 +245,6 @@ class ArrivalPlan:
 
 
 # ---------------------------------------------------------------------------- what a window measured
-@dataclass(frozen=True, slots=True)
-class RequestTrace:
-    """One request of a window: when it was sent and what each of its nodes did (times in ms
-    from the start of the window, as every node of every request shares one clock)."""
-
-    request: int
-    """Index in send order (0 = first sent)."""
-    release_ms: float
-    """When it was sent."""
-    nodes: dict[str, NodeTrace]
-    """Per node of the workflow."""
-    client: int = -1
-    """Its client (closed loop), -1 otherwise."""
-
-    @property
-    def end_ms(self) -> float:
-        """When its last node ended."""
-        return max((n.end_ms for n in self.nodes.values()), default=self.release_ms)
-
-    @property
-    def latency_ms(self) -> float:
-        """Response time: last node's end minus the send time."""
-        return self.end_ms - self.release_ms
-
-    @property
-    def queue_wait_ms(self) -> float:
-        """Time its nodes waited for the device (VRAM admission of ``gpu_queue`` nodes), summed."""
-        return sum(n.wait_ms for n in self.nodes.values())
-
-    def shifted(self) -> dict[str, NodeTrace]:
-        """Its nodes with times from its own send time (what a one-request ``Trace`` holds)."""
-        d = self.release_ms
-        return {k: NodeTrace(node=v.node, tool=v.tool, placement=v.placement, ready_ms=v.ready_ms - d,
-                             admitted_ms=v.admitted_ms - d, start_ms=v.start_ms - d, end_ms=v.end_ms - d,
-                             load_ms=v.load_ms, host=v.host) for k, v in self.nodes.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (node times as ``[ready, admitted, start, end, load]``)."""
-        return {"request": self.request, "client": self.client, "release_ms": self.release_ms,
-                "nodes": {k: [v.tool, v.placement.value, v.ready_ms, v.admitted_ms, v.start_ms, v.end_ms, v.load_ms,
-                              v.host] for k, v in self.nodes.items()}}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RequestTrace:
-        """Inverse of :meth:`to_dict`."""
-        from hetsched.model.mapping import Placement
-
-        nodes = {k: NodeTrace(node=k, tool=v[0], placement=Placement(v[1]), ready_ms=v[2], admitted_ms=v[3],
-                              start_ms=v[4], end_ms=v[5], load_ms=v[6], host=str(v[7]) if len(v) > 7 else "")
-                 for k, v in data["nodes"].items()}
-        return cls(int(data["request"]), float(data["release_ms"]), nodes, int(data.get("client", -1)))
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSample:
-    """One bucket of the utilization-over-time series (averages over the bucket)."""
-
-    t_ms: float
-    """Start of the bucket, ms (the requests' clock)."""
-    in_flight: float
-    """Requests sent and not yet returned."""
-    cpu_util: float
-    """Share of the CPU cores busy (threads of running CPU tasks / cores, at most 1)."""
-    gpu_util: float
-    """Share of the GPU's compute asked for (sum of running GPU tasks' ``gpu_util``, at most 1)."""
-    vram_mb: float
-    """VRAM held."""
-
-
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (the smallest value with at least p% of the values at or under
     it): always one of the values, so the p95 of a window is one request's latency."""
@@ -314,72 +253,6 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
-
-
-@dataclass(frozen=True)
-class LoadMetrics:
-    """What a window of requests measured: throughput, latency percentiles, SLO attainment,
-    queueing, and VRAM and device utilization over time. Built by :func:`load_metrics`."""
-
-    requests: int
-    """Requests sent (all run to completion)."""
-    window_ms: float
-    """From the first send to the last response."""
-    throughput_per_s: float
-    """Requests completed per second of the window."""
-    latency_ms: tuple[float, ...]
-    """Per request, in send order."""
-    mean_ms: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    slo_ms: float | None
-    """The latency target (None: none given)."""
-    slo_attainment: float | None
-    """Share of requests with latency at or under ``slo_ms`` (None without a target)."""
-    queue_wait_mean_ms: float
-    """Per request, time its nodes waited for VRAM admission (summed), mean over requests."""
-    queue_wait_p95_ms: float
-    in_flight_mean: float
-    """Time-average of requests in flight over the window (Little's L = throughput x mean latency)."""
-    in_flight_max: int
-    peak_vram_mb: float
-    mean_vram_mb: float
-    """Time-average VRAM held over the window."""
-    cpu_util_mean: float
-    """Time-average share of the CPU cores busy."""
-    gpu_util_mean: float
-    """Time-average share of the GPU's compute asked for."""
-    timeline: tuple[LoadSample, ...] = field(default=())
-    """Utilization over time, :data:`TIMELINE_BUCKETS` buckets over the window."""
-
-    def describe(self) -> str:
-        """``200 requests, 41.3/s, p50 120.0 / p95 310.2 / p99 402.9 ms, SLO 300 ms: 93.5%``."""
-        text = (f"{self.requests} requests, {self.throughput_per_s:.3g}/s, p50 {self.p50_ms:.1f} / "
-                f"p95 {self.p95_ms:.1f} / p99 {self.p99_ms:.1f} ms")
-        if self.slo_ms is not None and self.slo_attainment is not None:
-            text += f", SLO {self.slo_ms:g} ms: {100 * self.slo_attainment:.1f}%"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``timeline`` as ``[t_ms, in_flight, cpu_util, gpu_util, vram_mb]`` rows)."""
-        return {"requests": self.requests, "window_ms": self.window_ms, "throughput_per_s": self.throughput_per_s,
-                "mean_ms": self.mean_ms, "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
-                "max_ms": self.max_ms, "slo_ms": self.slo_ms, "slo_attainment": self.slo_attainment,
-                "queue_wait_mean_ms": self.queue_wait_mean_ms, "queue_wait_p95_ms": self.queue_wait_p95_ms,
-                "in_flight_mean": self.in_flight_mean, "in_flight_max": self.in_flight_max,
-                "peak_vram_mb": self.peak_vram_mb, "mean_vram_mb": self.mean_vram_mb,
-                "cpu_util_mean": self.cpu_util_mean, "gpu_util_mean": self.gpu_util_mean,
-                "latency_ms": list(self.latency_ms),
-                "timeline": [[s.t_ms, s.in_flight, s.cpu_util, s.gpu_util, s.vram_mb] for s in self.timeline]}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LoadMetrics:
-        """Inverse of :meth:`to_dict`."""
-        plain = {k: v for k, v in data.items() if k not in ("latency_ms", "timeline")}
-        return cls(**plain, latency_ms=tuple(data.get("latency_ms", ())),
-                   timeline=tuple(LoadSample(*row) for row in data.get("timeline", ())))
 
 
 def load_metrics(
@@ -457,7 +330,10 @@ def load_metrics(
         t = nxt
     timeline = tuple(LoadSample(t0 + i * width, *(s / width for s in row)) for i, row in enumerate(sums))
     peak = max((p.used_mb for p in vram_timeline), default=0.0)
-    mean = (lambda k: totals[k] / window if window > 0 else 0.0)
+
+    def mean(k: int) -> float:
+        return totals[k] / window if window > 0 else 0.0
+
     return LoadMetrics(
         requests=len(requests),
         window_ms=window,
@@ -482,6 +358,53 @@ def load_metrics(
     )
 
 
+def load_infeasibility(scenario: Scenario, mapping: Mapping, workload: Workload) -> Infeasibility | None:
+    """Why a mapping that can serve one request cannot serve a window of them, or None.
+
+    Under load, ``gpu_now`` tools serve every request and stay resident for the whole window, so
+    each ``gpu_queue`` node must fit beside all of them (for one request a queued node may wait for
+    the resident tools to be freed after their last node; across a window that wait lasts until the
+    last request, or forever in a closed loop). A window of one request keeps the one-request rule."""
+    if len(workload.plan_size_hint()) <= 1:
+        return None
+    budget = scenario.machine.vram_budget_mb
+    tools = scenario.gpu_now_tools(mapping)
+    held = sum(scenario.cards[t].vram_mb for t in tools)
+    for n in scenario.workflow.node_ids:
+        if mapping[n] is Placement.GPU_QUEUE:
+            card = scenario.card_of(n)
+            if card.vram_mb + held > budget:
+                return Infeasibility(
+                    InfeasibleKind.NEVER_ADMISSIBLE,
+                    f"under load: node {n!r} ({card.name}) needs {card.vram_mb:g} MB beside gpu_now tools "
+                    f"{list(tools)} holding {held:g} MB of {budget:g} MB for the whole window (they serve every "
+                    "request)")
+    return None
+
+
+def window_trace(
+    mapping: Mapping,
+    requests: Sequence[RequestTrace],
+    scenario: Scenario,
+    workload: Workload,
+    *,
+    vram_timeline: Sequence[VramPoint] = (),
+    vram_budget_mb: float = 0.0,
+    seed: int | None = None,
+    executor: str = "sim",
+    notes: tuple[str, ...] = (),
+) -> Trace:
+    """The one ``Trace`` of a window of requests, built the same way by every executor: ``load``
+    (:func:`load_metrics`), ``requests``, the window's VRAM timeline, and, so that everything that
+    reads one request's trace (policies, the monitor, reports) reads the window's p95, ``e2e_ms`` =
+    the p95 latency and ``nodes`` = that request's nodes with times from its send."""
+    metrics = load_metrics(requests, scenario, vram_timeline, workload.slo_ms)
+    p95 = next(r for r in requests if r.latency_ms == metrics.p95_ms)
+    return Trace(mapping=mapping, feasible=True, e2e_ms=metrics.p95_ms, nodes=p95.shifted(),
+                 vram_timeline=tuple(vram_timeline), vram_budget_mb=vram_budget_mb, seed=seed, executor=executor,
+                 notes=notes, load=metrics, requests=tuple(requests))
+
+
 __all__ = [
     "MAX_CLIENTS",
     "MAX_LOAD_REQUESTS",
@@ -491,6 +414,8 @@ __all__ = [
     "LoadSample",
     "RequestTrace",
     "Workload",
+    "load_infeasibility",
     "load_metrics",
     "percentile",
+    "window_trace",
 ]
