@@ -98,3 +98,29 @@ def test_refresh_command_for_files_and_bundled_scenarios(tmp_path) -> None:
     bundled = refresh_command(str(bundled_scenarios()["rag_tiny"]), ["embed"])
     assert bundled == "hetsched init rag_tiny -o rag_tiny.yaml && hetsched profile --refresh rag_tiny.yaml embed"
     assert refresh_command("rag_tiny").startswith("hetsched init rag_tiny -o rag_tiny.yaml")
+
+
+def test_run_reports_the_drift_and_the_contradiction_in_json_and_text() -> None:
+    from hetsched.cli.app import out
+    from hetsched.cli.common import print_learned
+
+    sc = load_scenario("chain")
+    tool = sc.workflow.tools[0]
+    card = sc.cards[tool]
+    slow = {"cpu_ms": card.cpu_ms * 3.0} | ({} if card.gpu_ms is None else {"gpu_ms": card.gpu_ms * 3.0})
+    world = sc.model_copy(update={"cards": {**sc.cards, tool: card.model_copy(update=slow)}})
+    result = run(sc, world, rounds=8)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["cards"]["contradicted"] and all(t == tool for t, _ in data["cards"]["contradicted"])
+    assert data["cards"]["refresh"] == result.learned.refresh
+    for measured in (True, False):
+        with out.capture() as cap:
+            print_learned(result.learned, measured=measured)
+        text = cap.get()
+        assert "card contradicted" in text and "re-profile" in text and "--refresh" in text
+        assert tool in text
+    # cards equal to the truth: the one-line summary says nothing is contradicted
+    fine = run(sc, rounds=4)
+    with out.capture() as cap:
+        print_learned(fine.learned, measured=False)
+    assert "none contradicted" in cap.get() and "re-profile" not in cap.get()
