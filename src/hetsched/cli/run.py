@@ -41,12 +41,12 @@ from hetsched.cli.common import (  # noqa: F401
 )
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
-from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Reference, RoundRecord, Scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
+from hetsched.policies.decider_registry import LLM_DECIDERS
 from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
     check_max_seconds,
