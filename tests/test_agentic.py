@@ -22,19 +22,19 @@ except ImportError:
     import httpx  # type: ignore[no-redef]
 
 from hetsched.cli import main
-from hetsched.llm import ChatReply, LLMConfig, TransportError, make_decider, resolve_llm_config
+from hetsched.deciders import DeciderConfigError, check_mapping
+from hetsched.deciders.rules import card_rules
+from hetsched.llm import ChatReply, LLMConfig, TransportError, resolve_llm_config
 from hetsched.llm.base import LLMUnreachableError
-from hetsched.llm.config import DeciderConfigError
 from hetsched.llm.openai_compat import OpenAIDecider
 from hetsched.llm.prompt import SYSTEM_PROMPT, quote
-from hetsched.llm.rules import card_rules
 from hetsched.llm.scripted import ScriptedDecider
-from hetsched.llm.validate import check_mapping
 from hetsched.loop import LoopConfig, RunResult, run_rounds
 from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, RoundRecord, Scenario, Workflow
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library
 from hetsched.policies import make_policy, policy_names
 from hetsched.policies.agentic import Agentic
+from hetsched.policies.decider_registry import make_decider
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 

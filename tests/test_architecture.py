@@ -1,5 +1,6 @@
 """The import direction of DESIGN.md holds, with no exception, and no module imports itself in a circle:
-model <- sim <- search; model <- tools/exec/profiling/monitor/llm/store <- policies <- loop <- bench/cli.
+model <- sim <- search; model <- tools/exec/profiling/monitor/deciders/store <- policies <- loop <- bench/cli,
+with llm (the chat deciders) between deciders and policies.
 
 Parses every module under src/hetsched and checks each import of ``hetsched.<room>`` against
 the rooms that module's room may use (docs/architecture.md lists the same table), then looks
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "hetsched"
-BELOW_LOOP = {"model", "sim", "search", "tools", "exec", "profiling", "monitor", "llm", "store", "export", "policies"}
+BELOW_LOOP = {
+    "model", "sim", "search", "tools", "exec", "profiling", "monitor", "deciders", "llm", "store", "export", "policies"
+}
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "sim": {"model"},
@@ -24,10 +27,11 @@ ALLOWED: dict[str, set[str]] = {
     "exec": {"model", "sim", "tools"},
     "profiling": {"model", "tools", "exec"},
     "monitor": {"model"},
-    "llm": {"model"},
+    "deciders": {"model"},
+    "llm": {"model", "deciders"},
     "store": {"model", "__init__"},
     "export": {"model"},
-    "policies": {"model", "monitor", "llm"},
+    "policies": {"model", "monitor", "deciders", "llm"},
     "loop": {"model", "policies", "monitor", "exec", "sim", "search", "store", "warm"},
     "builder": {"model", "tools"},
     "warm": {"model", "sim", "search", "store"},

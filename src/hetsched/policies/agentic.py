@@ -17,7 +17,8 @@ spent, cold start (docs/agentic.md).
 The policy keeps no state beyond its monitor and decider: decisions are a function of the
 history (plus the LLM's sampling), so a resumed run continues where it stopped.
 
-Imports the model, the monitor and the deciders (``hetsched.llm``); never the loop.
+Imports the model, the monitor, the deciders (``hetsched.deciders``) and the LLM configuration
+(``hetsched.llm``; the deciders themselves come from the registry); never the loop.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from hetsched.llm import LLM_DECIDERS, Decider, DecisionContext, LLMConfig, make_decider, resolve_llm_config
-from hetsched.llm.evidence import fallback_mapping
-from hetsched.llm.validate import check_mapping
+from hetsched.deciders.base import Decider, DecisionContext, check_mapping
+from hetsched.deciders.evidence import fallback_mapping
+from hetsched.llm.config import LLMConfig, resolve_llm_config
 from hetsched.model import DecisionRecord, InputError, Probe, ProbeRequest, Proposal, RoundRecord
 from hetsched.model.measured import Settling, settling
 from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
+from hetsched.policies.decider_registry import LLM_DECIDERS, make_decider
 
 
 class Agentic(Policy):
