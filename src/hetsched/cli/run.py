@@ -37,6 +37,7 @@ from hetsched.cli.common import (  # noqa: F401
     load,
     mapping_text,
     parse_executor_options,
+    print_learned,
 )
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
@@ -472,6 +473,7 @@ def run(
                  f" = {deploy.median_ms / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}")
         out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())}{ratio})",
                   soft_wrap=True)
+    print_learned(result.learned, measured=result.executor != "sim")
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)
