@@ -53,7 +53,7 @@ def with_secret(options: dict[str, Any], api_key: str | None, reach: dict[str, A
     """The agentic policy with an LLM API key (never stored, never put in the environment) and
     connection settings (``timeout_s``, ``retries``: how to reach the server, not what the run is)
     given in code, or None when there is neither or the decider is no LLM."""
-    from hetsched.llm import LLM_DECIDERS
+    from hetsched.policies.decider_registry import LLM_DECIDERS
 
     if api_key is None and not reach:
         return None
@@ -183,7 +183,7 @@ def resume(
     try:
         info = st.readable(run_id)
         if policy is None and (llm_api_key is not None or llm_reach):
-            from hetsched.llm import LLM_DECIDERS
+            from hetsched.policies.decider_registry import LLM_DECIDERS
 
             if llm_reach and info.options.get("decider") not in LLM_DECIDERS:
                 raise InputError(f"LLM timeout and retries apply to LLM deciders; run {info.id} has none")
