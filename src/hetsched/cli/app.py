@@ -42,6 +42,7 @@ PARAMETER_FLAGS: dict[str, str] = {
     "policy": "--policy",
     "suite": "--suite",
     "scenarios": "--scenario",
+    "refresh": "--refresh",
     "reference": "--reference",
     "max_seconds": "--max-seconds",
     "reference_seconds": "--max-seconds",
