@@ -23,7 +23,9 @@ and the bench tables and golden files are pinned to these numbers).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
-queue (admission in arrival order across instances). Its callers add what they need on top: the
+queue (admission in arrival order across instances); with ``follows``, instance r is released
+``releases[r]`` after instance ``follows[r]`` ends (a closed loop's clients: docs/simulator.md,
+"Under load"), and not at all past ``horizon_ms``. Its callers add what they need on top: the
 simulator executor (:mod:`hetsched.sim`) noise factors and the ``Trace``, the decider's estimator
 a fitted interference and rescaled cards, the searches nothing (the noise-free E2E).
 
@@ -194,6 +196,9 @@ class Timings:
     load: list[float] = field(default_factory=list)
     vram: list[tuple[float, float]] = field(default_factory=list)
     """(time, MB held) at each change, when ``record`` was asked."""
+    released: list[float] = field(default_factory=list)
+    """With ``follows``: when each instance was released (inf: never, past the horizon; its
+    ``instance_e2e_ms`` is then nan)."""
 
     @property
     def deadlock(self) -> bool:
@@ -210,6 +215,8 @@ def simulate(
     work_factor: Sequence[float] | None = None,
     load_factor: Sequence[float] | None = None,
     releases: Sequence[float] = (0.0,),
+    follows: Sequence[int] | None = None,
+    horizon_ms: float = _INF,
     timings: bool = False,
     record: bool = False,
 ) -> Timings:
@@ -222,7 +229,12 @@ def simulate(
         cpu_ms, gpu_ms: per-node times in place of the cards' (a decider's rescaled cards).
         work_factor, load_factor: per-node multiplicative factors on the work and the load (the
             simulator's noise); one per node of every instance (length ``n * len(releases)``).
-        releases: release time of each instance (one instance at 0 by default).
+        releases: release time of each instance (one instance at 0 by default); with ``follows``,
+            for an instance that follows another, its delay after that one ends.
+        follows: per instance, the instance whose end releases it (-1: released at ``releases[r]``);
+            an instance follows one of lower index.
+        horizon_ms: an instance that ``follows`` would release at or after this time is not released
+            (nor are those that follow it).
         timings: fill the per-node lists (ready, admitted, start, end, load).
         record: fill the VRAM timeline (implies ``timings``).
 
@@ -273,13 +285,27 @@ def simulate(
     start = [0.0] * n if timings else []
     events: list[tuple[float, int, int, int]] = []  # (time, seq, arrive / loaded, node)
     seq = 0
-    for r, rel in enumerate(releases):
-        for i in range(n1):
-            if npreds[i] == 0:
-                v = r * n1 + i
-                ready[v] = rel
-                events.append((rel, seq, _ARRIVE, v))
-                seq += 1
+    # instances released by another's end (a closed loop): nodes left per instance, who follows whom
+    released: list[float] = list(releases) if follows is None else [_INF] * copies
+    left_of: list[int] = []
+    followers: list[list[int]] = []
+    if follows is not None:
+        left_of = [n1] * copies
+        followers = [[] for _ in range(copies)]
+        for r, f in enumerate(follows):
+            if f >= 0:
+                followers[f].append(r)
+            else:
+                released[r] = releases[r]
+    sources = [i for i in range(n1) if npreds[i] == 0]
+    for r, rel in enumerate(released):
+        if rel == _INF:
+            continue
+        for i in sources:
+            v = r * n1 + i
+            ready[v] = rel
+            events.append((rel, seq, _ARRIVE, v))
+            seq += 1
     heapq.heapify(events)
     # running tasks per device: node -> remaining isolated work
     cpu_run: dict[int, float] = {}
@@ -426,6 +452,31 @@ def simulate(
                     used -= vram[v]
             if not cpu_run and not gpu_run and not load_run:
                 threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
+            if follows is not None:
+                r = v // n1
+                left_of[r] -= 1
+                if left_of[r] == 0:  # instance r returned: release those that follow it
+                    todo = [(f, t + releases[f]) for f in followers[r]]
+                    while todo:
+                        f, rel = todo.pop()
+                        if rel < horizon_ms:
+                            released[f] = rel
+                            for i in sources:
+                                w = f * n1 + i
+                                ready[w] = rel
+                                heapq.heappush(events, (rel, seq, _ARRIVE, w))
+                                seq += 1
+                            continue
+                        # past the horizon: never sent; its resident tools stop waiting for it
+                        done += n1
+                        base = f * n1
+                        for i in range(n1):
+                            if pl[base + i] == NOW:
+                                ti = tool[base + i]
+                                now_left[ti] -= 1
+                                if now_left[ti] == 0:
+                                    used -= tool_vram[ti]
+                        todo.extend((g, _INF) for g in followers[f])
             for w, delay in succs[v]:
                 crossing = (pl[w] == CPU) != (p == CPU)
                 arrive = t + delay if crossing else t
@@ -441,12 +492,20 @@ def simulate(
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
-    per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+    loads_ms = (_loads(pl, load_of) if not sharing else
+                [start[i] - admitted[i] if p == QUEUE else 0.0 for i, p in enumerate(pl)]) if timings else []
+    if follows is None:
+        per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+        if not timings:
+            return Timings(max(per), per)
+        return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
+                       load=loads_ms, vram=vram_tl)
+    per = [max(end[r * n1 + s] for s in c.sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
+    worst = max(x for x in per if x == x)
     if not timings:
-        return Timings(max(per), per)
-    loads_ms = _loads(pl, load_of) if not sharing else [start[i] - admitted[i] if p == QUEUE else 0.0
-                                                        for i, p in enumerate(pl)]
-    return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end, load=loads_ms, vram=vram_tl)
+        return Timings(worst, per, released=released)
+    return Timings(worst, per, ready=ready, admitted=admitted, start=start, end=end,
+                   load=loads_ms, vram=vram_tl, released=released)
 
 
 def _slowed(demand: float, cpu_slow: float) -> float:
