@@ -27,7 +27,7 @@ from hetsched.model import (
     ReferenceKind,
     Scenario,
 )
-from hetsched.model.errors import did_you_mean
+from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
 from hetsched.search.local_search import Evaluator, local_search
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
 from hetsched.search.oracle import SearchTooLong, solve
@@ -71,14 +71,14 @@ def parse_reference_choice(text: str) -> ReferenceChoice:
         return ReferenceChoice(text.strip().lower())
     except ValueError:
         accepted = ", ".join(c.value for c in ReferenceChoice)
-        raise InputError(f"--reference: unknown value {text!r}; accepted: {accepted}"
-                         + did_you_mean(text, [c.value for c in ReferenceChoice])) from None
+        raise UnknownValueError("reference", f"{text!r}: unknown value; accepted: {accepted}"
+                                + did_you_mean(text, [c.value for c in ReferenceChoice])) from None
 
 
-def check_max_seconds(value: float | None, option: str = "--max-seconds") -> float | None:
-    """A positive time budget or None (clear error otherwise)."""
+def check_max_seconds(value: float | None, param: str = "max_seconds") -> float | None:
+    """A positive time budget or None (clear error otherwise, naming ``param``)."""
     if value is not None and not value > 0:
-        raise InputError(f"{option} must be > 0 seconds, got {value}")
+        raise ParameterError(param, f"must be > 0 seconds, got {value}")
     return value
 
 
