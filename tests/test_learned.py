@@ -124,3 +124,18 @@ def test_run_reports_the_drift_and_the_contradiction_in_json_and_text() -> None:
     with out.capture() as cap:
         print_learned(fine.learned, measured=False)
     assert "none contradicted" in cap.get() and "re-profile" not in cap.get()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SPECS, st.lists(st.floats(0.0, 3.0), min_size=1, max_size=8))
+def test_noise_free_with_measured_cpu_demand_the_learned_figures_are_the_cards(spec: WorkflowSpec,
+                                                                               demands: list[float]) -> None:
+    """Tools that wait (cpu_demand < 1) slow only on their busy part: the de-contention follows the kernel."""
+    sc = random_scenario(spec)
+    cards = {t: c.model_copy(update={"cpu_demand": demands[i % len(demands)]})
+             for i, (t, c) in enumerate(sc.cards.items())}
+    sc = sc.model_copy(update={"cards": cards})
+    sc = Scenario.model_validate(sc.model_dump())  # recompile
+    learned = learned_cards(sc, run(sc, rounds=4, noise=False).rounds)
+    for f in learned.figures:
+        assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()

@@ -22,6 +22,7 @@ from hetsched.exec import Executor, make_executor
 from hetsched.loop import WARM_START_OPTION, LoopConfig, Recorder, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, InputError, Reference, RoundRecord, RunKey, Scenario, ToolCard
 from hetsched.model.files import load_scenario
+from hetsched.model.workload import Workload
 from hetsched.policies import Policy, make_policy
 from hetsched.store import RunStore
 from hetsched.warm import prior_for
@@ -90,6 +91,7 @@ def run(
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
     warm_start: bool = False,
+    workload: Workload | None = None,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``policy`` on ``scenario`` and return the result.
 
@@ -103,9 +105,14 @@ def run(
     exception (Ctrl-C included) the stored run is marked interrupted and keeps
     its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
     the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
-    the run (option ``warm_start``), so a resumed run rebuilds the same prior.
+    the run (option ``warm_start``), so a resumed run rebuilds the same prior. ``workload``
+    (:class:`~hetsched.model.workload.Workload`): each round runs a window of requests under the
+    round's mapping (in place of the scenario's own ``workload:``; it is stored with the scenario);
+    a round's E2E is then the window's p95 latency and ``round.trace.load`` holds its metrics.
     """
     sc = _scenario(scenario)
+    if workload is not None:
+        sc = sc.with_workload(workload)
     opts = dict(options or {})
     pol: Policy
     if isinstance(policy, Policy):
@@ -229,19 +236,39 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
                    max_seconds=DEFAULT_SEARCH_SECONDS if max_seconds is None else max_seconds)
 
 
-def profile(tools: Iterable[str], *, size: str = "tiny", runs: int = 30, device: str = "auto",
-            **config: Any) -> list[ToolCard]:
+def profile(tools: Iterable[str] = (), *, size: str | None = None, runs: int = 30, device: str = "auto",
+            refresh: str | Path | None = None, **config: Any) -> list[ToolCard]:
     """Profile registered tools by name on this machine and return their measured cards
-    (``hetsched profile``; write them with :func:`hetsched.profiling.write_library`)."""
+    (``hetsched profile``; write them with :func:`hetsched.profiling.write_library`).
+
+    ``refresh=FILE`` (a scenario or tool library file) re-measures FILE's cards (``tools``: only
+    these; default all of them) and rewrites them in place, each with its provenance, the file's
+    other content kept (``hetsched profile --refresh``); ``size`` then defaults to the preset the
+    cards were profiled at, and the CPU pool to the scenario machine's ``cpu_cores``."""
+    from hetsched.exec.devices import available_cores
     from hetsched.profiling import ProfileConfig, profile_tools
 
     names: Sequence[str] = list(tools)
-    cfg = ProfileConfig(size=size, runs=runs, device=device, **config)
-    cards: list[ToolCard] = []
-    for p in profile_tools(names, cfg):
-        cards.append(p.card)
-        cards.extend(p.derived.values())
-    return cards
+    if refresh is None:
+        if not names:
+            raise InputError("profile: name the tools to profile, or give refresh=FILE")
+        cfg = ProfileConfig(size=size or "tiny", runs=runs, device=device, **config)
+        cards: list[ToolCard] = []
+        for p in profile_tools(names, cfg):
+            cards.append(p.card)
+            cards.extend(p.derived.values())
+        return cards
+    from hetsched.profiling.refresh import refresh_target, write_refreshed
+
+    target = refresh_target(refresh, names)
+    if "cpu_threads" not in config and target.cpu_cores is not None:
+        config["cpu_threads"] = min(target.cpu_cores, len(available_cores()))
+    cfg = ProfileConfig(size=size or target.preset, runs=runs, device=device, **config)
+    fresh: list[ToolCard] = []
+    for p in profile_tools(list(target.tools), cfg):
+        write_refreshed(target, [p.card])
+        fresh.append(p.card)
+    return fresh
 
 
 def _store(store: str | Path | RunStore | bool | None) -> tuple[RunStore, bool]:

@@ -3,7 +3,10 @@ simulation on it that every number hetsched prints comes from.
 
 - GPU (Factor A): processor sharing. With running GPU tasks R and U = sum of their
   ``gpu_util``, each progresses at rate 1/s, s = max(1, U) * (1 + kappa * (|R| - 1)).
-- CPU: P cores; a task uses ``cpu_threads``; every CPU task slows by max(1, sum threads / P).
+- CPU: P cores; a task keeps d cores busy (its card's measured ``cpu_demand``, else ``cpu_threads``);
+  with s = max(1, sum d / P), a task with d >= 1 slows by s and one with d < 1 (it waits part of
+  the time: I/O, a remote call) only on its busy part: 1 + d (s - 1). Without cards of d < 1 every
+  CPU task slows by s, the arithmetic of cards that only give ``cpu_threads``.
 - VRAM (Factor B): ``gpu_now`` tools are warm and resident from t = 0 until their last
   ``gpu_now`` node ends, counted once per tool; ``gpu_queue`` nodes wait in one FIFO queue
   (strict order, head-of-line), are admitted when their memory fits beside what is held, pay
@@ -17,7 +20,9 @@ and the bench tables and golden files are pinned to these numbers).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
-queue (admission in arrival order across instances). Its callers add what they need on top: the
+queue (admission in arrival order across instances); with ``follows``, instance r is released
+``releases[r]`` after instance ``follows[r]`` ends (a closed loop's clients: docs/simulator.md,
+"Under load"), and not at all past ``horizon_ms``. Its callers add what they need on top: the
 simulator executor (:mod:`hetsched.sim`) noise factors and the ``Trace``, the decider's estimator
 a fitted interference and rescaled cards, the searches nothing (the noise-free E2E).
 
@@ -75,6 +80,10 @@ class Compiled:
     vram: tuple[float, ...]
     util: tuple[float, ...]
     threads: tuple[int, ...]
+    demand: tuple[float, ...]
+    """Cores a CPU run keeps busy (``ToolCard.cores_busy``: measured ``cpu_demand``, else ``cpu_threads``)."""
+    waits: bool
+    """Some node's demand is below one core: the CPU slowdown is per task (see the module docstring)."""
     npreds: tuple[int, ...]
     succs: tuple[tuple[tuple[int, float], ...], ...]
     """Per node, (successor, transfer ms when the edge crosses between CPU and GPU)."""
@@ -112,6 +121,8 @@ class Compiled:
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
+            demand=tuple(c.cores_busy for c in cards),
+            waits=any(c.cores_busy < 1.0 for c in cards),
             npreds=tuple(len(p) for p in preds),
             succs=tuple(tuple(s) for s in succs),
             preds=tuple(tuple(p) for p in preds),
@@ -175,6 +186,9 @@ class Timings:
     load: list[float] = field(default_factory=list)
     vram: list[tuple[float, float]] = field(default_factory=list)
     """(time, MB held) at each change, when ``record`` was asked."""
+    released: list[float] = field(default_factory=list)
+    """With ``follows``: when each instance was released (inf: never, past the horizon; its
+    ``instance_e2e_ms`` is then nan)."""
 
     @property
     def deadlock(self) -> bool:
@@ -191,6 +205,8 @@ def simulate(
     work_factor: Sequence[float] | None = None,
     load_factor: Sequence[float] | None = None,
     releases: Sequence[float] = (0.0,),
+    follows: Sequence[int] | None = None,
+    horizon_ms: float = _INF,
     timings: bool = False,
     record: bool = False,
 ) -> Timings:
@@ -203,7 +219,12 @@ def simulate(
         cpu_ms, gpu_ms: per-node times in place of the cards' (a decider's rescaled cards).
         work_factor, load_factor: per-node multiplicative factors on the work and the load (the
             simulator's noise); one per node of every instance (length ``n * len(releases)``).
-        releases: release time of each instance (one instance at 0 by default).
+        releases: release time of each instance (one instance at 0 by default); with ``follows``,
+            for an instance that follows another, its delay after that one ends.
+        follows: per instance, the instance whose end releases it (-1: released at ``releases[r]``);
+            an instance follows one of lower index.
+        horizon_ms: an instance that ``follows`` would release at or after this time is not released
+            (nor are those that follow it).
         timings: fill the per-node lists (ready, admitted, start, end, load).
         record: fill the VRAM timeline (implies ``timings``).
 
@@ -218,11 +239,11 @@ def simulate(
     gpu_t = c.gpu_ms if gpu_ms is None else gpu_ms
     if copies == 1:
         pl: Sequence[int] = place
-        tool, threads, util, vram, succs, loads = c.tool_idx, c.threads, c.util, c.vram, c.succs, c.load_ms
+        tool, threads, util, vram, succs, loads = c.tool_idx, c.demand, c.util, c.vram, c.succs, c.load_ms
         npreds: Sequence[int] = c.npreds
     else:
         pl = list(place) * copies
-        tool, threads, util, vram = c.tool_idx * copies, c.threads * copies, c.util * copies, c.vram * copies
+        tool, threads, util, vram = c.tool_idx * copies, c.demand * copies, c.util * copies, c.vram * copies
         loads = c.load_ms * copies
         cpu_t, gpu_t = list(cpu_t) * copies, list(gpu_t) * copies
         succs = tuple(tuple((w + r * n1, d) for w, d in s) for r in range(copies) for s in c.succs)
@@ -254,19 +275,34 @@ def simulate(
     start = [0.0] * n if timings else []
     events: list[tuple[float, int, int, int]] = []  # (time, seq, arrive / loaded, node)
     seq = 0
-    for r, rel in enumerate(releases):
-        for i in range(n1):
-            if npreds[i] == 0:
-                v = r * n1 + i
-                ready[v] = rel
-                events.append((rel, seq, _ARRIVE, v))
-                seq += 1
+    # instances released by another's end (a closed loop): nodes left per instance, who follows whom
+    released: list[float] = list(releases) if follows is None else [_INF] * copies
+    left_of: list[int] = []
+    followers: list[list[int]] = []
+    if follows is not None:
+        left_of = [n1] * copies
+        followers = [[] for _ in range(copies)]
+        for r, f in enumerate(follows):
+            if f >= 0:
+                followers[f].append(r)
+            else:
+                released[r] = releases[r]
+    sources = [i for i in range(n1) if npreds[i] == 0]
+    for r, rel in enumerate(released):
+        if rel == _INF:
+            continue
+        for i in sources:
+            v = r * n1 + i
+            ready[v] = rel
+            events.append((rel, seq, _ARRIVE, v))
+            seq += 1
     heapq.heapify(events)
     # running tasks per device: node -> remaining isolated work
     cpu_run: dict[int, float] = {}
     gpu_run: dict[int, float] = {}
-    threads_sum = 0
+    threads_sum = 0.0  # cores demanded by the running CPU tasks (integer-valued without measured demands)
     util_sum = 0.0
+    waits = c.waits
     queue: deque[int] = deque()
     t = 0.0
     done = 0
@@ -328,7 +364,10 @@ def simulate(
         k = len(gpu_run)
         gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
         dt = _INF
-        if cpu_run:
+        per_task = waits and cpu_slow > 1.0
+        if per_task:  # a task waiting part of the time slows only on its busy part
+            dt = min(w * _slowed(threads[v], cpu_slow) for v, w in cpu_run.items())
+        elif cpu_run:
             dt = min(cpu_run.values()) * cpu_slow
         if gpu_run:
             dt = min(dt, min(gpu_run.values()) * gpu_slow)
@@ -336,7 +375,13 @@ def simulate(
             dt = min(dt, events[0][0] - t)
         t += dt
         finished: list[int] = []
-        if cpu_run:
+        if per_task:
+            for v in cpu_run:
+                left = cpu_run[v] - dt / _slowed(threads[v], cpu_slow)
+                cpu_run[v] = left
+                if left <= EPS:
+                    finished.append(v)
+        elif cpu_run:
             step = dt / cpu_slow
             for v in cpu_run:
                 left = cpu_run[v] - step
@@ -371,7 +416,32 @@ def simulate(
                 else:
                     used -= vram[v]
             if not cpu_run and not gpu_run:
-                threads_sum, util_sum = 0, 0.0  # drop accumulated float error
+                threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
+            if follows is not None:
+                r = v // n1
+                left_of[r] -= 1
+                if left_of[r] == 0:  # instance r returned: release those that follow it
+                    todo = [(f, t + releases[f]) for f in followers[r]]
+                    while todo:
+                        f, rel = todo.pop()
+                        if rel < horizon_ms:
+                            released[f] = rel
+                            for i in sources:
+                                w = f * n1 + i
+                                ready[w] = rel
+                                heapq.heappush(events, (rel, seq, _ARRIVE, w))
+                                seq += 1
+                            continue
+                        # past the horizon: never sent; its resident tools stop waiting for it
+                        done += n1
+                        base = f * n1
+                        for i in range(n1):
+                            if pl[base + i] == NOW:
+                                ti = tool[base + i]
+                                now_left[ti] -= 1
+                                if now_left[ti] == 0:
+                                    used -= tool_vram[ti]
+                        todo.extend((g, _INF) for g in followers[f])
             for w, delay in succs[v]:
                 crossing = (pl[w] == CPU) != (p == CPU)
                 arrive = t + delay if crossing else t
@@ -387,11 +457,24 @@ def simulate(
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
-    per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+    if follows is None:
+        per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+        if not timings:
+            return Timings(max(per), per)
+        return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
+                       load=_loads(pl, load_of), vram=vram_tl)
+    per = [max(end[r * n1 + s] for s in c.sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
+    worst = max(x for x in per if x == x)
     if not timings:
-        return Timings(max(per), per)
-    return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
-                   load=_loads(pl, load_of), vram=vram_tl)
+        return Timings(worst, per, released=released)
+    return Timings(worst, per, ready=ready, admitted=admitted, start=start, end=end,
+                   load=_loads(pl, load_of), vram=vram_tl, released=released)
+
+
+def _slowed(demand: float, cpu_slow: float) -> float:
+    """The CPU slowdown of a task demanding ``demand`` cores when the cores are oversubscribed by
+    ``cpu_slow`` (> 1): all of it from one core up, only its busy part below."""
+    return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
 
 
 def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:

@@ -7,10 +7,11 @@ load), ``load_ms`` on ``gpu_queue`` (the load itself). A node measured under con
 **de-contended** by the contention model (:mod:`hetsched.model.contention`), the way the model
 slowed it: its isolated-equivalent time is the integral of 1 / slowdown over its run, where the
 slowdown at each moment is the model's for the tasks the trace shows running beside it on the same
-device (CPU: max(1, threads / cores); GPU: max(1, sum of gpu_util) x (1 + gpu_kappa x (tasks - 1)),
-with the cards' threads and gpu_util and the machine's kappa). On the simulator this inverts the
-model exactly, so a figure learned there is the card's figure times the simulator's noise; on a
-real executor it is what the hardware did, read through the model. Loads are not de-contended
+device (CPU: s = max(1, cores busy / cores), all of it for a task busy a core or more, 1 + d (s - 1)
+for one busy d < 1 of the time; GPU: max(1, sum of gpu_util) x (1 + gpu_kappa x (tasks - 1)), with the
+cards' ``cpu_demand`` (else ``cpu_threads``) and ``gpu_util`` and the machine's kappa). On the
+simulator this inverts the model exactly, so a figure learned there is the card's figure times the
+simulator's noise; on a real executor it is what the hardware did, read through the model. Loads are not de-contended
 (the model has them share nothing).
 
 A :class:`LearnedFigure` is the median of its samples with their 10th-90th percentile spread
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetsched.model.contention import _slowed
 from hetsched.model.history import RoundRecord
 from hetsched.model.mapping import Placement
 from hetsched.model.scenario import Scenario
@@ -248,17 +250,22 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
         if i is None:
             continue
         if nt.placement is Placement.CPU:
-            cpu.append((nt.start_ms, nt.end_ms, float(c.threads[i])))
+            cpu.append((nt.start_ms, nt.end_ms, float(c.demand[i])))
         else:
             gpu.append((nt.start_ms, nt.end_ms, float(c.util[i])))
-    ct, ca = _integrals(cpu, lambda k, w: w / cores if w > cores else 1.0)
+    # the kernel's CPU slowdown is per task (a task busy d < 1 of the time slows on its busy part only):
+    # one integral per distinct demand class below one core, one for every task from one core up
+    classes = {min(d, 1.0) for _, _, d in cpu}
+    cpu_int = {d: _integrals(cpu, lambda k, w, d=d: _slowed(d, w / cores) if w > cores else 1.0) for d in classes}
     gt, ga = _integrals(gpu, lambda k, w: (w if w > 1.0 else 1.0) * (1.0 + kappa * (k - 1)))
     out: list[tuple[str, str, float]] = []
     for name, nt in trace.nodes.items():
-        if name not in c.index:
+        i = c.index.get(name)
+        if i is None:
             continue
         tool = nt.tool
         if nt.placement is Placement.CPU:
+            ct, ca = cpu_int[min(float(c.demand[i]), 1.0)]
             iso = _at(ct, ca, nt.end_ms) - _at(ct, ca, nt.start_ms)
             out.append((tool, "cpu_ms", iso))
         else:

@@ -120,15 +120,13 @@ class Agentic(Policy):
     ) -> Proposal:
         sc = self.ctx.scenario
         obs = observations if observations is not None else self.monitor.observe(history, probes)
-        records = tuple(obs.to_json())
         state = self.settling(history)
         if state is not None and not state.exploring and state.best is not None:
             chosen = state.contender or state.best
             if chosen is not None:  # settled, or a mapping within the noise of the best to repeat
-                record = DecisionRecord(decider=self.decider.name, model=self.decider.model, attempts=(),
-                                        fallback=False, fallback_reason="", observations=records,
-                                        observations_text=obs.text, probes_spent=len(obs.probes),
-                                        cold_start=self.cold_start)
+                record = DecisionRecord.of(self.decider.name, obs.records, model=self.decider.model,
+                                           observations_text=obs.text, probes_spent=len(obs.probes),
+                                           cold_start=self.cold_start)
                 return Proposal(sc.validate_mapping(chosen.mapping), rationale=state.describe(), decision=record)
         decision = self.decider.decide(
             DecisionContext(
@@ -160,13 +158,13 @@ class Agentic(Policy):
             mapping, why = fallback_mapping(sc, obs.records)
             reason = f"{problem}; {why}" if problem else why
             rationale = f"fallback: {why}"
-        record = DecisionRecord(
-            decider=self.decider.name,
+        record = DecisionRecord.of(
+            self.decider.name,
+            obs.records,
             model=self.decider.model,
             attempts=decision.transcript,
             fallback=fallback,
             fallback_reason=reason,
-            observations=records,
             observations_text=obs.text,
             probes_spent=len(obs.probes),
             cold_start=self.cold_start,
