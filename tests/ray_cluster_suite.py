@@ -38,6 +38,7 @@ from hetsched.export import trace_events
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded
 from hetsched.model import ExecutorSpec, InfeasibleKind, Mapping, Placement, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.model.workload import Workload
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
@@ -203,7 +204,12 @@ def test_a_window_of_overlapping_requests_shares_one_resident_actor_and_keeps_ev
                   CARDS, budget_mb=40, name="window")
     m = Mapping({"A": C, "B": G, "C": Q, "D": C})
     with RayExecutor(sc, address=wide_ex.address) as ex:
+        loaded = ex.run_workload(m, Workload.closed(2, requests=3))
         runs = [(ex.run_window(m, releases_ms=[0, 0, 30, 60]), None), (ex.run_window(m, clients=2, count=5), 2)]
+    # the Workload contract: the window's trace with its metrics and every request
+    assert loaded.feasible and loaded.executor == "ray", loaded.reason
+    assert loaded.load is not None and loaded.load.requests == 3 and len(loaded.requests) == 3
+    assert loaded.e2e_ms == loaded.load.p95_ms and set(loaded.nodes) == {"A", "B", "C", "D"}
     for run, clients in runs:
         assert run.completed, run.trace.reason
         count = len(run.end_ms)

@@ -64,6 +64,7 @@ from hetsched.exec.window import (
     split_id,
     window_mapping,
     window_scenario,
+    workload_trace,
 )
 from hetsched.model import (
     Infeasibility,
@@ -74,6 +75,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.workload import Workload, load_infeasibility
 from hetsched.tools.base import Tool, check_size
 from hetsched.tools.registry import import_tool_modules
 
@@ -431,6 +433,20 @@ class RayExecutor(ClosingExecutor):
                          end_ms=tuple(request_ends(sc, trace.nodes, clock.count)),
                          resident_loads=window.resident_loads, budget_mb=budget)
 
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run ``workload``'s window of requests for real under one mapping (:meth:`run_window`) and
+        return the window's ``Trace`` (``load``: its metrics, ``requests``: every request; ``e2e_ms``
+        the p95 latency), built as every executor builds it. ``seed`` is unused: times are real.
+        A mapping that cannot serve a window (a queued node that does not fit beside the resident
+        tools, which serve every request) is refused before anything runs."""
+        sc = self.scenario
+        mapping = sc.validate_mapping(mapping)
+        refused = sc.infeasibility(mapping) or load_infeasibility(sc, mapping, workload)
+        if refused is not None:
+            return Trace.refused(mapping, refused, vram_budget_mb=sc.machine.vram_budget_mb, executor=self.name)
+        plan = workload.plan(sc.isolated_critical_path_ms())
+        run = self.run_window(mapping, clock=ReleaseClock(plan.releases_ms, plan.follows, plan.horizon_ms))
+        return workload_trace(run, sc, mapping, workload, plan, self.name)
 
 DRIVER_SETTINGS = {"RAY_task_events_report_interval_ms": "100"}
 """Ray settings of this driver process when it joins a cluster (``RAY_*`` variables Ray reads when
