@@ -39,6 +39,7 @@ from typing import Any
 from hetsched.exec import make_executor
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import SIM, InputError, Mapping, Mode, RoundRecord, Scenario, Trace
+from hetsched.model.errors import ParameterError, UnknownValueError
 from hetsched.policies import make_policy
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
 from hetsched.sim import Simulator
@@ -102,10 +103,10 @@ class SuiteConfig:
 
     def __post_init__(self) -> None:
         if self.suite not in ("scale", "random"):
-            raise InputError(f"--suite {self.suite!r}: accepted: {', '.join(SUITES)}")
+            raise UnknownValueError("suite", f"{self.suite!r}: accepted: {', '.join(SUITES)}")
         if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
-            raise InputError("--reference none: a suite compares every run with a reference; "
-                             "accepted: auto, oracle, best-known")
+            raise ParameterError("reference", "none: a suite compares every run with a reference; "
+                                 "accepted: auto, oracle, best-known")
         if self.rounds < 1 or not self.seeds or self.jobs < 1 or not self.specs or not self.workflows:
             raise InputError("a suite needs rounds >= 1, at least one seed, one job, one policy and one workflow")
 
