@@ -137,7 +137,8 @@ def run_load_suite(config: LoadSuiteConfig, tick: Callable[[str], None] | None =
             for label, mapping in fixed:
                 trace = None
                 if mapping is not None:
-                    res = api_run(sc, FixedMapping(mapping), rounds=config.rounds if real else 1, seed=config.seed, store=False,
+                    res = api_run(sc, FixedMapping(mapping), rounds=config.rounds if real else 1, seed=config.seed,
+                                  store=False,
                                   executor=config.executor, workload=wl)
                     trace = _median_round(res.rounds)
                 points.append(_point(sc, wl, k, label, mapping, trace))
@@ -234,7 +235,8 @@ def knees_table(result: LoadSuiteResult) -> Table:
     for (scen, pol), pts in curves.items():
         kp = knee(pts)
         t.rows.append([scen, pol, "-" if kp is None else str(kp.clients),
-                       _fmt(kp.predicted_throughput_per_s if kp else None, 2), _fmt(kp.predicted_p95_ms if kp else None)])
+                       _fmt(kp.predicted_throughput_per_s if kp else None, 2),
+                       _fmt(kp.predicted_p95_ms if kp else None)])
     return t
 
 
@@ -251,7 +253,8 @@ def load_tables(result: LoadSuiteResult) -> list[Table]:
 
 # ---------------------------------------------------------------------------- figure + report
 def fig_curves(result: LoadSuiteResult, path: Path) -> Path:
-    """Latency-throughput curves, one panel per scenario, knees marked with a star."""
+    """Per scenario, two panels: p95 latency against the load (clients, log scale) and the
+    latency-throughput curve; each curve's knee marked with a star in its colour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,11 +263,9 @@ def fig_curves(result: LoadSuiteResult, path: Path) -> Path:
     from hetsched.bench.figures import style
 
     scen = list(dict.fromkeys(p.scenario for p in result.points))
-    cols = min(2, len(scen))
-    rows = math.ceil(len(scen) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(len(scen), 2, figsize=(10.4, 3.6 * len(scen)), squeeze=False)
     real = result.config.executor != "sim"
-    for ax, name in zip(axes.flat, scen, strict=False):
+    for (lax, ax), name in zip(axes, scen, strict=True):
         curves: dict[str, list[LoadPoint]] = {}
         for p in result.points:
             if p.scenario == name and p.feasible:
@@ -279,23 +280,32 @@ def fig_curves(result: LoadSuiteResult, path: Path) -> Path:
                 ys = [p.predicted_p95_ms for p in pts]
             st = style(pol)
             ref = pol in (SINGLE, LOADED)
-            ax.plot(xs, ys, marker=st.marker, color="black" if pol == LOADED else st.color,
-                    linestyle="--" if ref else "-", linewidth=2.2 if pol == LOADED else 1.2, label=pol, markersize=4)
+            color = "black" if pol == LOADED else st.color
+            kw = {"marker": st.marker, "color": color, "linestyle": "--" if ref else "-",
+                  "linewidth": 2.2 if pol == LOADED else 1.2, "markersize": 4}
+            ks = [p.clients for p in pts]
+            lax.plot(ks, ys, label=pol, **kw)
+            ax.plot(xs, ys, **kw)
             kp = knee(pts, predicted=not real)
             if kp is not None:
                 i = pts.index(kp)
-                ax.plot([xs[i]], [ys[i]], marker="*", markersize=13, color="gold", markeredgecolor="black", zorder=5)
-        ax.set_title(name)
+                for a, x in ((lax, ks[i]), (ax, xs[i])):
+                    a.plot([x], [ys[i]], marker="*", markersize=12, color=color, markeredgecolor="black", zorder=5)
+        lax.set_title(f"{name}: p95 against load")
+        lax.set_xscale("log", base=2)
+        lax.set_yscale("log")
+        lax.set_xlabel("closed-loop clients")
+        lax.set_ylabel("p95 latency (ms)")
+        ax.set_title(f"{name}: latency-throughput")
         ax.set_xlabel("throughput (requests/s)")
         ax.set_ylabel("p95 latency (ms)")
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(scen):]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+        for a in (lax, ax):
+            a.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8, frameon=False)
     what = f"measured on {result.config.executor}" if real else "model, noise-free"
     fig.suptitle(f"Latency-throughput per policy ({what}); star: knee (highest throughput / p95)")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.6 / len(scen) / 3, 1, 1 - 0.25 / len(scen)))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -303,6 +313,8 @@ def fig_curves(result: LoadSuiteResult, path: Path) -> Path:
 
 
 def _summary(result: LoadSuiteResult) -> list[str]:
+    real = result.config.executor != "sim"
+    seen = f"measured on {result.config.executor}" if real else "simulated with noise"
     lines = []
     for (scen, k), pts in _group(result.points).items():
         lo = next((p for p in pts if p.policy == LOADED), None)
@@ -315,7 +327,7 @@ def _summary(result: LoadSuiteResult) -> list[str]:
         elif si.predicted_p95_ms > lo.predicted_p95_ms * 1.02:
             meas = ""
             if si.measured and lo.measured:
-                meas = (f"; measured {_fmt(si.measured['p95_ms'])} vs {_fmt(lo.measured['p95_ms'])} ms "
+                meas = (f"; {seen} {_fmt(si.measured['p95_ms'])} vs {_fmt(lo.measured['p95_ms'])} ms "
                         f"({si.measured['p95_ms'] / lo.measured['p95_ms']:.2f}x)")
             lines.append(f"{scen}, {k} clients: single-request optimum {si.mapping} p95 {_fmt(si.predicted_p95_ms)} ms "
                          f"vs loaded optimum {lo.mapping} {_fmt(lo.predicted_p95_ms)} ms "

@@ -53,7 +53,8 @@ def parse_objective(text: str) -> LoadObjective:
     try:
         return LoadObjective(text.strip().lower())
     except ValueError:
-        raise InputError(f"objective {text!r}: unknown; accepted: {', '.join(o.value for o in LoadObjective)}") from None
+        accepted = ", ".join(o.value for o in LoadObjective)
+        raise InputError(f"objective {text!r}: unknown; accepted: {accepted}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +175,8 @@ def max_rate_per_s(scenario: Scenario, mapping: Mapping, p95_target_ms: float, *
 
 def _all_codes(scenario: Scenario) -> Iterable[tuple[int, ...]]:
     c = scenario.compiled
-    choices = [(0,) if math.isinf(c.gpu_ms[i]) else (0, NOW_CODE, QUEUE_CODE) for i in range(c.n)]
-    if scenario.mode.value == "binary":
-        choices = [tuple(x for x in ch if x != QUEUE_CODE) for ch in choices]
+    gpu = (NOW_CODE,) if scenario.mode.value == "binary" else (NOW_CODE, QUEUE_CODE)
+    choices: list[tuple[int, ...]] = [(0,) if math.isinf(c.gpu_ms[i]) else (0, *gpu) for i in range(c.n)]
     return itertools.product(*choices)
 
 
@@ -220,10 +220,7 @@ def load_optimum(
         return (-rates[codes], pred.p95_ms, codes)
 
     exact = _space(scenario) <= EXHAUSTIVE_MAX
-    if exact:
-        best = min(_all_codes(scenario), key=key)
-    else:
-        best = _local(scenario, key, starts, max_evals, ev)
+    best = min(_all_codes(scenario), key=key) if exact else _local(scenario, key, starts, max_evals, ev)
     pred = ev(best)
     if not pred.feasible:
         return None
@@ -249,7 +246,7 @@ def _local(scenario: Scenario, key, starts: Sequence[Mapping], max_evals: int,  
                 for p in options[i]:
                     if p == cur[i]:
                         continue
-                    cand = cur[:i] + (p,) + cur[i + 1:]
+                    cand = (*cur[:i], p, *cur[i + 1:])
                     k = key(cand)
                     if k < cur_k:
                         cur, cur_k, improved = cand, k, True
