@@ -38,7 +38,7 @@ from hetsched.sim import Simulator
 try:
     from hetsched.deciders.estimate import Estimator
 except ImportError:
-    from hetsched.llm.estimate import Estimator
+    from hetsched.deciders.estimate import Estimator
 
 n, seconds = int(sys.argv[2]), float(sys.argv[3])
 out = {}

@@ -4,6 +4,7 @@ openai client's structured-output fallback (against an in-process fake server), 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -22,19 +23,31 @@ except ImportError:
     import httpx  # type: ignore[no-redef]
 
 from hetsched.cli import main
-from hetsched.llm import ChatReply, LLMConfig, TransportError, make_decider, resolve_llm_config
+from hetsched.deciders import Decider, DeciderConfigError, Decision, DecisionContext, check_mapping
+from hetsched.deciders.rules import card_rules
+from hetsched.llm import ChatReply, LLMConfig, TransportError, resolve_llm_config
 from hetsched.llm.base import LLMUnreachableError
-from hetsched.llm.config import DeciderConfigError
 from hetsched.llm.openai_compat import OpenAIDecider
 from hetsched.llm.prompt import SYSTEM_PROMPT, quote
-from hetsched.llm.rules import card_rules
 from hetsched.llm.scripted import ScriptedDecider
-from hetsched.llm.validate import check_mapping
 from hetsched.loop import LoopConfig, RunResult, run_rounds
-from hetsched.model import Edge, Machine, Mapping, Mode, Node, Placement, RoundRecord, Scenario, Workflow
+from hetsched.model import (
+    DecisionRecord,
+    Edge,
+    Machine,
+    Mapping,
+    Mode,
+    Node,
+    Placement,
+    RoundRecord,
+    Scenario,
+    Workflow,
+)
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library
+from hetsched.model.observations import OBSERVATION_TYPES, Execution, LastRound
 from hetsched.policies import make_policy, policy_names
 from hetsched.policies.agentic import Agentic
+from hetsched.policies.decider_registry import make_decider
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 
@@ -430,6 +443,59 @@ def test_unknown_decider_and_llm_options_on_a_rules_decider() -> None:
     with pytest.raises(Exception, match="decider 'rules' is not an LLM decider"):
         make_policy("agentic", decider="rules", llm={"model": "x"})
     assert "agentic" in policy_names()
+
+
+# ---------------------------------------------------------------- typed evidence
+class RecordingDecider(Decider):
+    """Argmin's choice, keeping every context it was given (the records it read)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[DecisionContext] = []
+        self._inner = make_decider("argmin")
+
+    def decide(self, ctx: DecisionContext) -> Decision:
+        self.seen.append(ctx)
+        return self._inner.decide(ctx)
+
+
+def test_deciders_get_typed_records_and_the_decision_record_is_their_json() -> None:
+    """Issue 16: the decider reads the monitor's typed records; what the run records is made from those
+    same records by the model (``DecisionRecord.of``), field for field, in the same order."""
+    decider = RecordingDecider()
+    result = run_rounds(load_scenario("fanout"), Agentic(decider=decider, probe_budget=4),
+                        LoopConfig(rounds=4, seed=3))
+    assert len(decider.seen) == len(result.rounds)
+    kinds: set[str] = set()
+    for ctx, rnd in zip(decider.seen, result.rounds, strict=True):
+        assert all(isinstance(r, OBSERVATION_TYPES) for r in ctx.observations)
+        record = rnd.proposal.decision
+        assert record is not None and len(record.observations) == len(ctx.observations)
+        for typed, stored in zip(ctx.observations, record.observations, strict=True):
+            assert stored["kind"] == typed.kind
+            for f in dataclasses.fields(typed):
+                value = getattr(typed, f.name)
+                want = dict(value) if f.name in ("mapping", "base") else list(value) if isinstance(value, tuple) \
+                    else value
+                assert stored[f.name] == want, (typed.kind, f.name)
+            kinds.add(typed.kind)
+        json.dumps(record.observations)
+    assert {"execution", "last_round", "probe"} <= kinds  # the run exercised the main record types
+
+
+def test_decision_record_of_typed_records() -> None:
+    mapping = (("A", "cpu"), ("B", "gpu_now"))
+    records = (Execution(mapping=mapping, code="CG", mean_e2e_ms=12.5, min_e2e_ms=12.0, max_e2e_ms=13.0, runs=2,
+                         rounds=(0, 1), probe_runs=1),
+               LastRound(round=1, mapping=mapping, code="CG", feasible=False, e2e_ms=None, reason="over budget"))
+    rec = DecisionRecord.of("rules", records, fallback=True, fallback_reason="why", probes_spent=2)
+    assert rec.observations[0] == {"kind": "execution", "mapping": {"A": "cpu", "B": "gpu_now"}, "code": "CG",
+                                   "mean_e2e_ms": 12.5, "min_e2e_ms": 12.0, "max_e2e_ms": 13.0, "runs": 2,
+                                   "rounds": [0, 1], "probe_runs": 1}
+    assert rec.observations[1]["kind"] == "last_round" and rec.observations[1]["feasible"] is False
+    assert (rec.decider, rec.fallback, rec.fallback_reason, rec.probes_spent) == ("rules", True, "why", 2)
+    assert DecisionRecord.of("rules", ()).observations == ()
 
 
 # ---------------------------------------------------------------- CLI

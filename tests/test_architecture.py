@@ -1,5 +1,6 @@
 """The import direction of DESIGN.md holds, with no exception, and no module imports itself in a circle:
-model <- sim <- search; model <- tools/exec/profiling/monitor/llm/store <- policies <- loop <- bench/cli.
+model <- sim <- search; model <- tools/exec/profiling/monitor/deciders/store <- policies <- loop <- bench/cli,
+with llm (the chat deciders) between deciders and policies.
 
 Parses every module under src/hetsched and checks each import of ``hetsched.<room>`` against
 the rooms that module's room may use (docs/architecture.md lists the same table), then looks
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "hetsched"
-BELOW_LOOP = {"model", "sim", "search", "tools", "exec", "profiling", "monitor", "llm", "store", "export", "policies"}
+BELOW_LOOP = {
+    "model", "sim", "search", "tools", "exec", "profiling", "monitor", "deciders", "llm", "store", "export", "policies"
+}
 ALLOWED: dict[str, set[str]] = {
     "model": set(),
     "sim": {"model"},
@@ -24,10 +27,11 @@ ALLOWED: dict[str, set[str]] = {
     "exec": {"model", "sim", "tools"},
     "profiling": {"model", "tools", "exec"},
     "monitor": {"model"},
-    "llm": {"model"},
+    "deciders": {"model"},
+    "llm": {"model", "deciders"},
     "store": {"model", "__init__"},
     "export": {"model"},
-    "policies": {"model", "monitor", "llm"},
+    "policies": {"model", "monitor", "deciders", "llm"},
     "loop": {"model", "policies", "monitor", "exec", "sim", "search", "store", "warm"},
     "builder": {"model", "tools"},
     "warm": {"model", "sim", "search", "store"},
@@ -260,3 +264,67 @@ def test_the_loop_reaches_the_monitor() -> None:
         seen.add(m)
         todo.extend(graph.get(m, ()))
     assert "hetsched.monitor.monitor" in seen and "hetsched.exec" in seen
+
+
+# ---- typed evidence: deciders and policies read the monitor's records by type and field ----
+
+READERS = ("deciders", "llm", "policies")
+"""Rooms whose modules receive the monitor's observation records."""
+REPLY_OBJECTS = {("llm/validate.py", "obj")}
+"""(module, name) pairs that index a model's parsed reply (``{"mapping": ..., "rationale": ...}``),
+not an observation; the reply's own format has a ``mapping`` key."""
+
+
+def observation_keys() -> set[str]:
+    from dataclasses import fields
+
+    from hetsched.model.observations import OBSERVATION_TYPES
+
+    return {"kind"} | {f.name for t in OBSERVATION_TYPES for f in fields(t)}
+
+
+def untyped_reads(rel: str, text: str, keys: set[str]) -> list[str]:
+    """Where a module turns observation records into dicts (``to_json``, ``asdict``) or reads one
+    by a string key that names an observation field (``r["mean_e2e_ms"]``, ``r.get("kind")``)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and any(a.name in ("to_json", "asdict") for a in node.names):
+            found.append(f"{rel}:{node.lineno}: imports {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            keyed_get = (name == "get" and isinstance(func, ast.Attribute) and bool(node.args)
+                         and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys
+                         and (rel, ast.unparse(func.value)) not in REPLY_OBJECTS)
+            if name in ("to_json", "asdict") or keyed_get:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
+        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+              and node.slice.value in keys and (rel, ast.unparse(node.value)) not in REPLY_OBJECTS):
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+@pytest.mark.parametrize("room", READERS)
+def test_deciders_and_policies_never_read_observations_as_dicts(room: str) -> None:
+    """Issue 16: the decider interface receives the monitor's typed records and nothing parses them
+    back by key; the decision record's JSON is made by the model (``DecisionRecord.of``)."""
+    keys = observation_keys()
+    found = [hit for p in sorted((SRC / room).rglob("*.py"))
+             for hit in untyped_reads(str(p.relative_to(SRC)), p.read_text(encoding="utf-8"), keys)]
+    assert not found, "observations read as dicts:\n" + "\n".join(found)
+
+
+def test_the_typed_evidence_check_catches_dict_reads() -> None:
+    keys = observation_keys()
+    for bad in ("records = tuple(obs.to_json())",
+                "from hetsched.model.observations import to_json",
+                "best = min(recs, key=lambda r: r['mean_e2e_ms'])",
+                "if r.get('kind') == 'execution': pass",
+                "data = asdict(record)"):
+        assert untyped_reads("policies/x.py", bad, keys), bad
+    for fine in ("best = min(recs, key=lambda r: r.mean_e2e_ms)",
+                 "isinstance(r, Execution) and r.runs > 1",
+                 "kwargs['seed'] = 1",
+                 "raw = obj['mapping']"):
+        assert not untyped_reads("llm/validate.py", fine, keys), fine
+    assert untyped_reads("deciders/x.py", "raw = obj['mapping']", keys)

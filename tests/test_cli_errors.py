@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from tests.factories import run_cli as cli
 
+from hetsched.deciders import DeciderConfigError
 from hetsched.exec import executor_class, make_executor
 from hetsched.exec.options import SCHEMAS, check_options
 from hetsched.llm import resolve_llm_config
-from hetsched.llm.base import DeciderConfigError
 from hetsched.model import ExecutorSpec, InputError, RunKey, UnknownNameError
 from hetsched.model.files import load_scenario, parse_mapping_text
 from hetsched.model.limits import MAX_SEED

@@ -41,7 +41,8 @@ def check_golden(name: str, data: object) -> None:
 def test_run_json_golden(example: str, policy: str) -> None:
     code = 3 if (example, policy) == ("vram_3way", "all-gpu") else 0  # every round OOMs: exit 3 (README)
     data = json.loads(invoke("run", example, "--policy", policy, "--rounds", "3", "--seed", "7", "--json", code=code))
-    assert set(data) == {"scenario", "policy", "executor", "run_id", "oracle", "reference", "deploy", "notes", "rounds"}
+    assert set(data) == {"scenario", "policy", "executor", "run_id", "oracle", "reference", "deploy", "cards", "notes",
+                         "rounds"}
     assert data["notes"] == []  # the simulator has nothing every reader must know
     assert len(data.pop("run_id")) == 8  # a fresh id each time: the rest is golden
     assert data["reference"]["kind"] == "oracle" and data["reference"]["mapping"] == data["oracle"]["mapping"]

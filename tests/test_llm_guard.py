@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.factories import decision_info, make_card, make_scenario, make_workflow
 
+from hetsched.deciders.evidence import measured_infeasible
 from hetsched.exec import make_executor
 from hetsched.llm.parse import DECODE_BUDGET_FACTOR, DECODE_BUDGET_SLACK, ParseWork, parse_reply
 from hetsched.llm.scripted import ScriptedDecider
-from hetsched.llm.validate import ReplyError, choice_from_object, measured_infeasible
+from hetsched.llm.validate import ReplyError, choice_from_object
 from hetsched.loop import LoopConfig, RunResult, run_rounds
 from hetsched.model import Edge, InfeasibleKind, Machine, Mapping, Mode, Node, Scenario, Trace, Workflow
 from hetsched.model.files import bundled_library_path, load_scenario, load_tool_library

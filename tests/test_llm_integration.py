@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from tests.factories import decision_info
 
+from hetsched.deciders import check_mapping
 from hetsched.llm import LLMConfig
-from hetsched.llm.validate import check_mapping
 from hetsched.loop import LoopConfig, RunResult, run_key, run_recorded, run_rounds
 from hetsched.model.files import load_scenario
 from hetsched.policies.agentic import Agentic

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.factories import canonical_scenario, make_card, make_scenario, make_workflow
 
+from hetsched.deciders import check_mapping
 from hetsched.llm.parse import close_truncated, last_json_object, parse_reply, split_reasoning
-from hetsched.llm.validate import ReplyError, check_mapping, choice_from_object
+from hetsched.llm.validate import ReplyError, choice_from_object
 from hetsched.model import Mapping, Mode
 from hetsched.model.files import load_scenario
 

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 from tests.factories import decision_info
 
+from hetsched.deciders import check_mapping
 from hetsched.llm import LLMConfig, resolve_llm_config
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.llm.openai_compat import MAX_BODY_BYTES, OpenAIDecider
-from hetsched.llm.validate import check_mapping
 from hetsched.loop import LoopConfig, RunResult, run_key, run_recorded, run_rounds
 from hetsched.model.files import load_scenario
 from hetsched.policies.agentic import Agentic

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.search_scenarios import FAMILIES, random_search_scenario
 
-from hetsched.llm.prompt import parallel_nodes
-from hetsched.llm.rules import card_rules
+from hetsched.deciders.parallel import parallel_nodes
+from hetsched.deciders.rules import card_rules
 from hetsched.model import Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 
@@ -164,8 +164,8 @@ def test_a_node_measured_at_0_ms_rescales_its_card_without_failing() -> None:
     # a tool faster than the clock measures 0 ms (start == end); log(0) must not end the decision
     from tests.factories import make_card, make_scenario, make_workflow
 
-    from hetsched.llm.base import DecisionContext
-    from hetsched.llm.rules import RulesDecider
+    from hetsched.deciders.base import DecisionContext
+    from hetsched.deciders.rules import RulesDecider
     from hetsched.model import NodeTrace, Proposal, RoundRecord, Trace
     from hetsched.monitor import Monitor
 

@@ -29,9 +29,9 @@ from hetsched.bench.suites import (
     write_suite_report,
 )
 from hetsched.cli import main
-from hetsched.llm.estimate import Estimator, fit_interference
-from hetsched.llm.evidence import Evidence
-from hetsched.llm.search import local_search
+from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.evidence import Evidence
+from hetsched.deciders.search import local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,

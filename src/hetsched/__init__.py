@@ -11,8 +11,9 @@ The public Python API is this package's ``__all__`` (docs/python.md)::
 Every name loads lazily on first use (PEP 562), so ``import hetsched`` (and ``hetsched --version``)
 imports nothing heavy: numpy, pydantic and networkx come with the first name that needs them.
 
-Layers, imports pointing down: model <- sim / tools <- exec <- profiling; model <- monitor / llm <- policies;
-everything below <- loop / session <- api <- bench / cli (docs/architecture.md).
+Layers, imports pointing down: model <- sim <- search; model <- tools <- exec <- profiling;
+model <- monitor / deciders <- llm <- policies; everything below <- loop / session <- api <- bench / cli
+(docs/architecture.md).
 """
 
 from __future__ import annotations

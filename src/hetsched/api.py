@@ -52,7 +52,7 @@ def with_secret(options: dict[str, Any], api_key: str | None, reach: dict[str, A
     """The agentic policy with an LLM API key (never stored, never put in the environment) and
     connection settings (``timeout_s``, ``retries``: how to reach the server, not what the run is)
     given in code, or None when there is neither or the decider is no LLM."""
-    from hetsched.llm import LLM_DECIDERS
+    from hetsched.policies.decider_registry import LLM_DECIDERS
 
     if api_key is None and not reach:
         return None
@@ -176,7 +176,7 @@ def resume(
     try:
         info = st.readable(run_id)
         if policy is None and (llm_api_key is not None or llm_reach):
-            from hetsched.llm import LLM_DECIDERS
+            from hetsched.policies.decider_registry import LLM_DECIDERS
 
             if llm_reach and info.options.get("decider") not in LLM_DECIDERS:
                 raise InputError(f"LLM timeout and retries apply to LLM deciders; run {info.id} has none")
@@ -229,19 +229,39 @@ def reference(scenario: Scenario | str | Path | Any, choice: str = "auto", *,
                    max_seconds=DEFAULT_SEARCH_SECONDS if max_seconds is None else max_seconds)
 
 
-def profile(tools: Iterable[str], *, size: str = "tiny", runs: int = 30, device: str = "auto",
-            **config: Any) -> list[ToolCard]:
+def profile(tools: Iterable[str] = (), *, size: str | None = None, runs: int = 30, device: str = "auto",
+            refresh: str | Path | None = None, **config: Any) -> list[ToolCard]:
     """Profile registered tools by name on this machine and return their measured cards
-    (``hetsched profile``; write them with :func:`hetsched.profiling.write_library`)."""
+    (``hetsched profile``; write them with :func:`hetsched.profiling.write_library`).
+
+    ``refresh=FILE`` (a scenario or tool library file) re-measures FILE's cards (``tools``: only
+    these; default all of them) and rewrites them in place, each with its provenance, the file's
+    other content kept (``hetsched profile --refresh``); ``size`` then defaults to the preset the
+    cards were profiled at, and the CPU pool to the scenario machine's ``cpu_cores``."""
+    from hetsched.exec.devices import available_cores
     from hetsched.profiling import ProfileConfig, profile_tools
 
     names: Sequence[str] = list(tools)
-    cfg = ProfileConfig(size=size, runs=runs, device=device, **config)
-    cards: list[ToolCard] = []
-    for p in profile_tools(names, cfg):
-        cards.append(p.card)
-        cards.extend(p.derived.values())
-    return cards
+    if refresh is None:
+        if not names:
+            raise InputError("profile: name the tools to profile, or give refresh=FILE")
+        cfg = ProfileConfig(size=size or "tiny", runs=runs, device=device, **config)
+        cards: list[ToolCard] = []
+        for p in profile_tools(names, cfg):
+            cards.append(p.card)
+            cards.extend(p.derived.values())
+        return cards
+    from hetsched.profiling.refresh import refresh_target, write_refreshed
+
+    target = refresh_target(refresh, names)
+    if "cpu_threads" not in config and target.cpu_cores is not None:
+        config["cpu_threads"] = min(target.cpu_cores, len(available_cores()))
+    cfg = ProfileConfig(size=size or target.preset, runs=runs, device=device, **config)
+    fresh: list[ToolCard] = []
+    for p in profile_tools(list(target.tools), cfg):
+        write_refreshed(target, [p.card])
+        fresh.append(p.card)
+    return fresh
 
 
 def _store(store: str | Path | RunStore | bool | None) -> tuple[RunStore, bool]:

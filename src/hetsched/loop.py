@@ -43,6 +43,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.learned import LearnedCards, learned_cards
 from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
 from hetsched.monitor import Monitor
@@ -95,6 +96,13 @@ class RunResult:
         return deploy_choice(executions(self.rounds))
 
     @property
+    def learned(self) -> LearnedCards:
+        """The cards as the run's measurements left them: per tool and figure, the de-contended
+        measurements with their spread, the drift from the card, and the figures contradicted
+        (:func:`~hetsched.model.learned.learned_cards`)."""
+        return learned_cards(self.scenario, self.rounds)
+
+    @property
     def feasible_rounds(self) -> int:
         """Rounds whose mapping ran to completion."""
         return sum(1 for r in self.rounds if r.trace.feasible)
@@ -123,7 +131,9 @@ class RunResult:
         ``oracle`` is the exact optimum when the reference is the oracle, else null; ``reference``
         says which reference was computed (``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}``, and
         ``measured`` on a real executor), or is null when none was; ``deploy`` is the mapping to
-        deploy with its spread over repeats (:attr:`deploy`), null when no round ran to completion.
+        deploy with its spread over repeats (:attr:`deploy`), null when no round ran to completion;
+        ``cards`` is the learned view of the cards (:attr:`learned`: per tool and figure the card's
+        figure, the learned one with n and spread, the drift, and ``contradicted`` / ``refresh``).
         """
         ref = self.reference
         return {
@@ -135,6 +145,7 @@ class RunResult:
             else None,
             "reference": None if ref is None else ref.to_dict(),
             "deploy": None if self.deploy is None else self.deploy.to_dict(),
+            "cards": self.learned.to_dict(),
             "notes": list(self.notes),
             "rounds": [r.outcome.to_dict() for r in self.rounds],
         }

@@ -82,7 +82,7 @@ def parse_spec(text: str) -> PolicySpec:
         return PolicySpec(policy, {"decider": "rules"} if policy == "agentic" else {})
     if policy != "agentic":
         raise InputError(f"--policy {text!r}: only the agentic policy takes a decider (agentic:DECIDER)")
-    from hetsched.llm import decider_names
+    from hetsched.policies.decider_registry import decider_names
 
     decider = decider.lower()
     valid = [d for d in decider_names() if d != "scripted"]

@@ -12,6 +12,7 @@ from hetsched.cli.app import fail
 
 if TYPE_CHECKING:
     from hetsched.model import Mapping, Scenario
+    from hetsched.model.learned import LearnedCards
 
 SCENARIO_HELP = "Scenario file, or the name of a bundled scenario (hetsched scenarios lists them)."
 """Help text of every SCENARIO argument."""
@@ -71,3 +72,39 @@ def parse_executor_options(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             options[key] = value.strip()
     return options
+
+
+def print_learned(learned: LearnedCards, measured: bool) -> None:
+    """The cards as the run's measurements left them (``hetsched run``, ``show-run``): on a real
+    executor a table per tool and figure (card, learned, drift, n, p10-p90); on the simulator one
+    line; then, when the measurements contradict cards beyond their spread, which ones and the
+    command that re-profiles them."""
+    from rich.table import Table
+
+    from hetsched.cli.app import out, safe
+
+    figures = learned.figures
+    if not figures:
+        return
+    if measured:
+        table = Table(title="cards vs this run's measurements (de-contended by the model)", title_justify="left",
+                      box=None, pad_edge=False, header_style="bold underline")
+        for col in ("tool", "figure", "card ms", "learned ms", "drift", "n", "p10-p90 ms", ""):
+            table.add_column(col, justify="left" if col in ("tool", "figure", "") else "right")
+        for f in figures:
+            table.add_row(safe(f.tool), f.figure, f"{f.card_ms:.4g}", f"{f.median_ms:.4g}", f"{100 * f.drift:+.1f}%",
+                          str(f.n), "-" if f.n < 2 else f"{f.p10_ms:.4g}-{f.p90_ms:.4g}",
+                          "[red]contradicted[/]" if f.contradicted else "")
+        out.print(table)
+    else:
+        worst = max(figures, key=lambda f: abs(f.drift))
+        out.print(f"cards: {len(figures)} figures measured, largest drift {100 * worst.drift:+.1f}% "
+                  f"({safe(worst.tool)} {worst.figure})"
+                  + ("; none contradicted" if not learned.contradicted else ""), soft_wrap=True)
+    bad = learned.contradicted
+    if bad:
+        for f in bad:
+            out.print(f"[bold red]card contradicted:[/] {safe(f.describe())}", soft_wrap=True)
+        out.print(f"re-profile the contradicted cards: {safe(learned.refresh or '')}", soft_wrap=True)
+    elif measured:
+        out.print("cards hold: no measured figure contradicts its card beyond their spreads", soft_wrap=True)

@@ -14,6 +14,7 @@ from hetsched.model import InputError, ToolCard
 from hetsched.model.files import load_scenario, load_tool_library
 from hetsched.profiling import ProfileConfig, Profiler, profile_tools, write_library
 from hetsched.profiling.profiler import plan_names
+from hetsched.profiling.refresh import moved, refresh_target, write_refreshed
 from hetsched.tools.registry import builtin_names, import_tool_modules
 
 
@@ -36,17 +37,22 @@ def card_table(cards: list[ToolCard], title: str) -> Table:
     "hetsched profile --scenario rag_tiny --runs 10 --out my_cards.yaml",
     "hetsched profile bert_base llama_1b --size full --device cuda --out gpu_cards.yaml",
     "hetsched profile my_tool --tool-module my_tools.py --out my_cards.yaml",
+    "hetsched profile --refresh my_flow.yaml                      # re-measure its cards in place",
+    "hetsched profile --refresh my_flow.yaml bert_base --runs 10  # only these tools",
 ))
 def profile(
     tools: list[str] = typer.Argument(
         None, help="Tools to profile (registered names; NAME_xK profiles NAME and derives the amplified card). "
-        "Default: the tools of --scenario, else every built-in tool."
+        "Default: the tools of --scenario, else every built-in tool (with --refresh: every tool of FILE)."
     ),
     scenario: list[str] = typer.Option(
         [], "--scenario", help="Profile the tools this scenario uses (repeat for several); its machine's "
         "cpu_cores sets the CPU threads unless --cpu-threads is given."
     ),
-    size: str = typer.Option("tiny", "--size", help="Size preset: tiny (seconds on a CPU) or full (real shapes)."),
+    size: str | None = typer.Option(
+        None, "--size", show_default="tiny", help="Size preset: tiny (seconds on a CPU) or full (real shapes); "
+        "with --refresh, the preset the refreshed cards were profiled at."
+    ),
     runs: int = typer.Option(30, "--runs", min=1, help="Timed runs per device (median, p10, p90)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed calls before the timed runs."),
     loads: int = typer.Option(3, "--loads", min=1, help="Fresh loads timed for load_ms (median)."),
@@ -67,6 +73,10 @@ def profile(
         [], "--tool-module", help="Import this module first (it registers your tools); repeat for several."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    refresh: Path | None = typer.Option(
+        None, "--refresh", metavar="FILE", help="Re-measure the cards of this scenario (or tool library) file and "
+        "rewrite them in place, each with its provenance; the file's other content is kept (docs/tools.md)."
+    ),
 ) -> None:
     """Measure tools alone on the CPU and on the GPU (or the stand-in device) into a tool library.
 
@@ -74,6 +84,12 @@ def profile(
     command again profiles only the tools still missing.
     """
     import_tool_modules(tool_module)
+    if refresh is not None:
+        if scenario or out_file is not None or force:
+            raise fail("--refresh FILE rewrites FILE's cards in place: it takes no --scenario, --out or --force")
+        _refresh(refresh, list(tools or []), size, runs, warmup, loads, device, cpu_threads, device_threads,
+                 tuple(tool_module), progress)
+        return
     names = list(tools or [])
     threads = cpu_threads
     for ref in scenario:
@@ -83,7 +99,8 @@ def profile(
             threads = min(sc.machine.cpu_cores, len(available_cores()))
     if not names:
         names = list(builtin_names())
-    config = ProfileConfig(size=size, runs=runs, warmup=warmup, loads=loads, device=device, cpu_threads=threads,
+    config = ProfileConfig(size=size or "tiny", runs=runs, warmup=warmup, loads=loads, device=device,
+                           cpu_threads=threads,
                            device_threads=device_threads, tool_modules=tuple(tool_module))
     path = out_file or Path(f"cards-{config.size}.yaml")
     if path.is_dir():
@@ -143,6 +160,48 @@ def profile(
                   "CPU figures are real CPU measurements.", soft_wrap=True)
     out.print(f"use them: a scenario with 'tools: {path.name}' (see docs/tools.md), or "
               f"hetsched bench --tools {path} for scenarios that name no library", soft_wrap=True)
+
+
+def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
+             cpu_threads: int | None, device_threads: int | None, modules: tuple[str, ...], progress: bool) -> None:
+    """``hetsched profile --refresh FILE``: measure FILE's tools and rewrite their cards in place."""
+    target = refresh_target(path, names)
+    size = size or target.preset
+    threads = cpu_threads
+    if threads is None and target.cpu_cores is not None:
+        threads = min(target.cpu_cores, len(available_cores()))
+    config = ProfileConfig(size=size, runs=runs, warmup=warmup, loads=loads, device=device, cpu_threads=threads,
+                           device_threads=device_threads, tool_modules=modules)
+    done: list[ToolCard] = []
+    written: dict[Path, None] = {}
+    with Profiler(config) as prof:
+        err.print(f"refreshing {len(target.tools)} card(s) of {path} at size {config.size}: CPU {prof.cpu_text}; "
+                  f"GPU figures on {prof.gpu_text}", soft_wrap=True)
+        try:
+            with Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                          disable=not progress) as bar:
+                task = bar.add_task("", total=len(target.tools))
+
+                def tick(name: str, i: int, total: int) -> None:
+                    bar.update(task, completed=i, description=safe(name))
+
+                for result in profile_tools(list(target.tools), config, progress=tick, profiler=prof):
+                    written.update(dict.fromkeys(write_refreshed(target, [result.card])))
+                    done.append(result.card)
+                    for note in result.notes:
+                        err.print(f"{result.card.name}: {note}", soft_wrap=True)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: {len(done)} card(s) refreshed in {path}; the others are as they were",
+                      soft_wrap=True)
+            raise typer.Exit(130) from None
+        real = prof.real_gpu
+    out.print(card_table(done, f"cards refreshed in {', '.join(str(p) for p in written)}"))
+    for card in done:
+        out.print(f"{safe(card.name)}: {safe(moved(target.old.get(card.name), card))}", soft_wrap=True)
+    if not real:
+        out.print("[bold]GPU figures are NOT GPU measurements[/]: they were measured on the stand-in device.",
+                  soft_wrap=True)
 
 
 def _reusable(path: Path, config: ProfileConfig, device_kind: str) -> dict[str, ToolCard]:

@@ -37,15 +37,16 @@ from hetsched.cli.common import (  # noqa: F401
     load,
     mapping_text,
     parse_executor_options,
+    print_learned,
 )
 from hetsched.exec import Executor, executor_names, make_executor
 from hetsched.export import write_chrome_trace
-from hetsched.llm import LLM_DECIDERS
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Reference, RoundRecord, Scenario
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
+from hetsched.policies.decider_registry import LLM_DECIDERS
 from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
     check_max_seconds,
@@ -472,6 +473,7 @@ def run(
                  f" = {deploy.median_ms / ref.compare_ms:.3f} x {reference_name(ref, result.executor)}")
         out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())}{ratio})",
                   soft_wrap=True)
+    print_learned(result.learned, measured=result.executor != "sim")
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)

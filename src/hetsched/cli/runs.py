@@ -13,9 +13,10 @@ import typer
 from rich.table import Table
 
 from hetsched.cli.app import app, err, examples, fail, out, safe
-from hetsched.cli.common import mapping_text
+from hetsched.cli.common import mapping_text, print_learned
 from hetsched.model import Mapping, RoundRecord
 from hetsched.model.errors import did_you_mean
+from hetsched.model.learned import learned_cards
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
 from hetsched.store.db import recovery_hint
@@ -188,6 +189,7 @@ def show_run(
     deploy = deploy_choice(executions(stored.rounds))
     if deploy is not None:
         out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())})", soft_wrap=True)
+    print_learned(learned_cards(sc, stored.rounds), measured=info.executor.name != "sim")
     notes = dict.fromkeys(n for r in stored.rounds for t in (r.trace, *(p.trace for p in r.probes)) for n in t.notes)
     for note in notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)

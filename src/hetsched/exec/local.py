@@ -18,6 +18,13 @@ same :class:`~hetsched.model.Trace` as the simulator, from real clocks.
   what the round held (unloads, or restarts a worker that cannot be interrupted) and the next
   round runs normally.
 
+Under load (:meth:`LocalExecutor.run_window`, :mod:`hetsched.exec.window`) a window of
+overlapping requests runs as one round of the composite workflow (``{node}@{request}``): requests
+are released by their arrival plan (open loop: at their times; closed loop: when the request they
+follow returns), share both workers, the ``gpu_now`` tools (loaded once before the window, resident
+until their last node of any request; concurrent calls to one run concurrently on the device
+worker's threads, time-sharing its cores) and the one FIFO queue.
+
 The VRAM timeline is the admission accounting: resident ``gpu_now`` tools from t = 0 until
 their last node ends, each admitted queued node from its admission until its end (the queue
 does not admit anything new before the unload has really happened).
@@ -28,6 +35,7 @@ Imports the model, the tool registry and the worker processes; never policies or
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing.connection as mpc
 import pickle
 import time
@@ -40,6 +48,16 @@ from typing import Any
 from hetsched.exec.base import ClosingExecutor
 from hetsched.exec.devices import CorePlan, available_cores, describe_cpu, describe_device, plan_cores, resolve_device
 from hetsched.exec.toolset import default_size, node_timeout_s, scenario_tools
+from hetsched.exec.window import (
+    Admission,
+    ReleaseClock,
+    WindowRun,
+    instance_id,
+    request_ends,
+    split_id,
+    window_mapping,
+    window_scenario,
+)
 from hetsched.exec.worker import Reply, Worker, WorkerError, tool_bytes
 from hetsched.model import (
     Infeasibility,
@@ -282,9 +300,50 @@ class LocalExecutor(ClosingExecutor):
         ``inputs`` (a request's, ``hs.Session``): source node -> the value its tool receives as its one
         input (pickled to its worker); the sink nodes' outputs are in :attr:`last_outputs` after a
         round that ran."""
-        sc = self.scenario
         self.last_outputs = {}
-        mapping = sc.validate_mapping(mapping)
+        mapping = self.scenario.validate_mapping(mapping)
+        refused = self._refusal(mapping)
+        if refused is not None:
+            return refused
+        return _Round(self, mapping, inputs).execute()
+
+    def run_window(self, mapping: Mapping, *, releases_ms: Sequence[float] | None = None, clients: int | None = None,
+                   count: int | None = None, think_ms: float = 0.0, clock: ReleaseClock | None = None,
+                   inputs: dict[str, Any] | None = None) -> WindowRun:
+        """Run a window of overlapping requests for real under one mapping (:mod:`hetsched.exec.window`).
+
+        Requests are released at ``releases_ms`` (open loop, ms from the window's zero), or by
+        ``clients`` clients sending ``count`` requests in all, each its next one ``think_ms`` after
+        its last returned (closed loop), or as ``clock`` says (a workload's arrival plan). They
+        share the CPU pool and the device; each ``gpu_now`` tool is loaded once, before the window,
+        and serves every request (concurrent calls run concurrently, one worker thread each, sharing
+        the device's threads); ``gpu_queue`` nodes of every request wait in the one FIFO queue. A
+        request that fails ends the window (refused trace; the requests that finished keep their
+        times). ``inputs``: every request's source inputs.
+        """
+        self.last_outputs = {}
+        mapping = self.scenario.validate_mapping(mapping)
+        if clock is None:
+            if (releases_ms is None) == (clients is None):
+                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
+            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
+                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        refused = self._refusal(mapping)
+        if refused is not None:
+            return WindowRun(trace=refused, release_ms=(None,) * clock.count, end_ms=(None,) * clock.count,
+                             budget_mb=self.scenario.machine.vram_budget_mb)
+        window = _Window(self, mapping, clock, inputs)
+        trace = window.execute()
+        ends = request_ends(self.scenario, trace.nodes, clock.count)
+        return WindowRun(trace=trace, release_ms=tuple(clock.sent.get(r) for r in range(clock.count)),
+                         end_ms=tuple(ends),
+                         enqueued=tuple(window.enqueued), admissions=tuple(window.admissions),
+                         resident_loads=dict(window.resident_loads), budget_mb=window.budget)
+
+    def _refusal(self, mapping: Mapping) -> Trace | None:
+        """The refused trace of a validated mapping that cannot run here (static checks, no device,
+        a worker that cannot start, a tool that cannot be prepared); None when it can run."""
+        sc = self.scenario
         budget = sc.machine.vram_budget_mb
         gpu_nodes = [n for n in sc.workflow.node_ids if mapping[n].on_gpu]
 
@@ -313,7 +372,7 @@ class LocalExecutor(ClosingExecutor):
             if why is not None:
                 return refuse(InfeasibleKind.TOOL_ERROR, f"node {n!r}: tool {sc.workflow.tool_of[n]!r} could not be "
                               f"prepared on the {worker.label}: {why}")  # type: ignore[union-attr]
-        return _Round(self, mapping, inputs).execute()
+        return None
 
 
 def _close_workers(workers: list[Worker | None]) -> None:
@@ -325,10 +384,11 @@ def _close_workers(workers: list[Worker | None]) -> None:
 class _Round:
     """One execution of a mapping: the warm phase, the event loop, the cleanup."""
 
-    def __init__(self, ex: LocalExecutor, mapping: Mapping, inputs: dict[str, Any] | None = None) -> None:
+    def __init__(self, ex: LocalExecutor, mapping: Mapping, inputs: dict[str, Any] | None = None,
+                 scenario: Scenario | None = None) -> None:
         self.ex, self.mapping = ex, mapping
         self.given = {n: pickle.dumps(v) for n, v in (inputs or {}).items()}  # a source's request input
-        sc = ex.scenario
+        sc = scenario if scenario is not None else ex.scenario
         self.sc, self.wf = sc, sc.workflow
         self.budget = sc.machine.vram_budget_mb
         self.workers: dict[str, Worker] = {"cpu": ex.cpu}
@@ -359,8 +419,18 @@ class _Round:
         self.broken: set[str] = set()  # workers to restart (cannot be interrupted, or died)
         self.measured_peak: float | None = None
         self.touched_device = False
+        self.enqueued: list[str] = []  # gpu_queue nodes in the order they entered the FIFO
+        self.admissions: list[Admission] = []  # the accounting's own record of every admission
+        self.resident_loads: dict[str, int] = {}  # gpu_now tool -> loads in this round
+        self.expected = len(self.wf.node_ids)  # nodes the round runs (a window leaves out requests not sent)
 
     # -- helpers
+    def timeout_of(self, node: str) -> float:
+        """Time limit of one node of this round, seconds."""
+        ex = self.ex
+        return node_timeout_s(self.sc.card_of(node), self.mapping[node], ex.timeout_s, ex.timeout_factor,
+                              ex.min_timeout_s)
+
     def rel_ms(self, t: float) -> float:
         return (t - self.t0) * 1000.0
 
@@ -404,6 +474,7 @@ class _Round:
             if not reply.ok:
                 self.fail(_kind(reply), f"loading gpu_now tool {tool} on the {gpu.label} failed: {reply.detail}")
                 return False
+            self.resident_loads[tool] = self.resident_loads.get(tool, 0) + 1
         if limit is not None and self.now_tools:
             used = float(gpu.call("stats", timeout=CONTROL_TIMEOUT_S).data["in_use_mb"])
             if used > limit + _EPS_MB:
@@ -435,7 +506,7 @@ class _Round:
             self.broken.add(worker)
             self.fail(InfeasibleKind.TOOL_ERROR, f"{self.label(node)}: {exc}")
             return
-        timeout = self.ex.timeout_of(node, self.mapping[node]) if kind != "unload" else 60.0
+        timeout = self.timeout_of(node) if kind != "unload" else 60.0
         self.inflight[(worker, req)] = _Task(node, worker, time.monotonic() + timeout, kind)
 
     def dispatch(self, node: str, now: float) -> None:
@@ -444,6 +515,7 @@ class _Round:
         p = self.mapping[node]
         if p is Placement.GPU_QUEUE:
             self.fifo.append(node)
+            self.enqueued.append(node)
             self.admit(now)
             return
         self.admitted[node] = now
@@ -459,6 +531,7 @@ class _Round:
                 return
             self.fifo.popleft()
             self.held_mb += need
+            self.admissions.append(Admission(self.rel_ms(now), head, self.held_mb))
             self.admitted[head] = now
             self.vram_events.append((self.rel_ms(now), need))
             tool = self.wf.tool_of[head]
@@ -510,8 +583,7 @@ class _Round:
         if p is Placement.GPU_NOW:
             self.now_left[tool] -= 1
             if self.now_left[tool] == 0:
-                self.vram_events.append((self.rel_ms(data["end"]), -self.vram(tool)))
-                self.submit("gpu", node, "unload", key=f"now:{tool}")
+                self.unload_resident(tool, node, data["end"])
         elif p is Placement.GPU_QUEUE:
             need = self.sc.card_of(node).vram_mb
             self.held_mb -= need
@@ -522,7 +594,16 @@ class _Round:
             self.preds_left[s] -= 1
             if self.preds_left[s] == 0:
                 self.dispatch(s, now)
+        self.node_done(node, now)
         self.admit(now)
+
+    def node_done(self, node: str, now: float) -> None:
+        """A node ended and its successors were dispatched (a window releases requests here)."""
+
+    def unload_resident(self, tool: str, node: str, when: float) -> None:
+        """A resident tool's last ``gpu_now`` node (``node``) has ended at ``when``: unload it."""
+        self.vram_events.append((self.rel_ms(when), -self.vram(tool)))
+        self.submit("gpu", node, "unload", key=f"now:{tool}")
 
     def receive(self, timeout: float) -> None:
         # a started worker that died still answers once: a "died" reply, from the end of its pipe
@@ -530,6 +611,7 @@ class _Round:
         if not any(w.inbox for w in live.values()):
             conns = [w.connection for w in live.values() if w.connection is not None]
             if not conns:
+                time.sleep(timeout)  # nothing to hear from: wait for the next release
                 return
             mpc.wait(conns, timeout=timeout)
         for name, w in live.items():
@@ -542,7 +624,7 @@ class _Round:
             if now > task.deadline:
                 del self.inflight[key]
                 self.broken.add(task.worker)
-                limit = self.ex.timeout_of(task.node, self.mapping[task.node])
+                limit = self.timeout_of(task.node)
                 what = f"unloading {self.wf.tool_of[task.node]}" if task.kind == "unload" else self.label(task.node)
                 self.fail(InfeasibleKind.TIMEOUT, f"{what} ran past its time limit of {limit:g} s on the "
                           f"{self.workers[task.worker].label}")
@@ -551,8 +633,27 @@ class _Round:
 
     def wait_step(self) -> None:
         deadline = min((t.deadline for t in self.inflight.values()), default=time.monotonic() + 1.0)
+        deadline = min(deadline, self.next_release())
         self.receive(max(0.0, min(1.0, deadline - time.monotonic())))
         self.check_deadlines()
+        self.release_due()
+
+    # -- releases (one request here; a window releases several over time)
+    def begin(self) -> None:
+        """Dispatch what starts at t = 0: the sources."""
+        for n in self.wf.sources:
+            self.dispatch(n, self.t0)
+
+    def next_release(self) -> float:
+        """``time.monotonic()`` of the next scheduled release (inf: none)."""
+        return math.inf
+
+    def release_due(self) -> None:
+        """Dispatch the requests whose release time has come."""
+
+    def waiting(self) -> bool:
+        """True while nothing runs but a scheduled release will bring work."""
+        return False
 
     # -- the round
     def execute(self) -> Trace:
@@ -566,10 +667,9 @@ class _Round:
                 warmed = False
             if warmed:
                 self.t0 = ex.last_t0 = time.monotonic()
-                for n in self.wf.sources:
-                    self.dispatch(n, self.t0)
-                while self.failure is None and len(self.end) < len(self.wf.node_ids):
-                    if not self.inflight:
+                self.begin()
+                while self.failure is None and len(self.end) < self.expected:
+                    if not self.inflight and not self.waiting():
                         self.deadlock()
                         break
                     self.wait_step()
@@ -634,12 +734,68 @@ class _Round:
             return Trace.refused(self.mapping, self.failure, vram_budget_mb=self.budget, executor=ex.name,
                                  nodes=nodes, vram_timeline=timeline, notes=tuple(notes))
         ex.last_outputs = {s: pickle.loads(self.blobs[s]) for s in self.wf.sinks if s in self.blobs}
-        return Trace(mapping=self.mapping, feasible=True, e2e_ms=max(nodes[s].end_ms for s in self.wf.sinks),
+        e2e_ms = max(nodes[s].end_ms for s in self.wf.sinks if s in nodes)
+        return Trace(mapping=self.mapping, feasible=True, e2e_ms=e2e_ms,
                      nodes=nodes, vram_timeline=timeline, vram_budget_mb=self.budget, executor=ex.name,
                      notes=tuple(notes))
 
     def timeline(self) -> tuple[VramPoint, ...]:
         return vram_steps(self.vram_events, sum(self.vram(t) for t in self.now_tools), _EPS_MB)
+
+
+class _Window(_Round):
+    """A window of requests (:meth:`LocalExecutor.run_window`): one round of the composite workflow
+    whose requests' sources are dispatched when the release clock says."""
+
+    def __init__(self, ex: LocalExecutor, mapping: Mapping, clock: ReleaseClock,
+                 inputs: dict[str, Any] | None = None) -> None:
+        self.base = ex.scenario.workflow
+        self.clock = clock
+        given = {instance_id(n, r): v for r in range(clock.count) for n, v in (inputs or {}).items()}
+        super().__init__(ex, window_mapping(mapping, clock.count), given, window_scenario(ex.scenario, clock.count))
+        self.sinks_left = [len(self.base.sinks)] * clock.count
+        self.base_sinks = set(self.base.sinks)
+
+    def begin(self) -> None:
+        self.release_due()
+
+    def next_release(self) -> float:
+        t = self.clock.next_ms()
+        return math.inf if t is None else self.t0 + t / 1000.0
+
+    def waiting(self) -> bool:
+        return self.clock.next_ms() is not None
+
+    def release_due(self) -> None:
+        if self.failure is not None:
+            return
+        now = time.monotonic()
+        sent, skipped = self.clock.due(self.rel_ms(now))
+        for r in skipped:
+            self.leave_out(r, now)
+        for r in sent:
+            for n in self.base.sources:
+                self.dispatch(instance_id(n, r), now)
+
+    def leave_out(self, request: int, now: float) -> None:
+        """A request that is not sent: the round no longer waits for its nodes, and a resident tool
+        whose other nodes have all run is unloaded now."""
+        self.expected -= len(self.base.node_ids)
+        for n in self.base.node_ids:
+            node = instance_id(n, request)
+            if self.mapping[node] is Placement.GPU_NOW:
+                tool = self.wf.tool_of[node]
+                self.now_left[tool] -= 1
+                if self.now_left[tool] == 0:
+                    self.unload_resident(tool, node, now)
+
+    def node_done(self, node: str, now: float) -> None:
+        base, r = split_id(node)
+        if base in self.base_sinks:
+            self.sinks_left[r] -= 1
+            if self.sinks_left[r] == 0:
+                self.clock.completed(r, self.rel_ms(now))  # a request that follows it may be sent now
+                self.release_due()
 
 
 def _kind(reply: Reply) -> InfeasibleKind:

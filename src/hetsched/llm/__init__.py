@@ -1,81 +1,33 @@
-"""Deciders for the agentic policy, behind one interface: context in, mapping + rationale out.
+"""The LLM deciders, built on the deciders' interface (:mod:`hetsched.deciders.base`):
 
-- ``rules``: the paper's reasoning as deterministic rules (NOT an LLM; the default);
-- ``argmin``: the lowest measured mapping (ablation baseline; not an LLM);
 - ``openai``: any OpenAI-compatible endpoint (vLLM, Ollama, llama.cpp server, SGLang, OpenAI);
 - ``local``: an embedded GGUF model through llama-cpp-python (default SmolLM2-135M, smoke tests);
-- ``scripted``: replays given replies (unit tests).
+- ``scripted``: replays given replies through the same chat path (unit tests).
 
-Also the one prompt, reply parsing and validation the chat deciders share. Imports only
-``hetsched.model`` (the LLM clients load lazily, from the ``llm`` extra).
+Also the one chat loop, prompt, reply parsing and reply validation they share, and their
+configuration. Imports ``hetsched.model`` and ``hetsched.deciders`` (the interface and the
+evidence readers); the LLM clients load lazily, from the ``llm`` extra. The deterministic
+deciders (``rules``, ``argmin``) are :mod:`hetsched.deciders`; the registry by name is
+:mod:`hetsched.policies.decider_registry`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from hetsched.llm.base import (
     DEFAULT_MAX_ATTEMPTS,
     ChatReply,
-    Decider,
-    DeciderConfigError,
-    Decision,
-    DecisionContext,
+    LLMUnreachableError,
     TransportError,
 )
 from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig, resolve_llm_config
-from hetsched.model import UnknownNameError
-from hetsched.model.errors import did_you_mean
-
-DECIDERS: dict[str, str] = {
-    "rules": "hetsched.llm.rules:RulesDecider",
-    "argmin": "hetsched.llm.argmin:ArgminDecider",
-    "openai": "hetsched.llm.openai_compat:OpenAIDecider",
-    "local": "hetsched.llm.local:LocalDecider",
-    "scripted": "hetsched.llm.scripted:ScriptedDecider",
-}
-"""Decider name -> ``module:Class`` (imported lazily)."""
-
-LLM_DECIDERS = ("openai", "local")
-"""Deciders that take an :class:`LLMConfig`."""
-
-
-def decider_names() -> tuple[str, ...]:
-    """Every name :func:`make_decider` accepts."""
-    return tuple(DECIDERS)
-
-
-def make_decider(name: str, llm: LLMConfig | None = None, **options: Any) -> Decider:
-    """Build a decider by name; ``llm`` configures ``openai``/``local`` (resolved from env/file when None)."""
-    import importlib
-
-    key = name.strip().lower()
-    if key not in DECIDERS:
-        raise UnknownNameError(f"Unknown decider: {name!r}; valid deciders: {', '.join(DECIDERS)}"
-                               + did_you_mean(name, DECIDERS))
-    module_name, cls_name = DECIDERS[key].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    if key in LLM_DECIDERS:
-        decider: Decider = cls(llm or resolve_llm_config(), **options)
-    else:
-        decider = cls(**options)
-    return decider
-
 
 __all__ = [
-    "DECIDERS",
     "DEFAULT_MAX_ATTEMPTS",
-    "LLM_DECIDERS",
     "ChatDecider",
     "ChatReply",
-    "Decider",
-    "DeciderConfigError",
-    "Decision",
-    "DecisionContext",
     "LLMConfig",
+    "LLMUnreachableError",
     "TransportError",
-    "decider_names",
-    "make_decider",
     "resolve_llm_config",
 ]

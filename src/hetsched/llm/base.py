@@ -1,27 +1,18 @@
-"""The Decider interface: a decision context in, a mapping + rationale + transcript out.
+"""What the chat deciders share below the chat loop: the ask limit, transport and reply errors,
+a server's reply, the message list.
 
-Every decider (``rules``, ``argmin``, ``openai``, ``local``, ``scripted``) implements
-:meth:`Decider.decide`; chat deciders build on :class:`hetsched.llm.chat.ChatDecider`. The
-transcript record (:class:`~hetsched.model.Attempt`) is the model's, shared with the store.
-
-Imports only ``hetsched.model``.
+The decider interface itself (:class:`~hetsched.deciders.base.Decider`, the context, the
+decision) is :mod:`hetsched.deciders.base`. Imports only ``hetsched.model``.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
 
-from hetsched.model import Attempt, HetschedError, InputError, Mapping, Planner, Scenario
-from hetsched.model.observations import Observation
+from hetsched.model import HetschedError
 
 DEFAULT_MAX_ATTEMPTS = 3
 """Asks per round for chat deciders: the first ask plus two re-asks carrying the validation error."""
-
-
-class DeciderConfigError(InputError):
-    """A decider cannot be built as configured (missing package, model file, bad option)."""
 
 
 class TransportError(Exception):
@@ -65,63 +56,6 @@ class LLMUnreachableError(HetschedError):
     """An LLM decider never got an answer from its model (server not started, wrong URL, wrong
     key, a server that never replies within the timeout): the run stops instead of silently
     falling back every round. The CLI exits with status 69 (``EX_UNAVAILABLE``)."""
-
-
-@dataclass(frozen=True)
-class DecisionContext:
-    """Everything a decider may look at for one round."""
-
-    scenario: Scenario
-    """The scenario; with ``cards_visible`` False a decider must not read the cards' figures
-    (validation still uses them: the runtime knows its VRAM)."""
-    round: int
-    """The round being decided (from 0)."""
-    rounds: int = 20
-    """Rounds planned for the run."""
-    cards_visible: bool = True
-    """False in cold start: only names, descriptions and measurements may be used."""
-    observations: tuple[Observation, ...] = ()
-    """The runtime monitor's typed records (:mod:`hetsched.model.observations`: execution,
-    infeasible, latency, probe, unmeasured, budget, last round)."""
-    observations_text: str = ""
-    """The same records rendered for a prompt."""
-    planner: Planner | None = None
-    """The noise-free model of the scenario (the loop's planner); validation uses it to refuse
-    mappings it predicts cannot run (FIFO head-of-line deadlocks included). None: static checks only."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A decider's answer: a validated mapping, or None with the last error."""
-
-    mapping: Mapping | None
-    """The chosen mapping, already validated against the scenario; None when every attempt failed."""
-    rationale: str = ""
-    """The decider's short reason."""
-    transcript: tuple[Attempt, ...] = ()
-    """Every ask, in order."""
-    error: str = ""
-    """Why there is no mapping ('' when there is one)."""
-
-
-class Decider(ABC):
-    """Chooses a mapping for a round from a :class:`DecisionContext`."""
-
-    name: ClassVar[str]
-    """Decider name (``rules``, ``openai``...)."""
-    is_llm: ClassVar[bool] = False
-    """True only for deciders that ask a language model."""
-
-    @property
-    def model(self) -> str | None:
-        """The model asked (None for deciders that are not LLMs)."""
-        return None
-
-    @abstractmethod
-    def decide(self, ctx: DecisionContext) -> Decision:
-        """The mapping for ``ctx.round``; never raises for a bad model reply (it is recorded, and
-        the decision carries no mapping); raises :class:`LLMUnreachableError` when an LLM decider
-        never got an answer from its model at all."""
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,11 @@ import time
 from abc import abstractmethod
 from typing import Any, ClassVar
 
+from hetsched.deciders.base import Decider, DeciderConfigError, Decision, DecisionContext
+from hetsched.deciders.evidence import measured_infeasible
 from hetsched.llm.base import (
     DEFAULT_MAX_ATTEMPTS,
     ChatReply,
-    Decider,
-    DeciderConfigError,
-    Decision,
-    DecisionContext,
     LLMUnreachableError,
     MalformedReply,
     Messages,
@@ -34,7 +32,7 @@ from hetsched.llm.base import (
 )
 from hetsched.llm.parse import parse_reply
 from hetsched.llm.prompt import build_messages, messages_text, reask_message, response_schema
-from hetsched.llm.validate import ReplyError, choice_from_object, measured_infeasible
+from hetsched.llm.validate import ReplyError, choice_from_object
 from hetsched.model import Attempt
 
 MAX_ECHO_CHARS = 8000

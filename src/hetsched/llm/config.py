@@ -26,7 +26,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS, DeciderConfigError
+from hetsched.deciders.base import DeciderConfigError
+from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS
 from hetsched.model.errors import did_you_mean
 
 ENV_VARS = {

@@ -17,7 +17,8 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from hetsched.llm.base import ChatReply, DeciderConfigError, Messages, TransportError
+from hetsched.deciders.base import DeciderConfigError
+from hetsched.llm.base import ChatReply, Messages, TransportError
 from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig
 

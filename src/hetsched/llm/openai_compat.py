@@ -45,7 +45,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
-from hetsched.llm.base import ChatReply, DeciderConfigError, MalformedReply, Messages, TransportError
+from hetsched.deciders.base import DeciderConfigError
+from hetsched.llm.base import ChatReply, MalformedReply, Messages, TransportError
 from hetsched.llm.chat import ChatDecider
 from hetsched.llm.config import LLMConfig
 

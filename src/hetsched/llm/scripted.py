@@ -1,7 +1,8 @@
 """The ``scripted`` decider: replays given replies through the real parse/validate/re-ask path.
 
 For unit tests only: it lets a test feed invalid JSON, missing nodes, over-budget mappings or
-transport failures and check that the policy holds. Imports only ``hetsched.model``.
+transport failures and check that the policy holds. It is a chat decider (the chat loop is what
+it exercises), so it lives with the LLM clients, not with the deterministic deciders.
 """
 
 from __future__ import annotations

@@ -21,12 +21,11 @@ Imports only ``hetsched.model``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from hetsched.model import Mapping, MappingError, Placement, Planner, Scenario, parse_placement
-from hetsched.model.observations import Infeasible as InfeasibleRecord
-from hetsched.model.observations import LastRound, Observation, quote
+from hetsched.model.observations import quote
 from hetsched.model.scenario import cold_reason
 from hetsched.model.trace import Infeasibility
 
@@ -83,24 +82,6 @@ def _reason(refused: Infeasibility, cards_visible: bool) -> str:
     return quote(str(refused) if cards_visible else cold_reason(refused))
 
 
-def measured_infeasible(records: Sequence[Observation]) -> dict[Mapping, tuple[int, str]]:
-    """Mappings the observations say were executed and could not run: ``mapping -> (round, reason)``.
-
-    Read from the monitor's records: ``Infeasible`` records of a round or a probe (not the
-    ``budget check`` ones, which were never executed) and an infeasible ``LastRound``.
-    """
-    found: dict[Mapping, tuple[int, str]] = {}
-    for r in records:
-        ran: InfeasibleRecord | LastRound | None = None
-        if isinstance(r, InfeasibleRecord):
-            ran = r if r.source in ("round", "probe") else None  # a budget check never ran
-        elif isinstance(r, LastRound):
-            ran = None if r.feasible else r
-        if ran is not None:
-            found.setdefault(Mapping(dict(ran.mapping)), (ran.round, ran.reason))
-    return found
-
-
 def choice_from_object(
     scenario: Scenario,
     obj: Any,
@@ -114,7 +95,8 @@ def choice_from_object(
     ``{node: placement}`` object whose keys are all node ids. With ``cards_visible`` False
     (cold start) an infeasibility is reported by its kind only: the full reason quotes the
     cards' VRAM figures. ``planner`` adds the noise-free model's check (FIFO deadlocks);
-    ``measured`` (see :func:`measured_infeasible`) refuses mappings already measured infeasible.
+    ``measured`` (see :func:`~hetsched.deciders.evidence.measured_infeasible`) refuses mappings
+    already measured infeasible.
     """
     ids = scenario.workflow.node_ids
     id_set = set(ids)
@@ -187,13 +169,3 @@ def choice_from_object(
         )
     text = rationale if isinstance(rationale, str) else short(rationale)
     return mapping, text[:MAX_RATIONALE_CHARS]
-
-
-def check_mapping(scenario: Scenario, mapping: Mapping) -> str:
-    """'' when a mapping is well-formed and passes the budget and deadlock checks, else the reason."""
-    try:
-        scenario.validate_mapping(mapping)
-    except MappingError as exc:
-        return str(exc)
-    refused = scenario.infeasibility(mapping)
-    return "" if refused is None else str(refused)

@@ -94,6 +94,10 @@ class ToolCard(BaseModel):
     """Share of the GPU the tool keeps busy when it runs alone (0-1]."""
     cpu_threads: int = Field(default=1, ge=1, le=MAX_CORES)
     """CPU cores the tool keeps busy when it runs on the CPU."""
+    cpu_demand: float | None = Field(default=None, ge=0, le=MAX_CORES, allow_inf_nan=False)
+    """Measured CPU demand on the CPU, in cores: process CPU time / wall time of its isolated runs
+    (0.02 for a tool that mostly waits on I/O, 1 for one busy thread, 3.6 for a multi-threaded
+    kernel). None (not measured): the model takes ``cpu_threads``, today's meaning."""
     has_gpu: bool = True
     """Whether a GPU implementation exists; False makes the tool device-neutral (CPU only)."""
     amplification: int = Field(default=1, ge=1, le=MAX_AMPLIFICATION)
@@ -126,6 +130,12 @@ class ToolCard(BaseModel):
                 "drop gpu_ms or set has_gpu: true"
             )
         return self
+
+    @property
+    def cores_busy(self) -> float:
+        """The cores the contention model charges a CPU run: ``cpu_demand`` when measured, else
+        ``cpu_threads``."""
+        return float(self.cpu_threads) if self.cpu_demand is None else self.cpu_demand
 
     @property
     def speedup(self) -> float | None:

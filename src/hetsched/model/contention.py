@@ -3,7 +3,10 @@ simulation on it that every number hetsched prints comes from.
 
 - GPU (Factor A): processor sharing. With running GPU tasks R and U = sum of their
   ``gpu_util``, each progresses at rate 1/s, s = max(1, U) * (1 + kappa * (|R| - 1)).
-- CPU: P cores; a task uses ``cpu_threads``; every CPU task slows by max(1, sum threads / P).
+- CPU: P cores; a task keeps d cores busy (its card's measured ``cpu_demand``, else ``cpu_threads``);
+  with s = max(1, sum d / P), a task with d >= 1 slows by s and one with d < 1 (it waits part of
+  the time: I/O, a remote call) only on its busy part: 1 + d (s - 1). Without cards of d < 1 every
+  CPU task slows by s, the arithmetic of cards that only give ``cpu_threads``.
 - VRAM (Factor B): ``gpu_now`` tools are warm and resident from t = 0 until their last
   ``gpu_now`` node ends, counted once per tool; ``gpu_queue`` nodes wait in one FIFO queue
   (strict order, head-of-line), are admitted when their memory fits beside what is held, pay
@@ -75,6 +78,10 @@ class Compiled:
     vram: tuple[float, ...]
     util: tuple[float, ...]
     threads: tuple[int, ...]
+    demand: tuple[float, ...]
+    """Cores a CPU run keeps busy (``ToolCard.cores_busy``: measured ``cpu_demand``, else ``cpu_threads``)."""
+    waits: bool
+    """Some node's demand is below one core: the CPU slowdown is per task (see the module docstring)."""
     npreds: tuple[int, ...]
     succs: tuple[tuple[tuple[int, float], ...], ...]
     """Per node, (successor, transfer ms when the edge crosses between CPU and GPU)."""
@@ -112,6 +119,8 @@ class Compiled:
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
+            demand=tuple(c.cores_busy for c in cards),
+            waits=any(c.cores_busy < 1.0 for c in cards),
             npreds=tuple(len(p) for p in preds),
             succs=tuple(tuple(s) for s in succs),
             preds=tuple(tuple(p) for p in preds),
@@ -218,11 +227,11 @@ def simulate(
     gpu_t = c.gpu_ms if gpu_ms is None else gpu_ms
     if copies == 1:
         pl: Sequence[int] = place
-        tool, threads, util, vram, succs, loads = c.tool_idx, c.threads, c.util, c.vram, c.succs, c.load_ms
+        tool, threads, util, vram, succs, loads = c.tool_idx, c.demand, c.util, c.vram, c.succs, c.load_ms
         npreds: Sequence[int] = c.npreds
     else:
         pl = list(place) * copies
-        tool, threads, util, vram = c.tool_idx * copies, c.threads * copies, c.util * copies, c.vram * copies
+        tool, threads, util, vram = c.tool_idx * copies, c.demand * copies, c.util * copies, c.vram * copies
         loads = c.load_ms * copies
         cpu_t, gpu_t = list(cpu_t) * copies, list(gpu_t) * copies
         succs = tuple(tuple((w + r * n1, d) for w, d in s) for r in range(copies) for s in c.succs)
@@ -265,8 +274,9 @@ def simulate(
     # running tasks per device: node -> remaining isolated work
     cpu_run: dict[int, float] = {}
     gpu_run: dict[int, float] = {}
-    threads_sum = 0
+    threads_sum = 0.0  # cores demanded by the running CPU tasks (integer-valued without measured demands)
     util_sum = 0.0
+    waits = c.waits
     queue: deque[int] = deque()
     t = 0.0
     done = 0
@@ -328,7 +338,10 @@ def simulate(
         k = len(gpu_run)
         gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
         dt = _INF
-        if cpu_run:
+        per_task = waits and cpu_slow > 1.0
+        if per_task:  # a task waiting part of the time slows only on its busy part
+            dt = min(w * _slowed(threads[v], cpu_slow) for v, w in cpu_run.items())
+        elif cpu_run:
             dt = min(cpu_run.values()) * cpu_slow
         if gpu_run:
             dt = min(dt, min(gpu_run.values()) * gpu_slow)
@@ -336,7 +349,13 @@ def simulate(
             dt = min(dt, events[0][0] - t)
         t += dt
         finished: list[int] = []
-        if cpu_run:
+        if per_task:
+            for v in cpu_run:
+                left = cpu_run[v] - dt / _slowed(threads[v], cpu_slow)
+                cpu_run[v] = left
+                if left <= EPS:
+                    finished.append(v)
+        elif cpu_run:
             step = dt / cpu_slow
             for v in cpu_run:
                 left = cpu_run[v] - step
@@ -371,7 +390,7 @@ def simulate(
                 else:
                     used -= vram[v]
             if not cpu_run and not gpu_run:
-                threads_sum, util_sum = 0, 0.0  # drop accumulated float error
+                threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
             for w, delay in succs[v]:
                 crossing = (pl[w] == CPU) != (p == CPU)
                 arrive = t + delay if crossing else t
@@ -392,6 +411,12 @@ def simulate(
         return Timings(max(per), per)
     return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
                    load=_loads(pl, load_of), vram=vram_tl)
+
+
+def _slowed(demand: float, cpu_slow: float) -> float:
+    """The CPU slowdown of a task demanding ``demand`` cores when the cores are oversubscribed by
+    ``cpu_slow`` (> 1): all of it from one core up, only its busy part below."""
+    return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
 
 
 def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:

@@ -8,10 +8,12 @@ package, so the monitor, policies, loop and store share these types without impo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.model.mapping import Mapping
+from hetsched.model.observations import Observation, to_json
 from hetsched.model.trace import Trace
 
 
@@ -73,13 +75,35 @@ class DecisionRecord:
     fallback_reason: str = ""
     """Why it fell back."""
     observations: tuple[dict[str, Any], ...] = ()
-    """The monitor's records the decider was given, as JSON (``kind``-tagged)."""
+    """The monitor's records the decider was given, as JSON (``kind``-tagged; built from the typed
+    records by :meth:`of`, read back by the store)."""
     observations_text: str = ""
     """The same records exactly as rendered for the decider."""
     probes_spent: int = 0
     """What-if probes executed for this round."""
     cold_start: bool = False
     """True when the cards were hidden from the decider."""
+
+    @classmethod
+    def of(
+        cls,
+        decider: str,
+        records: Sequence[Observation],
+        *,
+        model: str | None = None,
+        attempts: tuple[Attempt, ...] = (),
+        fallback: bool = False,
+        fallback_reason: str = "",
+        observations_text: str = "",
+        probes_spent: int = 0,
+        cold_start: bool = False,
+    ) -> DecisionRecord:
+        """The record of a decision made on the monitor's typed ``records``: they are stored as their
+        JSON (:func:`~hetsched.model.observations.to_json`), made here, so a policy hands records,
+        never dicts."""
+        return cls(decider=decider, model=model, attempts=attempts, fallback=fallback,
+                   fallback_reason=fallback_reason, observations=tuple(to_json(r) for r in records),
+                   observations_text=observations_text, probes_spent=probes_spent, cold_start=cold_start)
 
     def __repr__(self) -> str:
         model = f" {self.model}" if self.model else ""

@@ -75,7 +75,6 @@ from hetsched.model.observations import (
     ProbeResult,
     Unmeasured,
     render,
-    to_json,
 )
 from hetsched.model.scenario import cold_reason
 from hetsched.monitor.config import MonitorConfig
@@ -125,10 +124,6 @@ class Observations:
     """This round's probes (executed by the loop before the decision)."""
     probes_spent_run: int
     """Probes executed in the run so far, these included."""
-
-    def to_json(self) -> list[dict[str, object]]:
-        """The records as JSON-ready dicts (``DecisionRecord.observations``)."""
-        return [to_json(r) for r in self.records]
 
 
 def _change(node: str, old: Placement, new: Placement) -> str:

@@ -1,6 +1,7 @@
 """Placement policies, one file each, resolved by name.
 
-Imports point down: policies use the model, the monitor and the deciders (``hetsched.llm``);
+Imports point down: policies use the model, the monitor and the deciders (``hetsched.deciders``,
+``hetsched.llm``, by name through ``decider_registry``);
 the oracle also uses the noise-free simulator, which defines it. Executors never import policies.
 """
 

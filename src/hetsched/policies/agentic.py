@@ -17,7 +17,8 @@ spent, cold start (docs/agentic.md).
 The policy keeps no state beyond its monitor and decider: decisions are a function of the
 history (plus the LLM's sampling), so a resumed run continues where it stopped.
 
-Imports the model, the monitor and the deciders (``hetsched.llm``); never the loop.
+Imports the model, the monitor, the deciders (``hetsched.deciders``) and the LLM configuration
+(``hetsched.llm``; the deciders themselves come from the registry); never the loop.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from hetsched.llm import LLM_DECIDERS, Decider, DecisionContext, LLMConfig, make_decider, resolve_llm_config
-from hetsched.llm.evidence import fallback_mapping
-from hetsched.llm.validate import check_mapping
+from hetsched.deciders.base import Decider, DecisionContext, check_mapping
+from hetsched.deciders.evidence import fallback_mapping
+from hetsched.llm.config import LLMConfig, resolve_llm_config
 from hetsched.model import DecisionRecord, InputError, Probe, ProbeRequest, Proposal, RoundRecord
 from hetsched.model.measured import Settling, settling
 from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
+from hetsched.policies.decider_registry import LLM_DECIDERS, make_decider
 
 
 class Agentic(Policy):
@@ -118,15 +120,13 @@ class Agentic(Policy):
     ) -> Proposal:
         sc = self.ctx.scenario
         obs = observations if observations is not None else self.monitor.observe(history, probes)
-        records = tuple(obs.to_json())
         state = self.settling(history)
         if state is not None and not state.exploring and state.best is not None:
             chosen = state.contender or state.best
             if chosen is not None:  # settled, or a mapping within the noise of the best to repeat
-                record = DecisionRecord(decider=self.decider.name, model=self.decider.model, attempts=(),
-                                        fallback=False, fallback_reason="", observations=records,
-                                        observations_text=obs.text, probes_spent=len(obs.probes),
-                                        cold_start=self.cold_start)
+                record = DecisionRecord.of(self.decider.name, obs.records, model=self.decider.model,
+                                           observations_text=obs.text, probes_spent=len(obs.probes),
+                                           cold_start=self.cold_start)
                 return Proposal(sc.validate_mapping(chosen.mapping), rationale=state.describe(), decision=record)
         decision = self.decider.decide(
             DecisionContext(
@@ -158,13 +158,13 @@ class Agentic(Policy):
             mapping, why = fallback_mapping(sc, obs.records)
             reason = f"{problem}; {why}" if problem else why
             rationale = f"fallback: {why}"
-        record = DecisionRecord(
-            decider=self.decider.name,
+        record = DecisionRecord.of(
+            self.decider.name,
+            obs.records,
             model=self.decider.model,
             attempts=decision.transcript,
             fallback=fallback,
             fallback_reason=reason,
-            observations=records,
             observations_text=obs.text,
             probes_spent=len(obs.probes),
             cold_start=self.cold_start,

@@ -4,9 +4,11 @@ pinning, memory meters) the local executor uses, so the cards describe what the 
 Per tool (PAPER.md: 30 isolated runs, median):
 
 - CPU: load on the CPU pool, ``warmup`` calls, then ``runs`` timed calls: ``cpu_ms`` (median,
-  p10, p90) and ``cpu_threads`` (process CPU time / wall time over the runs: the cores it keeps
-  busy, at least 1; the wall time excludes what the calling thread waited for a core, from
-  Linux's schedstat, so other processes of a shared machine do not read as idle cores).
+  p10, p90), ``cpu_demand`` (process CPU time / wall time over the runs: the cores it keeps busy on
+  average, near 0 for a tool that waits on a socket or a timer, since a waiting thread uses no CPU
+  time whatever the machine's load; the wall time excludes what the calling thread waited for a
+  core, from Linux's schedstat, so other processes of a shared machine do not read as idle cores)
+  and ``cpu_threads`` (that demand rounded, at least 1).
 - GPU (CUDA, else the stand-in device): load, warm-up, ``runs`` timed calls: ``gpu_ms``. The
   timed runs alternate between the two devices in blocks (one device busy at a time), so a slow
   spell of a shared machine hits both figures alike.
@@ -111,6 +113,11 @@ def _percentiles(values: Sequence[float]) -> tuple[float, float, float]:
         return xs[0], xs[0], xs[0]
     q = statistics.quantiles(xs, n=10, method="inclusive")
     return statistics.median(xs), q[0], q[-1]
+
+
+def cpu_demand(cpu_s: float, wall_s: float) -> float:
+    """Cores kept busy on average: process CPU time over the wall time it was measured in (>= 0)."""
+    return max(0.0, cpu_s) / max(wall_s, 1e-9)
 
 
 def _versions() -> str:
@@ -259,9 +266,11 @@ class Profiler:
                 w.call("unload", key="p")
         cpu_times = times[self.cpu.label]
         cpu_med, cpu_p10, cpu_p90 = _percentiles(cpu_times)
-        threads = max(1, min(self.plan.cpu_threads, round(cpu_s[self.cpu.label] / max(wall_s[self.cpu.label], 1e-9))))
+        demand = min(float(self.plan.cpu_threads), cpu_demand(cpu_s[self.cpu.label], wall_s[self.cpu.label]))
+        threads = max(1, round(demand))
         spread = {"cpu_ms": Spread(p10=_round(cpu_p10), p90=_round(cpu_p90))}
-        fields: dict[str, Any] = {"cpu_ms": _round(cpu_med), "cpu_threads": threads, "has_gpu": tool.has_gpu}
+        fields: dict[str, Any] = {"cpu_ms": _round(cpu_med), "cpu_threads": threads, "cpu_demand": _round(demand),
+                                  "has_gpu": tool.has_gpu}
         notes: list[str] = []
         gpu_times: tuple[float, ...] = ()
         loads: list[float] = []

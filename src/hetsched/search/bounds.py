@@ -10,7 +10,8 @@ is a lower bound on the E2E the contention model (:mod:`hetsched.model.contentio
 reasons (docs/reference.md spells them out):
 
 - **critical path**: a node cannot start before its inputs arrive and then runs at least its
-  isolated time: ``cpu_ms * max(1, cpu_threads / cpu_cores)`` on the CPU (its own threads already
+  isolated time: ``cpu_ms * max(1, d / cpu_cores)`` on the CPU, d its cores busy (``ToolCard.cores_busy``:
+  measured ``cpu_demand``, else ``cpu_threads``; its own threads already
   oversubscribe the cores), ``gpu_ms`` on the GPU (the slowdown ``max(1, U) * (1 + kappa (|R|-1))``
   is >= 1), plus ``load_ms`` for ``gpu_queue``; an edge between the CPU and the GPU adds
   ``data_mb / pcie_mb_per_ms``. Unassigned nodes count their smallest possible time, no transfer.
@@ -22,8 +23,10 @@ reasons (docs/reference.md spells them out):
   no compute share. No GPU task computes before the earliest compute start of the GPU nodes
   (``head``) and, after the last one ends, a chain of at least the smallest ``tail`` remains:
   E2E >= min head + sum(gpu_ms * a) + min tail.
-- **CPU work**: every CPU task slows by max(1, T / P), so the cores complete at most P
-  thread-ms per ms: E2E >= min head + sum(cpu_ms * cpu_threads) / P + min tail over CPU nodes.
+- **CPU work**: with T the cores the running CPU tasks demand, every task of d >= 1 slows by
+  max(1, T / P) (one of d < 1 less), so those tasks complete at most P thread-ms per ms: E2E >= min
+  head + sum(cpu_ms * d) / P over the CPU nodes of d >= 1 + min tail over CPU nodes (a node of
+  d < 1, mostly waiting, counts no work).
 - **mixed work**: E2E >= max(GPU work, CPU work) >= their mean, and each unassigned node adds at
   least the smaller of its two works to one of them.
 - **VRAM x time**: the memory held never exceeds the budget. A ``gpu_queue`` node holds its
@@ -75,7 +78,7 @@ class Rows:
     gpu_work: Floats
     """Sum of ``gpu_ms * gpu_util`` over assigned GPU nodes."""
     cpu_work: Floats
-    """Sum of ``cpu_ms * cpu_threads / cpu_cores`` over assigned CPU nodes."""
+    """Sum of ``cpu_ms * d / cpu_cores`` over assigned CPU nodes of d >= 1 core busy."""
     queue_mem: Floats
     """Sum of ``vram_mb * (load_ms + gpu_ms)`` over assigned ``gpu_queue`` nodes (MB x ms)."""
     gpu_head: Floats
@@ -169,7 +172,7 @@ class BoundModel:
         self.allowed: tuple[tuple[int, ...], ...] = tuple(allowed)
         """Placement codes each position may take (a queue node larger than the budget never runs)."""
         cores = m.cpu_cores
-        cpu_ms = np.array([c.cpu_ms * max(1.0, c.cpu_threads / cores) for c in cards])
+        cpu_ms = np.array([c.cpu_ms * max(1.0, c.cores_busy / cores) for c in cards])
         gpu_ms = np.array([c.gpu_ms if c.gpu_ms is not None else _INF for c in cards])
         load_ms = np.array([c.load_ms for c in cards])
         self.cpu_ms: Floats = cpu_ms
@@ -183,7 +186,9 @@ class BoundModel:
         kappa = m.gpu_kappa
         self.gpu_w: Floats = np.array([(c.gpu_ms or 0.0) * min(1.0, (1.0 + kappa) * c.gpu_util) for c in cards])
         """GPU work per position: gpu_ms * min(1, (1 + kappa) gpu_util) (see the module docstring)."""
-        self.cpu_w: Floats = np.array([c.cpu_ms * c.cpu_threads / cores for c in cards])
+        self.cpu_w: Floats = np.array([c.cpu_ms * c.cores_busy / cores if c.cores_busy >= 1.0 else 0.0
+                                       for c in cards])
+        """CPU work per position: cpu_ms * d / cpu_cores, 0 below one core (see the module docstring)."""
         self.queue_mem: Floats = np.array([c.vram_mb * (c.load_ms + (c.gpu_ms or 0.0)) for c in cards])
         pcie = m.pcie_mb_per_ms
         preds: list[list[tuple[int, float]]] = [[] for _ in range(n)]
@@ -256,13 +261,15 @@ class BoundModel:
                 continue
             devices = []
             for code in (CPU, NOW):
-                pos = [p for p in members if code in self.allowed[p]]
+                # a CPU node of d < 1 progresses faster than its siblings when the cores are
+                # oversubscribed: it is left out (it only ever adds to the others' slowdown)
+                pos = [p for p in members if code in self.allowed[p] and (code != CPU or cards[p].cores_busy >= 1.0)]
                 if len(pos) < 2:
                     continue
                 work = np.array([cards[p].cpu_ms if code == CPU else float(cards[p].gpu_ms or 0.0) for p in pos])
                 order = np.argsort(work, kind="stable")
                 pos_sorted = np.array(pos, dtype=np.intp)[order]
-                weight = np.array([cards[p].cpu_threads if code == CPU else cards[p].gpu_util for p in pos_sorted],
+                weight = np.array([cards[p].cores_busy if code == CPU else cards[p].gpu_util for p in pos_sorted],
                                   dtype=np.float64)
                 comp = self._comp3[pos_sorted, code]
                 devices.append(_Device(code, pos_sorted, work[order], weight, comp))
@@ -428,7 +435,7 @@ class BoundModel:
         sibling L has progressed x, every sibling j with D <= x < p_j - D is still running beside
         it, and L's time per unit of progress is at least f(those siblings): max(1, U) (1 + kappa
         (k - 1)) on the GPU (``gpu_now`` siblings; U their gpu_util, k their count), max(1,
-        threads / P) on the CPU; f >= 1 elsewhere. L ends no earlier than its relaxed start plus
+        d / P) on the CPU (siblings of d >= 1 only); f >= 1 elsewhere. L ends no earlier than its relaxed start plus
         the integral of f over its work p_L, and a tail follows.
         """
         out = prev

@@ -49,6 +49,7 @@ from hetsched.model import (
     Scenario,
     UnknownNameError,
 )
+from hetsched.model.learned import learned_cards
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store.codec import (
     DamagedValue,
@@ -949,6 +950,7 @@ class RunStore:
             "run": stored.info.to_dict(),
             "scenario": stored.scenario.model_dump(mode="json"),
             "deploy": None if deploy is None else deploy.to_dict(),
+            "cards": learned_cards(stored.scenario, stored.rounds).to_dict(),
             "rounds": [round_to_dict(r) for r in stored.rounds],
         }
 

@@ -137,3 +137,21 @@ def fallback_mapping(scenario: Scenario, records: Sequence[Observation]) -> tupl
     if best is not None:
         return best.mapping, f"fell back to the best measured feasible mapping ({best.mean_e2e_ms:.1f} ms)"
     return scenario.uniform(Placement.CPU), "nothing measured yet: fell back to all-CPU (always feasible)"
+
+
+def measured_infeasible(records: Sequence[Observation]) -> dict[Mapping, tuple[int, str]]:
+    """Mappings the observations say were executed and could not run: ``mapping -> (round, reason)``.
+
+    Read from the monitor's records: ``Infeasible`` records of a round or a probe (not the
+    ``budget check`` ones, which were never executed) and an infeasible ``LastRound``.
+    """
+    found: dict[Mapping, tuple[int, str]] = {}
+    for r in records:
+        ran: InfeasibleRecord | LastRound | None = None
+        if isinstance(r, InfeasibleRecord):
+            ran = r if r.source in ("round", "probe") else None  # a budget check never ran
+        elif isinstance(r, LastRound):
+            ran = None if r.feasible else r
+        if ran is not None:
+            found.setdefault(Mapping(dict(ran.mapping)), (ran.round, ran.reason))
+    return found

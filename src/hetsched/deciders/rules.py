@@ -21,8 +21,8 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
    holds the memory it needs), else to the CPU.
 
 These rules seed a model. The decider reads the cards through its own estimator
-(:mod:`hetsched.llm.estimate`: DESIGN.md's contention model, GPU interference as the machine
-block declares it until measured) and searches it (:mod:`hetsched.llm.search`: exhaustive when
+(:mod:`hetsched.deciders.estimate`: DESIGN.md's contention model, GPU interference as the machine
+block declares it until measured) and searches it (:mod:`hetsched.deciders.search`: exhaustive when
 the space fits the budget of estimates, else iterated local search from the rules' mapping and
 the uniform ones). Round 0 runs the lowest estimate.
 
@@ -56,12 +56,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetsched.llm.base import Decider, Decision, DecisionContext
-from hetsched.llm.estimate import Estimator, fit_interference
-from hetsched.llm.evidence import Codes, Evidence, MeasuredCodes
-from hetsched.llm.prompt import mask_bits, related_masks
-from hetsched.llm.search import SearchResult, local_search
-from hetsched.llm.validate import check_mapping
+from hetsched.deciders.base import Decider, Decision, DecisionContext, check_mapping
+from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
+from hetsched.deciders.parallel import mask_bits, related_masks
+from hetsched.deciders.search import SearchResult, local_search
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 

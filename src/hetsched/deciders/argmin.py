@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import time
 
-from hetsched.llm.base import Decider, Decision, DecisionContext
-from hetsched.llm.evidence import best_measured
-from hetsched.llm.rules import first_valid_uniform
+from hetsched.deciders.base import Decider, Decision, DecisionContext
+from hetsched.deciders.evidence import best_measured
+from hetsched.deciders.rules import first_valid_uniform
 from hetsched.model import Attempt
 
 NOT_AN_LLM = "(argmin decider: lowest measured mapping, not an LLM; no prompt was sent)"

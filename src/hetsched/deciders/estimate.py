@@ -1,7 +1,7 @@
 """The ``rules`` decider's own model of a mapping's E2E: the cards read through the contention
 model DESIGN.md documents, with the GPU interference fitted to what was measured.
 
-A decider may not run anything, and ``hetsched.llm`` may not import the simulator: this is the
+A decider may not run anything, and ``hetsched.deciders`` may not import the simulator: this is the
 decider's reading of the cards, the way the paper's LLM reads them ("concurrent tools share
 the GPU"), made explicit:
 

@@ -1,4 +1,4 @@
-"""The ``rules`` decider's search: the mappings its own estimates (:mod:`hetsched.llm.estimate`)
+"""The ``rules`` decider's search: the mappings its own estimates (:mod:`hetsched.deciders.estimate`)
 rank lowest, within a budget of estimates.
 
 - When the whole space (2^n or 3^n, fewer for CPU-only tools) fits the budget, every mapping is
@@ -24,7 +24,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hetsched.llm.estimate import Estimator
+from hetsched.deciders.estimate import Estimator
 from hetsched.model.mapping import CPU_CODE, NOW_CODE, QUEUE_CODE
 
 Codes = tuple[int, ...]

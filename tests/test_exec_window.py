@@ -1,0 +1,224 @@
+"""Windows of overlapping requests on the local executor (hetsched.exec.window, LocalExecutor.run_window):
+real worker processes, real tools (tests/realtools.py), invariants only (no timing):
+
+- every request sent completes, and each keeps its DAG's precedence, released no earlier than its release;
+- VRAM never over budget, from the executor's own admission accounting and from the trace;
+- a gpu_now tool is loaded once for the whole window (the executor's count and the tool's own load log);
+- gpu_queue admissions across requests in FIFO order (the executor's own records);
+- a closed loop never has more requests in flight than clients, and sends request r after r - K returned;
+- a closed loop whose resident tool waits for a later request is a deadlock, refused (not a hang);
+- the release plan's bad input names the parameter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.realtools import Worker, card, read_log, scenario
+
+from hetsched.exec.local import LocalExecutor
+from hetsched.exec.window import ReleaseClock, WindowRun, instance_id, split_id, window_mapping, window_scenario
+from hetsched.model import InfeasibleKind, InputError, Mapping, Placement
+from hetsched.tools import register_tool, unregister_tool
+
+C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
+EPS = 1e-6
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("window") / "events.log"
+
+
+@pytest.fixture(scope="module")
+def tools(log: Path) -> Iterator[None]:
+    made = [Worker("wprep", ms=3, mem_mb=0.5, value=1, has_gpu=False, log=str(log)),
+            Worker("wembed", ms=6, mem_mb=30, value=10, log=str(log), load_ms=2),
+            Worker("wsearch", ms=4, mem_mb=20, value=100, log=str(log), load_ms=2),
+            Worker("wanswer", ms=6, mem_mb=40, value=1000, log=str(log), load_ms=2)]
+    for t in made:
+        register_tool(t, replace=True)
+    yield
+    for t in made:
+        unregister_tool(t.name)
+
+
+def flow(budget_mb: float = 80.0):
+    """A -> B -> C -> E plus A -> E: a CPU source, then three GPU-capable tools."""
+    cards = [card("wprep", 3, has_gpu=False), card("wembed", 6, 31), card("wsearch", 4, 21), card("wanswer", 6, 41)]
+    return scenario([("A", "wprep"), ("B", "wembed"), ("C", "wsearch"), ("E", "wanswer")],
+                    [("A", "B"), ("B", "C"), ("C", "E"), ("A", "E")], cards, budget_mb=budget_mb)
+
+
+MAPPING = Mapping({"A": C, "B": G, "C": Q, "E": Q})
+
+
+@pytest.fixture(scope="module")
+def ex(tools: None) -> Iterator[LocalExecutor]:
+    with LocalExecutor(flow(), device="standin") as executor:
+        executor.start()
+        yield executor
+
+
+def check_window(run: WindowRun, mapping: Mapping, budget_mb: float) -> None:
+    """Every invariant of a window that ran (raises AssertionError naming the request or node)."""
+    sc = flow(budget_mb)
+    wf = sc.workflow
+    assert run.completed, run.trace.reason
+    sent = [r for r, t in enumerate(run.release_ms) if t is not None]
+    assert set(run.trace.nodes) == {instance_id(n, r) for r in sent for n in wf.node_ids}
+    for r in sent:
+        nodes = run.request_nodes(r)
+        release = run.release_ms[r]
+        assert release is not None
+        for n, nt in nodes.items():
+            assert nt.placement is mapping[n]
+            assert nt.ready_ms >= release - EPS, f"{n}@{r} ready before its request was released"
+            assert nt.ready_ms <= nt.admitted_ms + EPS <= nt.start_ms + 2 * EPS <= nt.end_ms + 3 * EPS
+            for p in wf.preds(n):
+                assert nt.ready_ms >= nodes[p].end_ms - EPS, f"{n}@{r} ready before its input {p}@{r} ended"
+        end = run.end_ms[r]
+        assert end is not None and end == max(nodes[s].end_ms for s in wf.sinks)
+    assert all(x >= 0 for x in run.latency_ms) and len(run.latency_ms) == len(sent)
+    # VRAM: the executor's own accounting after every admission, and the trace's timeline
+    for a in run.admissions:
+        assert a.held_mb <= budget_mb + EPS, f"{a.node} admitted with {a.held_mb} MB held, over {budget_mb} MB"
+        assert a.held_mb >= sc.card_of(split_id(a.node)[0]).vram_mb - EPS
+    assert max(p.used_mb for p in run.trace.vram_timeline) <= budget_mb + EPS
+    # FIFO across requests: admitted exactly in the order they entered the queue
+    queued = [instance_id(n, r) for r in sent for n in wf.node_ids if mapping[n] is Q]
+    assert sorted(run.enqueued) == sorted(queued)
+    assert [a.node for a in run.admissions] == list(run.enqueued)
+    for a, b in itertools.pairwise(run.admissions):
+        assert a.t_ms <= b.t_ms + EPS
+    # resident tools: loaded once for the window
+    assert run.resident_loads == dict.fromkeys(sc.gpu_now_tools(mapping), 1)
+
+
+def loads_between(log: Path, tool: str, t0: float, t1: float) -> int:
+    return sum(1 for t, what, name, _ in read_log(log) if name == tool and what == "load" and t0 <= t <= t1)
+
+
+def test_open_loop_window_keeps_every_invariant_and_loads_the_resident_tool_once(ex: LocalExecutor,
+                                                                                    log: Path) -> None:
+    import time
+
+    t0 = time.monotonic()
+    run = ex.run_window(MAPPING, releases_ms=[0, 0, 3, 10, 11, 40])
+    t1 = time.monotonic()
+    check_window(run, MAPPING, 80.0)
+    assert run.release_ms == (0.0, 0.0, 3.0, 10.0, 11.0, 40.0)
+    # the tool's own log: the resident wembed was loaded once; each queued node loaded its tool once
+    assert loads_between(log, "wembed", t0, t1) == 1
+    assert loads_between(log, "wsearch", t0, t1) == 6
+    assert loads_between(log, "wanswer", t0, t1) == 6
+
+
+def test_closed_loop_never_has_more_requests_in_flight_than_clients(ex: LocalExecutor) -> None:
+    clients, count = 3, 8
+    run = ex.run_window(MAPPING, clients=clients, count=count)
+    check_window(run, MAPPING, 80.0)
+    assert run.count == count
+    rel = [t for t in run.release_ms if t is not None]
+    ends = [e for e in run.end_ms if e is not None]
+    assert rel[:clients] == [0.0] * clients
+    for r in range(clients, count):
+        assert rel[r] >= ends[r - clients] - EPS, f"request {r} sent before request {r - clients} returned"
+    for t in sorted(set(rel)):
+        in_flight = sum(1 for a, b in zip(rel, ends, strict=True) if a <= t < b)
+        assert in_flight <= clients
+
+
+def test_a_tight_budget_queues_across_requests_in_fifo_order(tools: None) -> None:
+    # 31 (resident) + 41 fits 80 but not beside a second 21 or 41: queued nodes of different requests wait
+    mapping = Mapping({"A": C, "B": G, "C": Q, "E": Q})
+    with LocalExecutor(flow(75.0), device="standin") as ex:
+        run = ex.run_window(mapping, releases_ms=[0] * 5)
+    check_window(run, mapping, 75.0)
+    assert max(a.held_mb for a in run.admissions) <= 75.0
+
+
+def test_a_closed_loop_whose_resident_tool_waits_for_a_later_request_is_refused_as_a_deadlock(tools: None) -> None:
+    # B (resident wembed, 31) runs before E (queued wanswer, 41) in each request; 31 + 41 > 60, so E@0
+    # waits for wembed to go, which stays for B@1, which a single client sends only after E@0 returns
+    mapping = Mapping({"A": C, "B": G, "C": C, "E": Q})
+    with LocalExecutor(flow(60.0), device="standin") as ex:
+        closed = ex.run_window(mapping, clients=1, count=2)
+        assert closed.trace.kind is InfeasibleKind.DEADLOCK, closed.trace.reason
+        assert "gpu_queue" in closed.trace.reason
+        # open loop: B@1 is sent anyway, wembed goes after it, and both E nodes run
+        opened = ex.run_window(mapping, releases_ms=[0, 0])
+    check_window(opened, mapping, 60.0)
+
+
+def test_requests_past_the_horizon_are_not_sent_and_the_resident_tool_still_goes(ex: LocalExecutor) -> None:
+    clock = ReleaseClock([0.0, 0.0, 1e9], horizon_ms=1e8)
+    run = ex.run_window(MAPPING, clock=clock)
+    assert run.release_ms[2] is None and run.end_ms[2] is None
+    check_window(run, MAPPING, 80.0)
+    assert run.count == 2
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(times=st.lists(st.integers(0, 30), min_size=1, max_size=5),
+       placements=st.tuples(st.sampled_from([G, Q, C]), st.sampled_from([G, Q, C]), st.sampled_from([G, Q, C])))
+def test_any_small_window_keeps_the_invariants(ex: LocalExecutor, times: list[int],
+                                               placements: tuple[Placement, Placement, Placement]) -> None:
+    mapping = Mapping({"A": C, "B": placements[0], "C": placements[1], "E": placements[2]})
+    if flow().infeasibility(mapping) is not None:
+        return
+    run = ex.run_window(mapping, releases_ms=times)
+    check_window(run, mapping, 80.0)
+
+
+# ---------------------------------------------------------------------------- the plan (no workers)
+def test_the_window_is_copies_of_the_workflow_with_request_ids(tools: None) -> None:
+    sc = flow()
+    w = window_scenario(sc, 3)
+    assert len(w.workflow.nodes) == 12 and len(w.workflow.edges) == 12
+    assert w.workflow.preds(instance_id("E", 2)) == (instance_id("C", 2), instance_id("A", 2))
+    assert split_id("A@2") == ("A", 2) and split_id("x@y@10") == ("x@y", 10)
+    wm = window_mapping(MAPPING, 2)
+    assert wm["C@1"] is Q and len(wm) == 8
+    with pytest.raises(InputError, match="not a window node id"):
+        split_id("A")
+
+
+def test_the_release_clock_follows_a_closed_loop_and_the_horizon() -> None:
+    clock = ReleaseClock.closed(2, 4, think_ms=5.0)
+    assert clock.due(0.0) == ([0, 1], [])
+    assert clock.next_ms() is None  # requests 2 and 3 wait for returns
+    clock.completed(1, 10.0)
+    assert clock.next_ms() == 15.0
+    assert clock.due(14.0) == ([], [])
+    assert clock.due(15.0) == ([3], [])
+    h = ReleaseClock([0.0, 5.0, 50.0, 0.0], follows=[-1, -1, -1, 2], horizon_ms=20.0)
+    assert h.due(10.0) == ([0, 1], [2, 3])
+    assert not h.pending and h.next_ms() is None
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"releases_ms": []}, "releases_ms: a window needs at least one request"),
+    ({"releases_ms": [0.0, -1.0]}, "releases_ms: release times must be finite and >= 0 ms, got -1.0"),
+    ({"releases_ms": [0.0, math.nan]}, "releases_ms: release times must be finite"),
+    ({"releases_ms": [0.0, 1.0], "follows": [-1]}, "follows: one entry per request"),
+    ({"releases_ms": [0.0, 1.0], "follows": [-1, 1]}, r"follows\[1\] = 1"),
+])
+def test_a_bad_release_plan_names_the_parameter(kwargs: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        ReleaseClock(**kwargs)
+
+
+def test_bad_closed_loops_name_the_parameter() -> None:
+    with pytest.raises(InputError, match="clients must be >= 1, got 0"):
+        ReleaseClock.closed(0, 3)
+    with pytest.raises(InputError, match="request count >= 1, got 0"):
+        ReleaseClock.closed(2, 0)
+    with pytest.raises(InputError, match="think_ms must be finite and >= 0"):
+        ReleaseClock.closed(2, 3, think_ms=-1)

@@ -1,0 +1,141 @@
+"""Cards that learn (hetsched.model.learned): the de-contended figures a run measured, their drift
+from the cards, and the contradiction a run reports when the cards are wrong beyond their spread.
+
+The simulator is the world here (its model is the one the de-contention inverts): with cards equal
+to the truth nothing may be contradicted, noise-free the learned figures are the cards exactly, and
+a world whose tool is slower than its card is caught and named with the refresh command.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
+from hetsched.loop import LoopConfig, run_rounds
+from hetsched.model import Mode, Scenario
+from hetsched.model.files import bundled_scenarios, load_scenario
+from hetsched.model.learned import MIN_SAMPLES, LearnedFigure, learned_cards, refresh_command
+from hetsched.policies import make_policy
+from hetsched.sim import Simulator
+
+SPECS = st.builds(WorkflowSpec, st.sampled_from(FAMILIES), st.integers(4, 7),
+                  st.sampled_from([Mode.BINARY, Mode.THREE_WAY]), st.integers(0, 10_000))
+
+
+def run(scenario: Scenario, world: Scenario | None = None, rounds: int = 8, seed: int = 1, noise: bool = True):
+    ex = Simulator(world or scenario, noise=noise)
+    return run_rounds(scenario, make_policy("agentic"), LoopConfig(rounds=rounds, seed=seed), executor=ex)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SPECS, st.integers(0, 100))
+def test_cards_equal_to_the_truth_are_never_contradicted(spec: WorkflowSpec, seed: int) -> None:
+    sc = random_scenario(spec)
+    learned = learned_cards(sc, run(sc, seed=seed).rounds)
+    assert learned.figures  # every run measures something
+    assert learned.contradicted == ()
+    assert learned.refresh is None
+    assert all(abs(f.drift) < 0.2 for f in learned.figures)  # noise_cv 0.03: far inside
+
+
+@pytest.mark.parametrize("name", sorted(bundled_scenarios()))
+def test_noise_free_learned_figures_are_the_cards(name: str) -> None:
+    """The de-contention inverts the model exactly: under contention too, every learned sample is the card."""
+    sc = load_scenario(name)
+    learned = learned_cards(sc, run(sc, rounds=5, noise=False).rounds)
+    for f in learned.figures:
+        assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()
+        assert not f.contradicted
+
+
+def test_a_stale_card_is_contradicted_and_the_refresh_names_it(tmp_path) -> None:
+    sc = load_scenario("fanout")
+    tool = next(t for t, c in sc.cards.items() if c.gpu_ms is not None)
+    card = sc.cards[tool]
+    world = sc.model_copy(update={"cards": {**sc.cards, tool: card.model_copy(
+        update={"gpu_ms": card.gpu_ms * 2.0, "cpu_ms": card.cpu_ms * 2.0})}})
+    learned = learned_cards(sc, run(sc, world, rounds=10).rounds)
+    bad = {(f.tool, f.figure) for f in learned.contradicted}
+    assert bad and all(t == tool for t, _ in bad)
+    for f in learned.contradicted:
+        assert f.drift == pytest.approx(1.0, abs=0.2)
+    assert learned.refresh is not None and tool in learned.refresh and "--refresh" in learned.refresh
+    text = "\n".join(learned.describe())
+    assert "contradict" in text and learned.refresh in text
+    data = json.loads(json.dumps(learned.to_dict()))
+    assert [tool, "gpu_ms"] in data["contradicted"] or [tool, "cpu_ms"] in data["contradicted"]
+    # the learned scenario carries the measured figures: its model now matches the world
+    fixed = learned.scenario(sc)
+    for f in learned.figures:
+        if f.n >= MIN_SAMPLES:
+            assert getattr(fixed.cards[f.tool], f.figure) == pytest.approx(f.median_ms)
+    again = learned_cards(fixed, run(fixed, world, rounds=6, seed=2).rounds)
+    assert again.contradicted == ()
+
+
+def test_contradiction_needs_samples_and_both_spreads() -> None:
+    few = LearnedFigure("t", "cpu_ms", 10.0, None, None, (30.0, 30.0))
+    assert not few.contradicted  # fewer than MIN_SAMPLES
+    far = LearnedFigure("t", "cpu_ms", 10.0, None, None, (30.0, 31.0, 29.0))
+    assert far.contradicted and far.drift == pytest.approx(2.0)
+    near = LearnedFigure("t", "cpu_ms", 10.0, None, None, (10.5, 10.9, 10.2))
+    assert not near.contradicted
+    # the card's own spread covers the measurements: not a contradiction
+    wide_card = LearnedFigure("t", "cpu_ms", 10.0, 8.0, 14.0, (13.5, 14.5, 14.0))
+    assert not wide_card.contradicted
+    # the measurements are all over the place and cover the card: not a contradiction either
+    noisy = LearnedFigure("t", "cpu_ms", 10.0, None, None, (5.0, 30.0, 28.0, 29.0, 31.0, 9.0))
+    assert not noisy.contradicted
+
+
+def test_refresh_command_for_files_and_bundled_scenarios(tmp_path) -> None:
+    path = tmp_path / "my flow.yaml"
+    assert refresh_command(str(path), ["a", "b"]) == f"hetsched profile --refresh '{path}' a b"
+    bundled = refresh_command(str(bundled_scenarios()["rag_tiny"]), ["embed"])
+    assert bundled == "hetsched init rag_tiny -o rag_tiny.yaml && hetsched profile --refresh rag_tiny.yaml embed"
+    assert refresh_command("rag_tiny").startswith("hetsched init rag_tiny -o rag_tiny.yaml")
+
+
+def test_run_reports_the_drift_and_the_contradiction_in_json_and_text() -> None:
+    from hetsched.cli.app import out
+    from hetsched.cli.common import print_learned
+
+    sc = load_scenario("chain")
+    tool = sc.workflow.tools[0]
+    card = sc.cards[tool]
+    slow = {"cpu_ms": card.cpu_ms * 3.0} | ({} if card.gpu_ms is None else {"gpu_ms": card.gpu_ms * 3.0})
+    world = sc.model_copy(update={"cards": {**sc.cards, tool: card.model_copy(update=slow)}})
+    result = run(sc, world, rounds=8)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["cards"]["contradicted"] and all(t == tool for t, _ in data["cards"]["contradicted"])
+    assert data["cards"]["refresh"] == result.learned.refresh
+    for measured in (True, False):
+        with out.capture() as cap:
+            print_learned(result.learned, measured=measured)
+        text = cap.get()
+        assert "card contradicted" in text and "re-profile" in text and "--refresh" in text
+        assert tool in text
+    # cards equal to the truth: the one-line summary says nothing is contradicted
+    fine = run(sc, rounds=4)
+    with out.capture() as cap:
+        print_learned(fine.learned, measured=False)
+    assert "none contradicted" in cap.get() and "re-profile" not in cap.get()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(SPECS, st.lists(st.floats(0.0, 3.0), min_size=1, max_size=8))
+def test_noise_free_with_measured_cpu_demand_the_learned_figures_are_the_cards(spec: WorkflowSpec,
+                                                                               demands: list[float]) -> None:
+    """Tools that wait (cpu_demand < 1) slow only on their busy part: the de-contention follows the kernel."""
+    sc = random_scenario(spec)
+    cards = {t: c.model_copy(update={"cpu_demand": demands[i % len(demands)]})
+             for i, (t, c) in enumerate(sc.cards.items())}
+    sc = sc.model_copy(update={"cards": cards})
+    sc = Scenario.model_validate(sc.model_dump())  # recompile
+    learned = learned_cards(sc, run(sc, rounds=4, noise=False).rounds)
+    for f in learned.figures:
+        assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()

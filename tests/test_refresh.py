@@ -1,0 +1,116 @@
+"""``hetsched profile --refresh`` (hetsched.profiling.refresh): a scenario's cards re-measured in
+place, wherever they live (inline, its own library, the bundled library), each with its provenance,
+the rest of the file kept as written; bad requests refused with exit 2.
+
+Real profiles of real tools (tests/realtools.py's, and the built-in CPU-only text_chunker), 2 runs each.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.factories import run_cli
+from tests.realtools import Worker
+
+import hetsched as hs
+from hetsched.model.files import bundled_scenarios, load_scenario, load_tool_library
+from hetsched.profiling import write_library
+from hetsched.tools import register_tool, unregister_tool
+
+FAST = ("--runs", "2", "--warmup", "1", "--loads", "1", "--cpu-threads", "1", "--no-progress")
+TODAY = dt.date.today().isoformat()
+
+
+@pytest.fixture
+def tools() -> Iterator[None]:
+    made = [Worker("short", ms=10, mem_mb=5), Worker("textonly", ms=5, mem_mb=0.1, has_gpu=False)]
+    for t in made:
+        register_tool(t, replace=True)
+    yield
+    for t in made:
+        unregister_tool(t.name)
+
+
+def _outside(text: str, key: str) -> str:
+    """The file's text without its top-level ``key:`` block."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+        end += 1
+    return "".join(lines[:start] + lines[end:])
+
+
+def test_refresh_inline_cards_keeps_the_rest_of_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "flow.yaml"
+    assert run_cli(capsys, "init", "rag_tiny", "-o", str(path))[0] == 0
+    before = path.read_text()
+    old = load_scenario(path)
+    code, out, err = run_cli(capsys, "profile", "--refresh", str(path), "text_chunker", *FAST)
+    assert code == 0, err
+    after = path.read_text()
+    assert _outside(after, "cards") == _outside(before, "cards")  # comments, nodes, machine: as written
+    assert "# rag_tiny" in after
+    new = load_scenario(path)
+    card = new.cards["text_chunker"]
+    assert card.provenance.runs == 2 and card.provenance.date == TODAY
+    assert card.provenance.hardware and card.provenance.preset == "tiny"  # the preset it was profiled at
+    for name, c in old.cards.items():  # every other card exactly as it was
+        if name != "text_chunker":
+            assert new.cards[name] == c
+    assert "text_chunker: cpu_ms" in out and "->" in out
+
+
+def test_refresh_writes_the_scenarios_own_library_and_keeps_its_defaults(
+        tools: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    lib = tmp_path / "lib.yaml"
+    old_cards = hs.profile(["short", "textonly"], runs=2, warmup=1, loads=1, cpu_threads=1)
+    write_library(lib, old_cards, header=["my library"])
+    lib_before = load_tool_library(lib)
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("# my flow\nname: f\nmode: three_way\ntools: lib.yaml\nmachine: {cpu_cores: 1, vram_budget_mb: 100}\n"
+                    "nodes:\n  - {id: A, tool: short}\n  - {id: B, tool: textonly}\n  - {id: C, tool: short_x3}\n"
+                    "edges:\n  - A -> B\n  - B -> C\n")
+    flow_before = flow.read_text()
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(flow), "short_x3", *FAST)
+    assert code == 0, err
+    assert flow.read_text() == flow_before  # the cards live in the library: the scenario is untouched
+    assert lib.read_text().startswith("# my library\n")
+    lib_after = load_tool_library(lib)
+    assert lib_after["textonly"] == lib_before["textonly"]
+    assert lib_after["short"].provenance.date == TODAY
+    sc = load_scenario(flow)
+    assert sc.cards["short_x3"].cpu_ms == pytest.approx(3 * lib_after["short"].cpu_ms)
+
+
+def test_refresh_of_bundled_cards_goes_inline(tools: None, tmp_path: Path) -> None:
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("name: f\nnodes:\n  - {id: A, tool: text_chunker}\n  - {id: B, tool: text_chunker_x4}\n"
+                    "edges: [A -> B]\n")
+    old = load_scenario(flow)
+    fresh = hs.profile(refresh=flow, runs=2, warmup=1, loads=1)
+    assert [c.name for c in fresh] == ["text_chunker"]
+    sc = load_scenario(flow)
+    assert sc.cards["text_chunker"] == fresh[0]
+    assert sc.cards["text_chunker_x4"].cpu_ms == pytest.approx(4 * fresh[0].cpu_ms)
+    assert sc.cards["text_chunker"] != old.cards["text_chunker"]  # provenance changed at least
+    assert sc.workflow == old.workflow
+
+
+def test_refresh_refuses_bad_requests(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bundled = str(bundled_scenarios()["rag_tiny"])
+    before = Path(bundled).read_text()
+    code, _, err = run_cli(capsys, "profile", "--refresh", bundled, *FAST)
+    assert code == 2 and "hetsched init rag_tiny" in err
+    assert Path(bundled).read_text() == before
+    flow = tmp_path / "flow.yaml"
+    assert run_cli(capsys, "init", "chain", "-o", str(flow))[0] == 0
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(flow), "no_such_tool", *FAST)
+    assert code == 2 and "no_such_tool" in err and "its tools" in err
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(flow), "--out", str(tmp_path / "x.yaml"), *FAST)
+    assert code == 2 and "--refresh" in err
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(tmp_path / "missing.yaml"), *FAST)
+    assert code == 2 and "not found" in err
