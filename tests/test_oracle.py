@@ -208,3 +208,59 @@ def test_many_device_neutral_nodes_are_searched_exactly(neutral: int) -> None:
     truth = naive(sc)
     assert len(truth) == 7  # both on gpu_now exceed the budget; g0 queued waits for g1 resident: deadlock
     check_against(sc, truth, top=3)
+
+
+def test_a_search_that_cannot_fit_is_refused_on_its_estimate_not_after_its_budget() -> None:
+    """At 50 three-way tools the search would take years: the estimate after the warm-up refuses it
+    (the message says "estimated to take"), where the warm-up used to run one whole first-level
+    subtree until the deadline and then report "did not finish"."""
+    from hetsched.bench.generate import WorkflowSpec, random_scenario
+
+    sc = random_scenario(WorkflowSpec("layered", 50, Mode.THREE_WAY, 0))
+    with pytest.raises(SearchTooLong) as err:
+        solve(sc, max_seconds=60.0, top=10)
+    text = str(err.value)
+    assert "is estimated to take" in text and "did not finish" not in text
+    assert "--reference best-known" in text and err.value.estimate_s > 60.0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_paused_search_resumed_or_handed_on_finds_the_same_optimum(seed: int) -> None:
+    """The task pauses at once (its stack kept), then either resumes or its leftover prefixes are
+    searched by fresh tasks, as the worker processes do: the same optimum as brute force."""
+    sc = random_search_scenario(9, seed, family="fanout")
+    best = min(naive(sc).values())
+    bm = oracle_mod.BoundModel(sc)
+    ev = oracle_mod.Evaluator(sc, bm)
+    plan = oracle_mod._Plan(sc, bm, ev)
+    coll = oracle_mod._Collector(1)
+    task = oracle_mod._Task(plan, coll, math.inf)
+    level1 = oracle_mod._level1(plan, math.inf)
+    assert not task.run(level1, until=0.0) and task.leftover()
+    parts = task.leftover()
+    assert task.resume() and not task.leftover() and coll.best == best
+    handed = oracle_mod._Collector(1)
+    for part in parts:
+        oracle_mod._Task(plan, handed, math.inf).run(part)
+    assert handed.best == best
+
+
+def test_auto_runs_the_exact_search_when_the_estimate_is_pessimistic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An estimate a few times the budget no longer stops ``auto``: it searches and proves the optimum
+    (``oracle`` still trusts the estimate and refuses at once)."""
+    from hetsched.model import ReferenceKind
+    from hetsched.search.reference import reference
+
+    sc = random_search_scenario(14, 1, family="layered")  # too large for its unpruned size alone to fit 20 s
+    truth = solve(fresh(sc, "truth"), max_seconds=None).e2e_ms
+
+    def pessimistic(plan: object, parts: object, thr: float, workers: int, seed: int,
+                    limit: float = math.inf) -> oracle_mod.Estimate:
+        return oracle_mod.Estimate(100.0, 1e9, 1e6, sc.mapping_space_size())
+
+    monkeypatch.setattr(oracle_mod, "_estimate", pessimistic)
+    monkeypatch.setattr(oracle_mod, "WARMUP_S", 0.0)
+    ref = reference(fresh(sc, "auto"), "auto", max_seconds=20.0)
+    assert ref is not None and ref.kind is ReferenceKind.ORACLE and ref.e2e_ms == truth
+    with pytest.raises(SearchTooLong, match="is estimated to take"):
+        reference(fresh(sc, "oracle"), "oracle", max_seconds=20.0)

@@ -32,6 +32,9 @@ _EXPORTS: dict[str, str] = {
     "Mapping": "hetsched.model",
     "Placement": "hetsched.model",
     "Trace": "hetsched.model",
+    "Workload": "hetsched.model.workload",
+    "LoadMetrics": "hetsched.model.workload",
+    "read_arrivals": "hetsched.model.files",
     "load_scenario": "hetsched.model.files",
     "load_tool_library": "hetsched.model.files",
     "parse_mapping_text": "hetsched.model.files",
@@ -110,7 +113,8 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
         ToolCard,
         Trace,
     )
-    from hetsched.model.files import load_scenario, load_tool_library, parse_mapping_text  # noqa: F401
+    from hetsched.model.files import load_scenario, load_tool_library, parse_mapping_text, read_arrivals  # noqa: F401
+    from hetsched.model.workload import LoadMetrics, Workload  # noqa: F401
     from hetsched.policies import Policy, make_policy, policy_names  # noqa: F401
     from hetsched.session import Explore, InfeasibleMappingError, Response, Session  # noqa: F401
     from hetsched.store import RunStore  # noqa: F401

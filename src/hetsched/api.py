@@ -22,6 +22,7 @@ from hetsched.exec import Executor, make_executor
 from hetsched.loop import WARM_START_OPTION, LoopConfig, Recorder, RunResult, continue_run, run_rounds
 from hetsched.model import ExecutorSpec, InputError, Reference, RoundRecord, RunKey, Scenario, ToolCard
 from hetsched.model.files import load_scenario
+from hetsched.model.workload import Workload
 from hetsched.policies import Policy, make_policy
 from hetsched.store import RunStore
 from hetsched.warm import prior_for
@@ -90,6 +91,7 @@ def run(
     max_seconds: float | None = None,
     llm_api_key: str | None = None,
     warm_start: bool = False,
+    workload: Workload | None = None,
 ) -> RunResult:
     """Run ``rounds`` rounds of ``policy`` on ``scenario`` and return the result.
 
@@ -103,9 +105,14 @@ def run(
     exception (Ctrl-C included) the stored run is marked interrupted and keeps
     its rounds. ``warm_start`` (an adaptive policy, a store): start from what the store measured of
     the same workflow or its tools (:mod:`hetsched.warm`); the runs it came from are recorded with
-    the run (option ``warm_start``), so a resumed run rebuilds the same prior.
+    the run (option ``warm_start``), so a resumed run rebuilds the same prior. ``workload``
+    (:class:`~hetsched.model.workload.Workload`): each round runs a window of requests under the
+    round's mapping (in place of the scenario's own ``workload:``; it is stored with the scenario);
+    a round's E2E is then the window's p95 latency and ``round.trace.load`` holds its metrics.
     """
     sc = _scenario(scenario)
+    if workload is not None:
+        sc = sc.with_workload(workload)
     opts = dict(options or {})
     pol: Policy
     if isinstance(policy, Policy):

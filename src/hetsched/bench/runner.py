@@ -29,6 +29,7 @@ from typing import Any
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
 from hetsched.model import SIM, ExecutorSpec, InputError, Reference, RunKey, Scenario
+from hetsched.model.errors import ParameterError
 from hetsched.policies import policy_names
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
 from hetsched.store import RunStore, canonical
@@ -73,18 +74,19 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
-            raise InputError("--reference none: the bench's tables compare every run with a reference; "
-                             "accepted: auto, oracle, best-known")
-        check_max_seconds(self.reference_seconds)
+            raise ParameterError("reference", "none: the bench's tables compare every run with a reference; "
+                                 "accepted: auto, oracle, best-known")
+        check_max_seconds(self.reference_seconds, "reference_seconds")
         if self.rounds < 1:
-            raise InputError(f"--rounds must be >= 1, got {self.rounds}")
+            raise ParameterError("rounds", f"must be >= 1, got {self.rounds}")
         if not self.seeds:
-            raise InputError("--seeds must be >= 1")
+            raise ParameterError("seeds", "must be >= 1 (at least one seed)")
         if self.jobs < 1:
-            raise InputError(f"--jobs must be >= 1, got {self.jobs}")
+            raise ParameterError("jobs", f"must be >= 1, got {self.jobs}")
         if self.jobs > 1 and self.executor.name != SIM.name:
-            raise InputError(f"--executor {self.executor.name} runs one run at a time (parallel runs would contend "
-                             f"for the same cores and device and spoil each other's clocks); got --jobs {self.jobs}")
+            raise ParameterError("jobs", f"must be 1 on executor {self.executor.name}, which runs one run at a time "
+                                 "(parallel runs would contend for the same cores and device and spoil each "
+                                 f"other's clocks); got {self.jobs}")
         if not self.specs or not self.scenarios:
             raise InputError("a bench needs at least one policy and one scenario")
 
@@ -254,8 +256,8 @@ def ensure_reference(store: RunStore, scenario: Scenario, choice: ReferenceChoic
         return stored, "reused"
     ref = reference(scenario, choice, max_seconds=max_seconds)
     if ref is None:
-        raise InputError(f"reference {choice.value!r}: the bench needs a reference; accepted: auto, oracle, "
-                         "best-known")
+        raise ParameterError("reference", f"{choice.value!r}: the bench needs a reference; accepted: auto, oracle, "
+                             "best-known")
     store.record_reference(scenario, choice.value, ref)
     return ref, "computed"
 

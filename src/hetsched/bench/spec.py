@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.model import InputError, Scenario, ToolCard, UnknownNameError
-from hetsched.model.errors import did_you_mean
+from hetsched.model import InputError, Scenario, ToolCard
+from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
 from hetsched.model.files import bundled_scenarios, load_scenario, load_tool_library
 from hetsched.policies import policy_names
 
@@ -71,23 +71,23 @@ def parse_spec(text: str) -> PolicySpec:
     """``ucb1``, ``agentic`` (= ``agentic:rules``) or ``agentic:DECIDER``; names are checked."""
     m = _SPEC.match(text)
     if not m:
-        raise InputError(f"--policy {text!r}: write NAME or agentic:DECIDER (e.g. ucb1, agentic:rules)")
+        raise ParameterError("policy", f"{text!r}: write NAME or agentic:DECIDER (e.g. ucb1, agentic:rules)")
     policy = m["policy"].lower().replace("_", "-")
     known = policy_names()
     if policy not in known:
-        raise UnknownNameError(f"--policy {text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}"
-                               + did_you_mean(policy, known))
+        raise UnknownValueError("policy", f"{text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}"
+                                + did_you_mean(policy, known))
     decider = m["decider"]
     if decider is None:
         return PolicySpec(policy, {"decider": "rules"} if policy == "agentic" else {})
     if policy != "agentic":
-        raise InputError(f"--policy {text!r}: only the agentic policy takes a decider (agentic:DECIDER)")
+        raise ParameterError("policy", f"{text!r}: only the agentic policy takes a decider (agentic:DECIDER)")
     from hetsched.policies.decider_registry import decider_names
 
     decider = decider.lower()
     valid = [d for d in decider_names() if d != "scripted"]
     if decider not in valid:
-        raise UnknownNameError(f"--policy {text!r}: Unknown decider {decider!r}; valid deciders: {', '.join(valid)}")
+        raise UnknownValueError("policy", f"{text!r}: Unknown decider {decider!r}; valid deciders: {', '.join(valid)}")
     return PolicySpec("agentic", {"decider": decider})
 
 
@@ -136,8 +136,8 @@ def load_scenarios(refs: Sequence[str | Path], tools: Path | None = None) -> tup
     seen: dict[str, str] = {}
     for ref, s in zip(refs, scenarios, strict=True):
         if s.name in seen:
-            raise InputError(
-                f"--scenario {ref}: scenario name {s.name!r} is already used by {seen[s.name]}; "
+            raise ParameterError(
+                "scenarios", f"{ref}: scenario name {s.name!r} is already used by {seen[s.name]}; "
                 "give each scenario file a distinct 'name:'"
             )
         seen[s.name] = str(ref)

@@ -40,6 +40,7 @@ from typing import Any
 
 from hetsched.loop import ensure_run
 from hetsched.model import InputError, Mode, Reference, RoundOutcome, RunKey, Scenario
+from hetsched.model.errors import ParameterError, UnknownValueError
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
@@ -109,10 +110,10 @@ class SuiteConfig:
 
     def __post_init__(self) -> None:
         if self.suite not in ("scale", "random"):
-            raise InputError(f"--suite {self.suite!r}: accepted: {', '.join(SUITES)}")
+            raise UnknownValueError("suite", f"{self.suite!r}: accepted: {', '.join(SUITES)}")
         if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
-            raise InputError("--reference none: a suite compares every run with a reference; "
-                             "accepted: auto, oracle, best-known")
+            raise ParameterError("reference", "none: a suite compares every run with a reference; "
+                                 "accepted: auto, oracle, best-known")
         if self.rounds < 1 or not self.seeds or self.jobs < 1 or not self.specs or not self.workflows:
             raise InputError("a suite needs rounds >= 1, at least one seed, one job, one policy and one workflow")
 
@@ -232,7 +233,7 @@ def check_legacy(out: Path) -> None:
             f"{out} holds {' and '.join(found)} from an older hetsched, whose suites kept their runs there; "
             "the suites now record every run in the run store (runs.sqlite), and those files hold only "
             "per-round summaries, so they cannot be continued or converted. Move them away (or choose another "
-            "--out) and the suite runs afresh; keep them to read the old tables (tables/, report.md)"
+            "output folder) and the suite runs afresh; keep them to read the old tables (tables/, report.md)"
         )
 
 

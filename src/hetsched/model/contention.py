@@ -10,7 +10,10 @@ simulation on it that every number hetsched prints comes from.
 - VRAM (Factor B): ``gpu_now`` tools are warm and resident from t = 0 until their last
   ``gpu_now`` node ends, counted once per tool; ``gpu_queue`` nodes wait in one FIFO queue
   (strict order, head-of-line), are admitted when their memory fits beside what is held, pay
-  ``load_ms`` (a PCIe copy that does not share GPU compute), run, then free their memory.
+  ``load_ms``, run, then free their memory. What a load contends with is the machine's
+  ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
+  (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
+  ``gpu_util`` 1 under the GPU sharing: the stand-in device).
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
@@ -20,7 +23,9 @@ and the bench tables and golden files are pinned to these numbers).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
-queue (admission in arrival order across instances). Its callers add what they need on top: the
+queue (admission in arrival order across instances); with ``follows``, instance r is released
+``releases[r]`` after instance ``follows[r]`` ends (a closed loop's clients: docs/simulator.md,
+"Under load"), and not at all past ``horizon_ms``. Its callers add what they need on top: the
 simulator executor (:mod:`hetsched.sim`) noise factors and the ``Trace``, the decider's estimator
 a fitted interference and rescaled cards, the searches nothing (the noise-free E2E).
 
@@ -53,6 +58,10 @@ EPS = 1e-7
 1 ulp of 1e6 ms)."""
 _INF = math.inf
 _ARRIVE, _LOADED = 0, 1
+_SHARING = {"none": 0, "copy": 1, "device": 2}
+_COPY, _DEVICE = 1, 2
+LOAD_UTIL = 1.0
+"""The device share of a load under ``load_sharing: device`` (one thread filling memory)."""
 
 Codes = tuple[int, ...]
 """A mapping as placement codes in workflow node order (``Placement.code``: 0 cpu, 1 gpu_now, 2 gpu_queue)."""
@@ -92,6 +101,8 @@ class Compiled:
     cores: int
     budget: float
     kappa: float
+    load_sharing: int = 0
+    """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
 
     @classmethod
     def of(cls, scenario: Scenario) -> Compiled:
@@ -129,6 +140,7 @@ class Compiled:
             cores=scenario.machine.cpu_cores,
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
+            load_sharing=_SHARING[scenario.machine.load_sharing],
         )
 
     @property
@@ -184,6 +196,9 @@ class Timings:
     load: list[float] = field(default_factory=list)
     vram: list[tuple[float, float]] = field(default_factory=list)
     """(time, MB held) at each change, when ``record`` was asked."""
+    released: list[float] = field(default_factory=list)
+    """With ``follows``: when each instance was released (inf: never, past the horizon; its
+    ``instance_e2e_ms`` is then nan)."""
 
     @property
     def deadlock(self) -> bool:
@@ -200,6 +215,8 @@ def simulate(
     work_factor: Sequence[float] | None = None,
     load_factor: Sequence[float] | None = None,
     releases: Sequence[float] = (0.0,),
+    follows: Sequence[int] | None = None,
+    horizon_ms: float = _INF,
     timings: bool = False,
     record: bool = False,
 ) -> Timings:
@@ -212,7 +229,12 @@ def simulate(
         cpu_ms, gpu_ms: per-node times in place of the cards' (a decider's rescaled cards).
         work_factor, load_factor: per-node multiplicative factors on the work and the load (the
             simulator's noise); one per node of every instance (length ``n * len(releases)``).
-        releases: release time of each instance (one instance at 0 by default).
+        releases: release time of each instance (one instance at 0 by default); with ``follows``,
+            for an instance that follows another, its delay after that one ends.
+        follows: per instance, the instance whose end releases it (-1: released at ``releases[r]``);
+            an instance follows one of lower index.
+        horizon_ms: an instance that ``follows`` would release at or after this time is not released
+            (nor are those that follow it).
         timings: fill the per-node lists (ready, admitted, start, end, load).
         record: fill the VRAM timeline (implies ``timings``).
 
@@ -263,13 +285,27 @@ def simulate(
     start = [0.0] * n if timings else []
     events: list[tuple[float, int, int, int]] = []  # (time, seq, arrive / loaded, node)
     seq = 0
-    for r, rel in enumerate(releases):
-        for i in range(n1):
-            if npreds[i] == 0:
-                v = r * n1 + i
-                ready[v] = rel
-                events.append((rel, seq, _ARRIVE, v))
-                seq += 1
+    # instances released by another's end (a closed loop): nodes left per instance, who follows whom
+    released: list[float] = list(releases) if follows is None else [_INF] * copies
+    left_of: list[int] = []
+    followers: list[list[int]] = []
+    if follows is not None:
+        left_of = [n1] * copies
+        followers = [[] for _ in range(copies)]
+        for r, f in enumerate(follows):
+            if f >= 0:
+                followers[f].append(r)
+            else:
+                released[r] = releases[r]
+    sources = [i for i in range(n1) if npreds[i] == 0]
+    for r, rel in enumerate(released):
+        if rel == _INF:
+            continue
+        for i in sources:
+            v = r * n1 + i
+            ready[v] = rel
+            events.append((rel, seq, _ARRIVE, v))
+            seq += 1
     heapq.heapify(events)
     # running tasks per device: node -> remaining isolated work
     cpu_run: dict[int, float] = {}
@@ -278,6 +314,8 @@ def simulate(
     util_sum = 0.0
     waits = c.waits
     queue: deque[int] = deque()
+    sharing = c.load_sharing
+    load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
 
@@ -317,7 +355,11 @@ def simulate(
                 elif vram_tl[-1][1] != used:
                     vram_tl.append((t, used))
             lv = load_of[v]
-            if lv > 0:
+            if lv > 0 and sharing:
+                load_run[v] = lv
+                if sharing == _DEVICE:
+                    util_sum += LOAD_UTIL
+            elif lv > 0:
                 heapq.heappush(events, (t + lv, seq, _LOADED, v))
                 seq += 1
             else:
@@ -327,7 +369,7 @@ def simulate(
                 util_sum += util[v]
         if done == n:
             break
-        if not cpu_run and not gpu_run:
+        if not cpu_run and not gpu_run and not load_run:
             if events:
                 t = events[0][0]
                 continue
@@ -335,8 +377,9 @@ def simulate(
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
                            start, end, _loads(pl, load_of) if timings else [], vram_tl)
         cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-        k = len(gpu_run)
+        k = len(gpu_run) + len(load_run) if sharing == _DEVICE else len(gpu_run)
         gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+        load_slow = gpu_slow if sharing == _DEVICE else float(len(load_run))
         dt = _INF
         per_task = waits and cpu_slow > 1.0
         if per_task:  # a task waiting part of the time slows only on its busy part
@@ -345,6 +388,8 @@ def simulate(
             dt = min(cpu_run.values()) * cpu_slow
         if gpu_run:
             dt = min(dt, min(gpu_run.values()) * gpu_slow)
+        if load_run:
+            dt = min(dt, min(load_run.values()) * load_slow)
         if events:
             dt = min(dt, events[0][0] - t)
         t += dt
@@ -369,6 +414,22 @@ def simulate(
                 gpu_run[v] = left
                 if left <= EPS:
                     finished.append(v)
+        if load_run:
+            step = dt / load_slow
+            loaded = []
+            for v in load_run:
+                left = load_run[v] - step
+                load_run[v] = left
+                if left <= EPS:
+                    loaded.append(v)
+            for v in sorted(loaded):  # loaded: compute starts under the GPU sharing
+                del load_run[v]
+                if sharing == _DEVICE:
+                    util_sum -= LOAD_UTIL
+                if timings:
+                    start[v] = t
+                gpu_run[v] = work_gpu[v]
+                util_sum += util[v]
         if not finished:
             continue
         finished.sort()
@@ -389,8 +450,33 @@ def simulate(
                         used -= tool_vram[ti]
                 else:
                     used -= vram[v]
-            if not cpu_run and not gpu_run:
+            if not cpu_run and not gpu_run and not load_run:
                 threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
+            if follows is not None:
+                r = v // n1
+                left_of[r] -= 1
+                if left_of[r] == 0:  # instance r returned: release those that follow it
+                    todo = [(f, t + releases[f]) for f in followers[r]]
+                    while todo:
+                        f, rel = todo.pop()
+                        if rel < horizon_ms:
+                            released[f] = rel
+                            for i in sources:
+                                w = f * n1 + i
+                                ready[w] = rel
+                                heapq.heappush(events, (rel, seq, _ARRIVE, w))
+                                seq += 1
+                            continue
+                        # past the horizon: never sent; its resident tools stop waiting for it
+                        done += n1
+                        base = f * n1
+                        for i in range(n1):
+                            if pl[base + i] == NOW:
+                                ti = tool[base + i]
+                                now_left[ti] -= 1
+                                if now_left[ti] == 0:
+                                    used -= tool_vram[ti]
+                        todo.extend((g, _INF) for g in followers[f])
             for w, delay in succs[v]:
                 crossing = (pl[w] == CPU) != (p == CPU)
                 arrive = t + delay if crossing else t
@@ -406,11 +492,20 @@ def simulate(
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
-    per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+    loads_ms = (_loads(pl, load_of) if not sharing else
+                [start[i] - admitted[i] if p == QUEUE else 0.0 for i, p in enumerate(pl)]) if timings else []
+    if follows is None:
+        per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+        if not timings:
+            return Timings(max(per), per)
+        return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
+                       load=loads_ms, vram=vram_tl)
+    per = [max(end[r * n1 + s] for s in c.sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
+    worst = max(x for x in per if x == x)
     if not timings:
-        return Timings(max(per), per)
-    return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
-                   load=_loads(pl, load_of), vram=vram_tl)
+        return Timings(worst, per, released=released)
+    return Timings(worst, per, ready=ready, admitted=admitted, start=start, end=end,
+                   load=loads_ms, vram=vram_tl, released=released)
 
 
 def _slowed(demand: float, cpu_slow: float) -> float:

@@ -33,6 +33,7 @@ from hetsched.model.machine import Machine
 from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
 from hetsched.model.workflow import Edge, Node, Workflow
+from hetsched.model.workload import Arrivals, Workload
 
 PROVENANCE_DEFAULTS: tuple[str, ...] = ("hardware", "runs", "date", "source", "device", "preset", "cpu", "gpu",
                                          "software")
@@ -588,7 +589,7 @@ def resolve_card(name: str, library: dict[str, ToolCard]) -> ToolCard | None:
 
 
 # ---------------------------------------------------------------------------- scenario
-SCENARIO_KEYS = {"name", "description", "shows", "mode", "tools", "cards", "machine", "nodes", "edges"}
+SCENARIO_KEYS = {"name", "description", "shows", "mode", "tools", "cards", "machine", "nodes", "edges", "workload"}
 """Top-level keys of a scenario file."""
 
 
@@ -673,6 +674,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
         machine = Machine.model_validate(doc.get("machine") or {}, strict=True)
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="machine", model=Machine)) from None
+    workload = _parse_workload(doc.get("workload"), path)
     mode_raw = doc.get("mode", "binary")
     if not isinstance(mode_raw, str) or mode_raw not in {m.value for m in Mode}:
         raise InputError(
@@ -690,11 +692,87 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
                 "cards": cards,
                 "machine": machine,
                 "source": str(path),
+                "workload": workload,
             },
             strict=True,
         )
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path)) from None
+
+
+def _parse_workload(raw: Any, path: Path) -> Workload | None:
+    """The optional ``workload:`` section (:class:`~hetsched.model.workload.Workload`); a trace's
+    ``file:`` is read relative to the scenario file."""
+    if raw is None:
+        return None
+    data = dict(_expect_dict(raw, "workload", path))
+    kind = data.get("arrivals")
+    accepted = ", ".join(a.value for a in Arrivals)
+    if kind is None:
+        raise InputError(f"file {path}: workload.arrivals is missing; accepted: {accepted}")
+    if not isinstance(kind, str) or kind not in {a.value for a in Arrivals}:
+        raise InputError(f"file {path}: workload.arrivals = {_value(kind)} is not an arrival process; "
+                         f"accepted: {accepted}")
+    data["arrivals"] = Arrivals(kind)
+    if "file" in data:
+        name = data["file"]
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(f"file {path}: workload.file = {_value(name)}; give the path of a file of arrival "
+                             "times (relative to this scenario)")
+        if "times_ms" in data:
+            raise InputError(f"file {path}: workload gives both file and times_ms; give one of the two")
+        target = Path(name) if Path(name).is_absolute() else path.parent / name
+        data["times_ms"] = read_arrivals(target)
+    if isinstance(data.get("times_ms"), list):
+        data["times_ms"] = tuple(data["times_ms"])
+    try:
+        return Workload.model_validate(data, strict=True)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(exc, path, prefix="workload", model=Workload)) from None
+
+
+def read_arrivals(path: Path) -> tuple[float, ...]:
+    """Arrival times (ms from the start) from a file: a YAML/JSON list (or ``{times_ms: [...]}``), or
+    text with one number a line (blank lines and ``#`` comments skipped; a CSV's first column)."""
+    if path.suffix.lower() in (".yaml", ".yml", ".json"):
+        doc = read_structured(path)
+        if isinstance(doc, dict) and set(doc) == {"times_ms"}:
+            doc = doc["times_ms"]
+        if not isinstance(doc, list):
+            raise InputError(f"file {path}: give a list of arrival times in ms (or times_ms: [...])")
+        out = []
+        for i, v in enumerate(doc):
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise InputError(f"file {path}: [{i}] = {_value(v)} is not a number; give arrival times in ms")
+            out.append(float(v))
+        return tuple(out)
+    st = _stat(path)
+    if st is None:
+        raise InputError(f"file {path}: not found (a file of arrival times)")
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
+        raise InputError(f"file {path}: not a regular file of at most {MAX_FILE_BYTES:,} bytes")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise InputError(f"file {path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"file {path}: not UTF-8 text; save it as UTF-8") from None
+    times = []
+    for no, line in enumerate(text.splitlines(), 1):
+        cell = line.split("#", 1)[0].split(",", 1)[0].strip()
+        if not cell:
+            continue
+        try:
+            value = float(cell)
+        except ValueError:
+            raise InputError(f"file {path}: line {no}: {_value(cell)} is not a number; give one arrival time "
+                             "in ms a line") from None
+        if not math.isfinite(value):
+            raise InputError(f"file {path}: line {no}: {cell} is not a finite number")
+        times.append(value)
+    if not times:
+        raise InputError(f"file {path}: holds no arrival times; give one number (ms) a line")
+    return tuple(times)
 
 
 def _parse_nodes(raw: Any, path: Path) -> list[Node]:

@@ -10,8 +10,9 @@ import itertools
 from collections.abc import Iterator
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from hetsched.model.card import ToolCard
 from hetsched.model.contention import Compiled
@@ -21,6 +22,7 @@ from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement
 from hetsched.model.trace import Infeasibility, InfeasibleKind
 from hetsched.model.workflow import Workflow
+from hetsched.model.workload import Workload
 
 
 class Mode(StrEnum):
@@ -53,6 +55,21 @@ class Scenario(BaseModel):
     """Hardware and contention parameters."""
     source: str = ""
     """File the scenario was loaded from (for messages); empty when built in code."""
+    workload: Workload | None = None
+    """Requests under load (:mod:`hetsched.model.workload`); None: one request at a time (a round is
+    one execution). Left out of the serialized form when None, so fingerprints of scenarios without
+    one are those they always had."""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_workload(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.workload is None:
+            data.pop("workload", None)
+        return data
+
+    def with_workload(self, workload: Workload | None) -> Scenario:
+        """The same scenario run under ``workload`` (None: one request at a time)."""
+        return self.model_copy(update={"workload": workload})
 
     @model_validator(mode="after")
     def _cards_cover_tools(self) -> Scenario:

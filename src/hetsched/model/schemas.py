@@ -14,6 +14,7 @@ from hetsched.model.card import ToolCard
 from hetsched.model.limits import MAX_AMPLIFICATION, MAX_DATA_MB, MAX_NAME_CHARS, MAX_RUNS, MAX_TEXT_CHARS
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import Placement
+from hetsched.model.workload import Arrivals, Workload
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _BASE_ID = "https://hetsched.dev/schemas/"
@@ -78,6 +79,17 @@ def tool_library_schema() -> dict[str, Any]:
     }
 
 
+def workload_schema() -> dict[str, Any]:
+    """The scenario's ``workload:`` section (:class:`~hetsched.model.workload.Workload`); which
+    fields go with which ``arrivals`` is checked when the file is read."""
+    schema = Workload.model_json_schema()
+    props = schema["properties"]
+    props["arrivals"] = {"enum": [a.value for a in Arrivals], "description": "closed, open or trace."}
+    props["file"] = {"type": "string", "description": "trace: file of arrival times (ms), relative to the scenario."}
+    return {"type": "object", "title": "workload", "required": ["arrivals"], "properties": props,
+            "additionalProperties": False, "description": "Requests under load (docs/formats.md#workload)."}
+
+
 def scenario_schema() -> dict[str, Any]:
     """Schema of a scenario file."""
     defs = _card_fields()
@@ -109,6 +121,7 @@ def scenario_schema() -> dict[str, Any]:
             "tools": {"type": "string", "description": "Tool library file, relative to the scenario file."},
             "cards": {"type": "object", "additionalProperties": {"$ref": "#/$defs/card"}},
             "machine": {**machine, "title": "machine"},
+            "workload": workload_schema(),
             "nodes": {
                 "oneOf": [
                     {

@@ -1,7 +1,9 @@
 """The Trace contract: what one execution of a workflow under a mapping did.
 
 The simulator and every real executor return this same type (DESIGN.md), so policies, the
-monitor and the reports run unchanged on either. Part of the model package.
+monitor and the reports run unchanged on either. Under a workload (:mod:`hetsched.model.workload`)
+one ``Trace`` holds a window of requests: :class:`RequestTrace` per request and the window's
+:class:`LoadMetrics`. Part of the model package.
 """
 
 from __future__ import annotations
@@ -186,6 +188,140 @@ def vram_steps(
     return tuple(points)
 
 
+# ---------------------------------------------------------------------------- a window of requests
+@dataclass(frozen=True, slots=True)
+class RequestTrace:
+    """One request of a window: when it was sent and what each of its nodes did (times in ms
+    from the start of the window, as every node of every request shares one clock)."""
+
+    request: int
+    """Index in send order (0 = first sent)."""
+    release_ms: float
+    """When it was sent."""
+    nodes: dict[str, NodeTrace]
+    """Per node of the workflow."""
+    client: int = -1
+    """Its client (closed loop), -1 otherwise."""
+
+    @property
+    def end_ms(self) -> float:
+        """When its last node ended."""
+        return max((n.end_ms for n in self.nodes.values()), default=self.release_ms)
+
+    @property
+    def latency_ms(self) -> float:
+        """Response time: last node's end minus the send time."""
+        return self.end_ms - self.release_ms
+
+    @property
+    def queue_wait_ms(self) -> float:
+        """Time its nodes waited for the device (VRAM admission of ``gpu_queue`` nodes), summed."""
+        return sum(n.wait_ms for n in self.nodes.values())
+
+    def shifted(self) -> dict[str, NodeTrace]:
+        """Its nodes with times from its own send time (what a one-request ``Trace`` holds)."""
+        d = self.release_ms
+        return {k: NodeTrace(node=v.node, tool=v.tool, placement=v.placement, ready_ms=v.ready_ms - d,
+                             admitted_ms=v.admitted_ms - d, start_ms=v.start_ms - d, end_ms=v.end_ms - d,
+                             load_ms=v.load_ms, host=v.host) for k, v in self.nodes.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (node times as ``[ready, admitted, start, end, load]``)."""
+        return {"request": self.request, "client": self.client, "release_ms": self.release_ms,
+                "nodes": {k: [v.tool, v.placement.value, v.ready_ms, v.admitted_ms, v.start_ms, v.end_ms, v.load_ms,
+                              v.host] for k, v in self.nodes.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestTrace:
+        """Inverse of :meth:`to_dict`."""
+        nodes = {k: NodeTrace(node=k, tool=v[0], placement=Placement(v[1]), ready_ms=v[2], admitted_ms=v[3],
+                              start_ms=v[4], end_ms=v[5], load_ms=v[6], host=str(v[7]) if len(v) > 7 else "")
+                 for k, v in data["nodes"].items()}
+        return cls(int(data["request"]), float(data["release_ms"]), nodes, int(data.get("client", -1)))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSample:
+    """One bucket of the utilization-over-time series (averages over the bucket)."""
+
+    t_ms: float
+    """Start of the bucket, ms (the requests' clock)."""
+    in_flight: float
+    """Requests sent and not yet returned."""
+    cpu_util: float
+    """Share of the CPU cores busy (threads of running CPU tasks / cores, at most 1)."""
+    gpu_util: float
+    """Share of the GPU's compute asked for (sum of running GPU tasks' ``gpu_util``, at most 1)."""
+    vram_mb: float
+    """VRAM held."""
+
+
+@dataclass(frozen=True)
+class LoadMetrics:
+    """What a window of requests measured: throughput, latency percentiles, SLO attainment,
+    queueing, and VRAM and device utilization over time. Built by :func:`load_metrics`."""
+
+    requests: int
+    """Requests sent (all run to completion)."""
+    window_ms: float
+    """From the first send to the last response."""
+    throughput_per_s: float
+    """Requests completed per second of the window."""
+    latency_ms: tuple[float, ...]
+    """Per request, in send order."""
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    slo_ms: float | None
+    """The latency target (None: none given)."""
+    slo_attainment: float | None
+    """Share of requests with latency at or under ``slo_ms`` (None without a target)."""
+    queue_wait_mean_ms: float
+    """Per request, time its nodes waited for VRAM admission (summed), mean over requests."""
+    queue_wait_p95_ms: float
+    in_flight_mean: float
+    """Time-average of requests in flight over the window (Little's L = throughput x mean latency)."""
+    in_flight_max: int
+    peak_vram_mb: float
+    mean_vram_mb: float
+    """Time-average VRAM held over the window."""
+    cpu_util_mean: float
+    """Time-average share of the CPU cores busy."""
+    gpu_util_mean: float
+    """Time-average share of the GPU's compute asked for."""
+    timeline: tuple[LoadSample, ...] = field(default=())
+    """Utilization over time, :data:`TIMELINE_BUCKETS` buckets over the window."""
+
+    def describe(self) -> str:
+        """``200 requests, 41.3/s, p50 120.0 / p95 310.2 / p99 402.9 ms, SLO 300 ms: 93.5%``."""
+        text = (f"{self.requests} requests, {self.throughput_per_s:.3g}/s, p50 {self.p50_ms:.1f} / "
+                f"p95 {self.p95_ms:.1f} / p99 {self.p99_ms:.1f} ms")
+        if self.slo_ms is not None and self.slo_attainment is not None:
+            text += f", SLO {self.slo_ms:g} ms: {100 * self.slo_attainment:.1f}%"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``timeline`` as ``[t_ms, in_flight, cpu_util, gpu_util, vram_mb]`` rows)."""
+        return {"requests": self.requests, "window_ms": self.window_ms, "throughput_per_s": self.throughput_per_s,
+                "mean_ms": self.mean_ms, "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
+                "max_ms": self.max_ms, "slo_ms": self.slo_ms, "slo_attainment": self.slo_attainment,
+                "queue_wait_mean_ms": self.queue_wait_mean_ms, "queue_wait_p95_ms": self.queue_wait_p95_ms,
+                "in_flight_mean": self.in_flight_mean, "in_flight_max": self.in_flight_max,
+                "peak_vram_mb": self.peak_vram_mb, "mean_vram_mb": self.mean_vram_mb,
+                "cpu_util_mean": self.cpu_util_mean, "gpu_util_mean": self.gpu_util_mean,
+                "latency_ms": list(self.latency_ms),
+                "timeline": [[s.t_ms, s.in_flight, s.cpu_util, s.gpu_util, s.vram_mb] for s in self.timeline]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadMetrics:
+        """Inverse of :meth:`to_dict`."""
+        plain = {k: v for k, v in data.items() if k not in ("latency_ms", "timeline")}
+        return cls(**plain, latency_ms=tuple(data.get("latency_ms", ())),
+                   timeline=tuple(LoadSample(*row) for row in data.get("timeline", ())))
+
+
 @dataclass(frozen=True)
 class Trace:
     """One execution of a workflow under a mapping (or the reason it could not run)."""
@@ -212,6 +348,12 @@ class Trace:
     """What the executor wants every reader to know (e.g. that GPU placements ran on a stand-in device)."""
     hosts: tuple[HostTrace, ...] = ()
     """Per machine, for executors that span several (the Ray executor); empty on one machine."""
+    load: LoadMetrics | None = None
+    """Under a workload (``run_workload``): the window's metrics. ``e2e_ms`` is then the window's p95
+    latency and ``nodes`` the nodes of that (p95) request, times from its send; None for one request."""
+    requests: tuple[RequestTrace, ...] = ()
+    """Under a workload: every request (times from the window's start, as ``vram_timeline``); kept in
+    memory for traces and reports, not in :meth:`to_dict` (the store keeps ``load``)."""
 
     def __post_init__(self) -> None:
         if self.feasible == (self.infeasibility is not None):
@@ -301,6 +443,8 @@ class Trace:
         }
         if self.hosts:
             data["hosts"] = {h.host: h.to_dict() for h in self.hosts}
+        if self.load is not None:
+            data["load"] = self.load.to_dict()
         return data
 
     @classmethod
@@ -337,4 +481,9 @@ class Trace:
             executor=data.get("executor", "sim"),
             notes=tuple(data.get("notes", ())),
             hosts=tuple(HostTrace.from_dict(h, d) for h, d in (data.get("hosts") or {}).items()),
+            load=_load_from(data.get("load")),
         )
+
+
+def _load_from(data: dict[str, Any] | None) -> LoadMetrics | None:
+    return LoadMetrics.from_dict(data) if data else None

@@ -188,7 +188,7 @@ class _Plan:
 
 
 class _Task:
-    """Depth-first bounded search below some first-level prefixes."""
+    """Depth-first bounded search below some prefixes, resumable: its explicit stack survives a pause."""
 
     def __init__(self, plan: _Plan, coll: _Collector, deadline: float, shared: Any = None) -> None:
         self.plan = plan
@@ -198,6 +198,7 @@ class _Task:
         self.shared = shared
         self.stats = _Stats()
         self._reads = 0
+        self.stack: list[tuple[Rows, int]] = []
 
     def threshold(self) -> float:
         thr = self.coll.thr
@@ -219,20 +220,32 @@ class _Task:
         self.stats.resolved += (len(rows) - int(mask.sum())) * below
         return rows.take(mask)
 
-    def run(self, rows: Rows) -> None:
-        """Search every completion of ``rows`` (all of one depth)."""
+    def run(self, rows: Rows, until: float | None = None) -> bool:
+        """Search every completion of ``rows`` (all of one depth, a level boundary or complete);
+        see :meth:`resume`."""
+        if len(rows):
+            self.stack.append((rows, 0))
+        return self.resume(until)
+
+    def resume(self, until: float | None = None) -> bool:
+        """Continue the search: True when nothing is left, False when paused at ``until`` (wall
+        clock; :meth:`leftover` is what remains) or stopped at the deadline (``stats.timed_out``)."""
         bm = self.bm
-        if rows.depth == bm.n:
-            self.leaves(self.keep(rows, self.threshold()))
-            return
-        stack: list[tuple[Rows, int]] = [(rows, 0)]
+        stack = self.stack
         while stack:
-            if time.time() > self.deadline:
+            now = time.time()
+            if now > self.deadline:
                 self.stats.timed_out = True
-                return
+                return False
+            if until is not None and now > until:
+                return False
             cur, pos = stack[-1]
             if pos >= len(cur):
                 stack.pop()
+                continue
+            if cur.depth == bm.n:
+                stack[-1] = (cur, len(cur))
+                self.leaves(self.keep(cur.take(np.arange(pos, len(cur))), self.threshold()), until)
                 continue
             stop = self.plan.next_cut[cur.depth]
             chunk = max(1, bm.batch_rows(MAX_ROWS) // bm.branching(cur.depth, stop))
@@ -244,11 +257,18 @@ class _Task:
                 continue
             kids = self.keep(bm.expand(part, stop), thr)
             if stop == bm.n:
-                self.leaves(kids)
+                self.leaves(kids, until)
             elif len(kids):
                 stack.append((kids.take(np.argsort(kids.lb, kind="stable")), 0))
+        return not self.stats.timed_out
 
-    def leaves(self, rows: Rows) -> None:
+    def leftover(self) -> list[Rows]:
+        """The prefixes a paused search has not settled (each part of one depth)."""
+        return [cur.take(np.arange(pos, len(cur))) for cur, pos in self.stack if pos < len(cur)]
+
+    def leaves(self, rows: Rows, until: float | None = None) -> None:
+        """Simulate complete mappings in bound order while their bound can beat the threshold; a
+        pause at ``until`` puts the rest back on the stack."""
         bm = self.bm
         if len(rows):
             dead = bm.deadlocked(rows.codes)
@@ -264,8 +284,12 @@ class _Task:
         for i, lb in enumerate(lbs.tolist()):
             if i % 32 == 31:
                 thr = self.threshold()
-                if time.time() > self.deadline:
+                now = time.time()
+                if now > self.deadline:
                     self.stats.timed_out = True
+                    return
+                if until is not None and now > until:
+                    self.stack.append((rows.take(order[i:]), 0))
                     return
             if lb > thr + bm.slack(thr):
                 self.stats.resolved += len(lbs) - i
@@ -354,15 +378,17 @@ class Estimate:
     """Costs the estimate used (seconds per row, per simulation)."""
 
 
-def _calibrate_row_cost(plan: _Plan, level1: Rows) -> float:
-    """Seconds per child row and new position of one full-size expansion below the first level."""
+def _calibrate_row_cost(plan: _Plan, parts: list[Rows]) -> float:
+    """Seconds per child row and new position of one full-size expansion of the shallowest open prefixes."""
     bm = plan.bm
-    d1 = plan.cuts[1]
-    if d1 >= bm.n or not len(level1):
+    open_parts = [r for r in parts if r.depth < bm.n and len(r)]
+    if not open_parts:
         return 2e-7
+    rows = min(open_parts, key=lambda r: r.depth)
+    d1 = rows.depth
     stop = plan.next_cut[d1]
     per = bm.branching(d1, stop)
-    parents = level1.take(np.arange(min(len(level1), max(1, bm.batch_rows(MAX_ROWS) // per))))
+    parents = rows.take(np.arange(min(len(rows), max(1, bm.batch_rows(MAX_ROWS) // per))))
     t0 = time.perf_counter()
     kids = bm.expand(parents, stop)
     kids.take(np.argsort(kids.lb, kind="stable"))
@@ -370,32 +396,43 @@ def _calibrate_row_cost(plan: _Plan, level1: Rows) -> float:
     return dt / max(1, len(kids)) / max(1, stop - d1)
 
 
-def _estimate(plan: _Plan, level1: Rows, thr: float, workers: int, seed: int, limit: float = math.inf) -> Estimate:
-    """Knuth's estimator: each probe walks down the bounded tree through one random surviving
-    child per level; the product of the survivor counts along the way estimates how many
-    prefixes the search bounds at each level (unbiased). Probes stop early once the answer to
-    "does it fit ``limit``?" is clear (at least ``_MIN_PROBES``, then at most a tenth of it)."""
+def _estimate(plan: _Plan, parts: list[Rows], thr: float, workers: int, seed: int,
+              limit: float = math.inf) -> Estimate:
+    """Knuth's estimator over the open prefixes ``parts`` (each of one depth): each probe picks
+    one of them uniformly and walks down the bounded tree through one random surviving child per
+    level; the product of the survivor counts along the way, times the number of open prefixes,
+    estimates how many prefixes the search bounds at each level (unbiased). Probes stop early
+    once the answer to "does it fit ``limit``?" is clear (at least ``_MIN_PROBES``, then at most
+    a tenth of it)."""
     t0 = time.perf_counter()
     bm = plan.bm
     rng = random.Random(seed)
-    cuts = plan.cuts
-    row_cost = _calibrate_row_cost(plan, level1)
+    row_cost = _calibrate_row_cost(plan, parts)
     ev = plan.ev
     sim_cost = ev.sim_seconds / ev.evaluations if ev.evaluations else 1e-4
     total_rows = 0.0
     total_sims = 0.0
     cost = 0.0
-    n1 = len(level1)
+    parts = [r for r in parts if len(r)]
+    sizes = [len(r) for r in parts]
+    n1 = sum(sizes)
     space = bm.scenario.mapping_space_size()
     detail = {"row_s": row_cost, "sim_s": sim_cost}
-    if cuts[1] == bm.n or not n1:  # the first level is the whole workflow, or nothing survived it
+    if all(r.depth == bm.n for r in parts):  # only complete mappings are open (or nothing is)
         return Estimate(n1 * sim_cost / max(1, workers), float(n1), float(n1), space, detail)
+    ends = list(itertools.accumulate(sizes))
     probes = 0
     while probes < _PROBES:
         probes += 1
-        row = level1.take(np.array([rng.randrange(n1)]))
+        k = rng.randrange(n1)
+        which = bisect.bisect_right(ends, k)
+        src = parts[which]
+        row = src.take(np.array([k - (ends[which] - sizes[which])]))
         weight = float(n1)
-        depth = cuts[1]
+        depth = src.depth
+        if depth == bm.n:
+            total_sims += weight
+            cost += weight * sim_cost
         while depth < bm.n:
             stop = plan.next_cut[depth]
             per = bm.branching(depth, stop)
@@ -463,6 +500,7 @@ def solve(
     max_seconds: float | None = DEFAULT_MAX_SECONDS,
     workers: int | None = None,
     seed: int = 0,
+    refuse_factor: float = 1.0,
 ) -> OracleResult:
     """The exact optimum (and the ``top`` best mappings) by bounded search; memoized.
 
@@ -474,6 +512,11 @@ def solve(
             raises :class:`SearchTooLong`.
         workers: processes to use (default: the CPUs available); the result does not depend on it.
         seed: seeds the incumbent search and the estimate's probes (not the result).
+        refuse_factor: refuse at once (:class:`SearchTooLong`) when the estimate exceeds this
+            multiple of ``max_seconds``; between 1 and it, the search runs and stops at its
+            deadline. 1 (the ``oracle`` command) trusts the estimate; ``auto`` references try
+            (:data:`hetsched.search.reference.AUTO_REFUSE_FACTOR`): Knuth's estimate is often
+            pessimistic, since the threshold keeps falling as the search finds better mappings.
     """
     if top < 1:
         raise InputError(f"top must be >= 1, got {top}")
@@ -493,7 +536,7 @@ def solve(
     procs = workers or default_workers()
     if mp.current_process().daemon:
         procs = 1  # a daemonic process may not have children
-    result = _full(scenario, limit) if ranking else _bounded(scenario, top, limit, procs, seed)
+    result = _full(scenario, limit) if ranking else _bounded(scenario, top, limit, procs, seed, refuse_factor)
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = result
@@ -593,32 +636,34 @@ def _fmt_n(count: float) -> str:
     return f"{count:.1e}"
 
 
-def _check_fits(plan: _Plan, rest: Rows, coll: _Collector, workers: int, seed: int, limit: float, t0: float,
-                inc: Any) -> float | None:
-    """Estimate the rest of a search (None when even no pruning would fit); raise when it cannot fit."""
+def _check_fits(plan: _Plan, rest: list[Rows], coll: _Collector, workers: int, seed: int, limit: float,
+                t0: float, inc: Any, refuse_factor: float) -> float | None:
+    """Estimate the rest of a search (None when even no pruning would fit); raise when the
+    estimate exceeds ``refuse_factor`` times the limit."""
     bm = plan.bm
     elapsed = time.perf_counter() - t0
     ev = plan.ev
     sim_s = ev.sim_seconds / max(1, ev.evaluations)
-    worst = len(rest) * plan.leaves_below(plan.cuts[1]) * (sim_s + 2e-6 * bm.n) / workers
+    worst = sum(len(r) * plan.leaves_below(r.depth) for r in rest) * (sim_s + 2e-6 * bm.n) / workers
     if elapsed + worst <= limit:
         return None
-    est = _estimate(plan, rest, coll.thr, workers, seed, limit)
+    est = _estimate(plan, rest, coll.thr, workers, seed, refuse_factor * limit)
     total = elapsed + est.seconds
-    if total > limit:
+    if total > refuse_factor * limit:
         best = min(coll.items(), default=(inc.e2e_ms, inc.codes))
         raise SearchTooLong(
             f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
             f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
-            f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). Use --reference best-known "
-            "for a best-known mapping with a lower bound, or raise --max-seconds",
+            f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). For a best-known mapping with a "
+            "lower bound use --reference best-known (hetsched run, bench, simulate), or raise --max-seconds",
             estimate_s=total,
             best=(best[0], _to_mapping(plan.sc, best[1])),
         )
     return total
 
 
-def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int) -> OracleResult:
+def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int,
+             refuse_factor: float = 1.0) -> OracleResult:
     t0 = time.perf_counter()
     deadline_wall = time.time() + limit
     bm = BoundModel(scenario)
@@ -633,33 +678,31 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
     level1 = _level1(plan, coll.thr)
     estimate: float | None = None
     task = _Task(plan, coll, deadline_wall)
-    n1 = len(level1)
-    group = max(1, n1 // 64)
-    i = 0
     # warm-up in this process: easy searches end here; the others improve the threshold first
     warm = min(WARMUP_S, limit / 4)
-    b0 = time.perf_counter()
-    while i < n1 and time.perf_counter() - b0 < warm and not task.stats.timed_out:
-        task.run(level1.take(np.arange(i, min(n1, i + group))))
-        i += group
-    if i < n1 and not task.stats.timed_out:
-        estimate = _check_fits(plan, level1.take(np.arange(i, n1)), coll, workers, seed, limit, t0, inc)
-        while workers <= 1 and i < n1 and not task.stats.timed_out:
-            task.run(level1.take(np.arange(i, min(n1, i + group))))
-            i += group
+    done = task.run(level1, until=time.time() + warm)
+    rest: list[Rows] = []
+    if not done and not task.stats.timed_out:
+        rest = task.leftover()
+        estimate = _check_fits(plan, rest, coll, workers, seed, limit, t0, inc, refuse_factor)
+        if workers <= 1 or sum(len(r) for r in rest) < 2:
+            task.resume()
+            rest = []
+        else:
+            task.stack.clear()
     simulated = ev.evaluations
     items: list[tuple[float, tuple[int, ...]]] = coll.items()
     timed_out = task.stats.timed_out
     resolved = task.stats.resolved
     used_workers = 1
-    if i < n1 and not timed_out and workers > 1:
-        rest = level1.take(np.arange(i, n1))
-        used_workers = min(workers, n1 - i)
+    if rest and not timed_out:
+        open_rows = sum(len(r) for r in rest)
+        used_workers = min(workers, open_rows)
         ctx = _context()
         shared = ctx.Value("d", coll.thr)
         seeds = sorted(coll.items())[: top + 1]
-        per_task = max(1, (n1 - i) // (used_workers * 16))
-        chunks = [rest.codes[:, j : j + per_task].T.tolist() for j in range(0, n1 - i, per_task)]
+        per_task = max(1, open_rows // (used_workers * 16))
+        chunks = [r.codes[:, j : j + per_task].T.tolist() for r in rest for j in range(0, len(r), per_task)]
         with ctx.Pool(used_workers, initializer=_worker_init,
                       initargs=(scenario, top, seeds, deadline_wall, shared)) as pool:
             for found, sims, res, late in pool.imap_unordered(_worker_task, chunks):
@@ -668,15 +711,15 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
                 resolved += res
                 timed_out = timed_out or late
     if timed_out:
-        done = resolved / _as_float(space)
-        settled = f"; it had settled {100 * done:.1f}% of the mappings" if 0 <= done <= 1 else ""
+        share = resolved / _as_float(space)
+        settled = f"; it had settled {100 * share:.1f}% of the mappings" if 0 <= share <= 1 else ""
         best = min(items) if items else (inc.e2e_ms, inc.codes)
         raise SearchTooLong(
             f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (--max-seconds)"
             + settled
             + ("" if estimate is None else f" (estimated {_fmt_s(estimate)} beforehand)")
             + ". Use --reference best-known, or raise --max-seconds",
-            estimate_s=limit / done if 0 < done <= 1 else math.inf,
+            estimate_s=limit / share if 0 < share <= 1 else math.inf,
             best=(best[0], _to_mapping(scenario, best[1])),
         )
     dedup: dict[tuple[int, ...], float] = {}
@@ -700,7 +743,7 @@ def estimate_seconds(scenario: Scenario, *, workers: int | None = None, seed: in
     coll = _Collector(1)
     coll.add(inc.codes, inc.e2e_ms)
     level1 = _level1(plan, coll.thr)
-    return _estimate(plan, level1, coll.thr, workers or default_workers(), seed)
+    return _estimate(plan, [level1], coll.thr, workers or default_workers(), seed)
 
 
 __all__ = [

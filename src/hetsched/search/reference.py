@@ -27,7 +27,7 @@ from hetsched.model import (
     ReferenceKind,
     Scenario,
 )
-from hetsched.model.errors import did_you_mean
+from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
 from hetsched.search.local_search import Evaluator, local_search
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
 from hetsched.search.oracle import SearchTooLong, solve
@@ -36,6 +36,11 @@ from hetsched.sim.engine import Simulator
 DEFAULT_SEARCH_SECONDS = 10.0
 """Time budget of a reference by default (``--max-seconds``): the exact search must be estimated
 to fit it, and the best-known search uses it all."""
+AUTO_REFUSE_FACTOR = 10.0
+"""``auto`` gives up on the exact search at once only when its estimate exceeds this multiple of
+the budget; below it, the search runs until the budget ends (the estimate is often pessimistic:
+the threshold keeps falling as the search finds better mappings), so a mapping the search can
+prove optimal in the budget is reported as the oracle."""
 BOUND_SHARE = 0.2
 """Share of a best-known budget spent raising the lower bound (the rest searches mappings)."""
 
@@ -59,14 +64,14 @@ def parse_reference_choice(text: str) -> ReferenceChoice:
         return ReferenceChoice(text.strip().lower())
     except ValueError:
         accepted = ", ".join(c.value for c in ReferenceChoice)
-        raise InputError(f"--reference: unknown value {text!r}; accepted: {accepted}"
-                         + did_you_mean(text, [c.value for c in ReferenceChoice])) from None
+        raise UnknownValueError("reference", f"{text!r}: unknown value; accepted: {accepted}"
+                                + did_you_mean(text, [c.value for c in ReferenceChoice])) from None
 
 
-def check_max_seconds(value: float | None, option: str = "--max-seconds") -> float | None:
-    """A positive time budget or None (clear error otherwise)."""
+def check_max_seconds(value: float | None, param: str = "max_seconds") -> float | None:
+    """A positive time budget or None (clear error otherwise, naming ``param``)."""
     if value is not None and not value > 0:
-        raise InputError(f"{option} must be > 0 seconds, got {value}")
+        raise ParameterError(param, f"must be > 0 seconds, got {value}")
     return value
 
 
@@ -92,13 +97,15 @@ def best_known(
     max_seconds: float | None = DEFAULT_SEARCH_SECONDS,
     max_evals: int | None = None,
     start: Mapping | None = None,
+    prove: bool = False,
 ) -> Reference:
     """The best mapping a seeded iterated local search finds, and a lower bound on the optimum.
 
     Spends ``1 - BOUND_SHARE`` of ``max_seconds`` searching mappings and the rest raising the
     lower bound (which may find a better mapping too). With ``max_evals`` the budget is
     ``max_evals`` simulations for the search and ``max(4, max_evals // 100)`` expanded batches
-    for the bound, so the result is the same for a seed on every machine.
+    for the bound, so the result is the same for a seed on every machine. With ``prove``, a
+    mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that).
     """
     t0 = time.perf_counter()
     if max_seconds is None and max_evals is None:
@@ -115,7 +122,8 @@ def best_known(
     if proved.best is not None and proved.upper_ms < e2e:
         codes, e2e = proved.best, proved.upper_ms
     lower = min(e2e, max(proved.lower_ms, dual_bound_ms(scenario)))
-    return Reference(ReferenceKind.BEST_KNOWN, _mapping(scenario, codes), e2e, lower, time.perf_counter() - t0)
+    kind = ReferenceKind.ORACLE if prove and (proved.optimal or lower >= e2e) else ReferenceKind.BEST_KNOWN
+    return Reference(kind, _mapping(scenario, codes), e2e, lower, time.perf_counter() - t0)
 
 
 def reference(
@@ -151,13 +159,14 @@ def reference(
     t0 = time.perf_counter()
     exact_s = max_seconds if max_seconds is not None or choice is ReferenceChoice.ORACLE else DEFAULT_SEARCH_SECONDS
     try:
-        res = solve(scenario, max_seconds=exact_s, workers=workers, seed=seed)
+        factor = AUTO_REFUSE_FACTOR if choice is ReferenceChoice.AUTO else 1.0
+        res = solve(scenario, max_seconds=exact_s, workers=workers, seed=seed, refuse_factor=factor)
     except SearchTooLong as exc:
         if choice is ReferenceChoice.ORACLE:
             raise
         left = None if max_seconds is None else max(0.25 * max_seconds, max_seconds - (time.perf_counter() - t0))
         start = None if exc.best is None else exc.best[1]
-        return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start)
+        return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start, prove=True)
     return Reference(ReferenceKind.ORACLE, res.best, res.e2e_ms, res.e2e_ms, time.perf_counter() - t0)
 
 
@@ -198,6 +207,7 @@ class SimPlanner:
 
 
 __all__ = [
+    "AUTO_REFUSE_FACTOR",
     "BOUND_SHARE",
     "DEFAULT_SEARCH_SECONDS",
     "ReferenceChoice",

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from hetsched.model import Infeasibility, InfeasibleKind, Mapping, NodeTrace, Scenario, Trace, VramPoint
 from hetsched.model.contention import Compiled, Timings, simulate
+from hetsched.model.workload import RequestTrace, Workload, load_infeasibility, window_trace
 
 
 def lognormal_factors(n: int, cv: float, rng: random.Random) -> list[float]:
@@ -30,7 +31,7 @@ def lognormal_factors(n: int, cv: float, rng: random.Random) -> list[float]:
 
 
 def _deadlock_reason(c: Compiled, out: Timings) -> Infeasibility:
-    head = out.head
+    head = out.head % len(c.names) if out.head >= 0 else -1  # node of the instance it belongs to
     if head < 0:  # cannot happen with a DAG; kept so a bug reads as a reason, not a hang
         return Infeasibility(InfeasibleKind.DEADLOCK, "stalled: no task can run and none is queued")
     holders = [c.tools[t] for t, k in enumerate(out.now_left) if k]
@@ -114,6 +115,51 @@ class Simulator:
             vram_budget_mb=budget,
             seed=use_seed,
         )
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run a window of requests (``workload``) under one mapping on the kernel: the requests share
+        the CPU pool, the GPU, the resident ``gpu_now`` tools and the one FIFO queue (docs/simulator.md,
+        "Under load"). Returns the window's ``Trace`` (:func:`~hetsched.model.workload.window_trace`):
+        ``load`` holds its metrics, ``requests`` every request. Noise: per request, its work factors
+        then its load factors, drawn from ``seed`` in send order, so request 0 sees what a one-request
+        :meth:`run` with that seed sees."""
+        sc = self.scenario
+        mapping = sc.validate_mapping(mapping)
+        budget = sc.machine.vram_budget_mb
+        refused = sc.infeasibility(mapping) or load_infeasibility(sc, mapping, workload)
+        use_seed = seed if self.noise else None
+        if refused is not None:
+            return Trace.refused(mapping, refused, vram_budget_mb=budget, seed=use_seed, executor=self.name)
+        c = self._c
+        n1 = len(c.names)
+        plan = workload.plan(sc.isolated_critical_path_ms())
+        copies = len(plan)
+        wf = lf = None
+        if self.noise:
+            rng = random.Random(seed)
+            wf, lf = [], []
+            for _ in range(copies):
+                wf += lognormal_factors(n1, sc.machine.noise_cv, rng)
+                lf += lognormal_factors(n1, sc.machine.noise_cv, rng)
+        out = simulate(c, self.codes(mapping), work_factor=wf, load_factor=lf, releases=plan.releases_ms,
+                       follows=plan.follows, horizon_ms=plan.horizon_ms, record=True)
+        if out.deadlock:
+            return Trace.refused(mapping, _deadlock_reason(c, out), vram_budget_mb=budget, seed=use_seed,
+                                 executor=self.name)
+        released = out.released or list(plan.releases_ms)
+        order = sorted((rel, r) for r, rel in enumerate(released) if not math.isinf(rel))
+        requests = []
+        for k, (rel, r) in enumerate(order):
+            base = r * n1
+            nodes = {
+                name: NodeTrace(node=name, tool=c.tools[c.tool_idx[i]], placement=mapping[name],
+                                ready_ms=out.ready[base + i], admitted_ms=out.admitted[base + i],
+                                start_ms=out.start[base + i], end_ms=out.end[base + i], load_ms=out.load[base + i])
+                for i, name in enumerate(c.names)
+            }
+            requests.append(RequestTrace(request=k, release_ms=rel, nodes=nodes, client=plan.clients[r]))
+        return window_trace(mapping, requests, sc, workload, vram_timeline=[VramPoint(t, u) for t, u in out.vram],
+                            vram_budget_mb=budget, seed=use_seed, executor=self.name)
 
     def e2e_codes(self, codes: Sequence[int]) -> float:
         """Noise-free E2E for placement codes in node order; inf when it deadlocks.
