@@ -136,6 +136,8 @@ class RunResult:
         deploy with its spread over repeats (:attr:`deploy`), null when no round ran to completion;
         ``cards`` is the learned view of the cards (:attr:`learned`: per tool and figure the card's
         figure, the learned one with n and spread, the drift, and ``contradicted`` / ``refresh``).
+        Under a workload, ``workload`` describes it and each round has ``load`` (its
+        :class:`~hetsched.model.workload.LoadMetrics`; ``e2e_ms`` is the window's p95).
         """
         ref = self.reference
         return {
@@ -149,7 +151,13 @@ class RunResult:
             "deploy": None if self.deploy is None else self.deploy.to_dict(),
             "cards": self.learned.to_dict(),
             "notes": list(self.notes),
-            "rounds": [r.outcome.to_dict() for r in self.rounds],
+            "rounds": [
+                {**r.outcome.to_dict(), **({"load": r.trace.load.to_dict()} if r.trace.load is not None else {})}
+                for r in self.rounds
+            ],
+            **({"workload": {**self.scenario.workload.model_dump(mode="json"),
+                             "describe": self.scenario.workload.describe()}}
+               if self.scenario.workload is not None else {}),
         }
 
 

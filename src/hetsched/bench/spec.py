@@ -8,7 +8,7 @@ Imports the model, the policy registry and the decider registry; never the loop 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,7 +143,3 @@ def load_scenarios(refs: Sequence[str | Path], tools: Path | None = None) -> tup
         seen[s.name] = str(ref)
     return tuple(scenarios)
 
-
-def unique_labels(specs: Iterable[PolicySpec]) -> list[str]:
-    """Labels in order, each once."""
-    return list(dict.fromkeys(s.label for s in specs))

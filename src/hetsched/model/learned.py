@@ -241,11 +241,15 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
     model (module docstring); an infeasible trace gives none."""
     if not trace.feasible or not trace.nodes:
         return []
+    if trace.load is not None and not trace.requests:
+        return []  # a window read back from the store: its other requests' tasks (the contention) are not kept
+    # a window of requests (a workload): every request's tasks contend, so all of them are de-contended together
+    items = [kv for req in trace.requests for kv in req.nodes.items()] if trace.requests else list(trace.nodes.items())
     c = scenario.compiled
     cores, kappa = c.cores, c.kappa
     cpu: list[tuple[float, float, float]] = []
     gpu: list[tuple[float, float, float]] = []
-    for name, nt in trace.nodes.items():
+    for name, nt in items:
         i = c.index.get(name)
         if i is None:
             continue
@@ -259,7 +263,7 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
     cpu_int = {d: _integrals(cpu, lambda k, w, d=d: _slowed(d, w / cores) if w > cores else 1.0) for d in classes}
     gt, ga = _integrals(gpu, lambda k, w: (w if w > 1.0 else 1.0) * (1.0 + kappa * (k - 1)))
     out: list[tuple[str, str, float]] = []
-    for name, nt in trace.nodes.items():
+    for name, nt in items:
         i = c.index.get(name)
         if i is None:
             continue
