@@ -86,3 +86,27 @@ def test_trace_has_a_lane_per_request(capsys: Any, tmp_path: Path) -> None:
     assert sent == [0.0, 0.0, 250_000.0]
     slices = [e for e in events if e.get("ph") == "X" and e["pid"] != req_pid and e["name"].startswith("A#")]
     assert len(slices) == 3  # the device processes show node A of every request
+
+
+def test_simulate_a_window_what_if(capsys: Any) -> None:
+    args = ("simulate", "S5", "A=gpu_now,B=cpu,C=cpu,D=gpu_now", "--clients", "4", "--requests", "30", "--no-noise")
+    code, out, _ = run_cli(capsys, *args, "--slo-ms", "1000")
+    assert code == 0
+    assert "closed loop, 4 clients, 30 requests" in out and "p95" in out and "SLO 1000 ms" in out
+    assert "... 10 more requests" in out
+    code, out, _ = run_cli(capsys, *args, "--json")
+    data = json.loads(out)
+    assert len(data["requests"]) == 30 and data["load"]["requests"] == 30
+    assert data["e2e_ms"] == data["load"]["p95_ms"] and data["workload"]["clients"] == 4
+    code, out, _ = run_cli(capsys, "simulate", "S13", "A=gpu_now,B=gpu_queue,C=gpu_now,D=cpu", "--clients", "2")
+    assert code == 0 and "infeasible" in out and "under load" in out  # the one-request optimum cannot serve a window
+
+
+def test_show_run_lists_each_windows_percentiles(capsys: Any, tmp_path: Path) -> None:
+    store = tmp_path / "runs.sqlite"
+    code, out, _ = run_cli(capsys, "run", "S5", "-p", "all-gpu", "--rounds", "2", "--rate", "3", "--requests", "8",
+                           "--store", str(store), "--json")
+    run_id = json.loads(out)["run_id"]
+    code, out, err = run_cli(capsys, "show-run", run_id, "--store", str(store))
+    assert code == 0, err
+    assert "under load: open loop, Poisson 3/s, 8 requests" in out and "p99 ms" in out

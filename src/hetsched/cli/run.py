@@ -8,7 +8,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,15 +156,14 @@ def workload_from_flags(
         raise fail(format_validation_error(exc, "", prefix="workload", model=Workload)) from None
 
 
-def load_table(result: RunResult) -> str:
+def load_table(wl: Workload | None, rounds: Sequence[RoundRecord]) -> str:
     """Under a workload: one row per round with the window's throughput, percentiles and SLO."""
-    wl = result.scenario.workload
     slo = wl is not None and wl.slo_ms is not None
     columns = ["round", "requests", "per s", "p50 ms", "p95 ms", "p99 ms", "queue p95 ms", "GPU util", "peak MB"]
     if slo:
         columns.append(f"<= {wl.slo_ms:g} ms" if wl is not None and wl.slo_ms is not None else "SLO")
     rows = []
-    for r in result.rounds:
+    for r in rounds:
         m = r.trace.load
         if m is None:
             rows.append([str(r.round), *(["-"] * (len(columns) - 1))])
@@ -600,7 +599,7 @@ def run(
                       "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
     if result.scenario.workload is not None:
-        out.print(load_table(result), soft_wrap=True)
+        out.print(load_table(result.scenario.workload, result.rounds), soft_wrap=True)
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
     _print_decider_summary(result)
