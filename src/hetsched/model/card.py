@@ -6,8 +6,17 @@ Leaf of the model package: imports only pydantic and ``model.limits`` (the accep
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from hetsched.model.limits import (
     MAX_AMPLIFICATION,
@@ -117,6 +126,14 @@ class ToolCard(BaseModel):
             if key not in allowed:
                 raise ValueError(f"spread key {key!r} is not a figure; accepted: {sorted(allowed)}")
         return value
+
+    @model_serializer(mode="wrap")
+    def _omit_unmeasured_demand(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A card without ``cpu_demand`` dumps as before the field existed (stored scenario fingerprints hold)."""
+        data: dict[str, Any] = handler(self)
+        if self.cpu_demand is None:
+            data.pop("cpu_demand", None)
+        return data
 
     @model_validator(mode="after")
     def _gpu_consistent(self) -> ToolCard:

@@ -10,7 +10,10 @@ simulation on it that every number hetsched prints comes from.
 - VRAM (Factor B): ``gpu_now`` tools are warm and resident from t = 0 until their last
   ``gpu_now`` node ends, counted once per tool; ``gpu_queue`` nodes wait in one FIFO queue
   (strict order, head-of-line), are admitted when their memory fits beside what is held, pay
-  ``load_ms`` (a PCIe copy that does not share GPU compute), run, then free their memory.
+  ``load_ms``, run, then free their memory. What a load contends with is the machine's
+  ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
+  (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
+  ``gpu_util`` 1 under the GPU sharing: the stand-in device).
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
@@ -55,6 +58,10 @@ EPS = 1e-7
 1 ulp of 1e6 ms)."""
 _INF = math.inf
 _ARRIVE, _LOADED = 0, 1
+_SHARING = {"none": 0, "copy": 1, "device": 2}
+_COPY, _DEVICE = 1, 2
+LOAD_UTIL = 1.0
+"""The device share of a load under ``load_sharing: device`` (one thread filling memory)."""
 
 Codes = tuple[int, ...]
 """A mapping as placement codes in workflow node order (``Placement.code``: 0 cpu, 1 gpu_now, 2 gpu_queue)."""
@@ -94,6 +101,8 @@ class Compiled:
     cores: int
     budget: float
     kappa: float
+    load_sharing: int = 0
+    """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
 
     @classmethod
     def of(cls, scenario: Scenario) -> Compiled:
@@ -131,6 +140,7 @@ class Compiled:
             cores=scenario.machine.cpu_cores,
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
+            load_sharing=_SHARING[scenario.machine.load_sharing],
         )
 
     @property
@@ -304,6 +314,8 @@ def simulate(
     util_sum = 0.0
     waits = c.waits
     queue: deque[int] = deque()
+    sharing = c.load_sharing
+    load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
 
@@ -343,7 +355,11 @@ def simulate(
                 elif vram_tl[-1][1] != used:
                     vram_tl.append((t, used))
             lv = load_of[v]
-            if lv > 0:
+            if lv > 0 and sharing:
+                load_run[v] = lv
+                if sharing == _DEVICE:
+                    util_sum += LOAD_UTIL
+            elif lv > 0:
                 heapq.heappush(events, (t + lv, seq, _LOADED, v))
                 seq += 1
             else:
@@ -353,7 +369,7 @@ def simulate(
                 util_sum += util[v]
         if done == n:
             break
-        if not cpu_run and not gpu_run:
+        if not cpu_run and not gpu_run and not load_run:
             if events:
                 t = events[0][0]
                 continue
@@ -361,8 +377,9 @@ def simulate(
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
                            start, end, _loads(pl, load_of) if timings else [], vram_tl)
         cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-        k = len(gpu_run)
+        k = len(gpu_run) + len(load_run) if sharing == _DEVICE else len(gpu_run)
         gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+        load_slow = gpu_slow if sharing == _DEVICE else float(len(load_run))
         dt = _INF
         per_task = waits and cpu_slow > 1.0
         if per_task:  # a task waiting part of the time slows only on its busy part
@@ -371,6 +388,8 @@ def simulate(
             dt = min(cpu_run.values()) * cpu_slow
         if gpu_run:
             dt = min(dt, min(gpu_run.values()) * gpu_slow)
+        if load_run:
+            dt = min(dt, min(load_run.values()) * load_slow)
         if events:
             dt = min(dt, events[0][0] - t)
         t += dt
@@ -395,6 +414,22 @@ def simulate(
                 gpu_run[v] = left
                 if left <= EPS:
                     finished.append(v)
+        if load_run:
+            step = dt / load_slow
+            loaded = []
+            for v in load_run:
+                left = load_run[v] - step
+                load_run[v] = left
+                if left <= EPS:
+                    loaded.append(v)
+            for v in sorted(loaded):  # loaded: compute starts under the GPU sharing
+                del load_run[v]
+                if sharing == _DEVICE:
+                    util_sum -= LOAD_UTIL
+                if timings:
+                    start[v] = t
+                gpu_run[v] = work_gpu[v]
+                util_sum += util[v]
         if not finished:
             continue
         finished.sort()
@@ -415,7 +450,7 @@ def simulate(
                         used -= tool_vram[ti]
                 else:
                     used -= vram[v]
-            if not cpu_run and not gpu_run:
+            if not cpu_run and not gpu_run and not load_run:
                 threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
             if follows is not None:
                 r = v // n1
@@ -457,18 +492,20 @@ def simulate(
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
+    loads_ms = (_loads(pl, load_of) if not sharing else
+                [start[i] - admitted[i] if p == QUEUE else 0.0 for i, p in enumerate(pl)]) if timings else []
     if follows is None:
         per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
         if not timings:
             return Timings(max(per), per)
         return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
-                       load=_loads(pl, load_of), vram=vram_tl)
+                       load=loads_ms, vram=vram_tl)
     per = [max(end[r * n1 + s] for s in c.sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
     worst = max(x for x in per if x == x)
     if not timings:
         return Timings(worst, per, released=released)
     return Timings(worst, per, ready=ready, admitted=admitted, start=start, end=end,
-                   load=_loads(pl, load_of), vram=vram_tl, released=released)
+                   load=loads_ms, vram=vram_tl, released=released)
 
 
 def _slowed(demand: float, cpu_slow: float) -> float:

@@ -5,7 +5,9 @@ Part of the model package; imports pydantic and ``model.limits`` (the accepted r
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from hetsched.model.limits import (
     MAX_CORES,
@@ -19,6 +21,17 @@ from hetsched.model.limits import (
 
 DEFAULT_KAPPA = 0.10
 """Default GPU interference beyond pure sharing; see docs/simulator.md for the calibration."""
+
+
+LoadSharing = Literal["none", "copy", "device"]
+"""What a ``gpu_queue`` load contends with (docs/simulator.md, "Loads"):
+
+- ``none``: nothing; each load takes its card's ``load_ms`` whatever runs beside it (the default).
+- ``copy``: concurrent loads share one host-to-device copy path (a real GPU's PCIe link): n loads
+  at once each progress at 1/n; compute is not slowed.
+- ``device``: a load runs on the device's compute, as a task of ``gpu_util`` 1 under the GPU
+  sharing (the stand-in device, whose loads are its own core filling memory).
+"""
 
 
 class Machine(BaseModel):
@@ -40,3 +53,15 @@ class Machine(BaseModel):
         default=12.0, ge=MIN_PCIE_MB_PER_MS, le=MAX_PCIE_MB_PER_MS, allow_inf_nan=False
     )
     """Host<->device bandwidth for edge data crossing devices, MB per ms (12 MB/ms = 12 GB/s)."""
+    load_sharing: LoadSharing = "none"
+    """What a ``gpu_queue`` load contends with: ``none`` (nothing, the default), ``copy`` (concurrent
+    loads share the copy path), ``device`` (loads take a compute share: the stand-in device)."""
+
+    @model_serializer(mode="wrap")
+    def _omit_default_load_sharing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A machine of the default ``load_sharing`` dumps as before the field existed (stored
+        scenario fingerprints hold)."""
+        data: dict[str, Any] = handler(self)
+        if self.load_sharing == "none":
+            data.pop("load_sharing", None)
+        return data

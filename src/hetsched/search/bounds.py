@@ -19,9 +19,10 @@ reasons (docs/reference.md spells them out):
   each task the weight a = min(1, (1 + kappa) gpu_util): alone, a task does a <= 1 weighted work
   per ms; with k >= 2 tasks, sum(a) / s <= (1 + kappa) min(U, 1) / (1 + kappa (k - 1)) <= 1. So
   the GPU completes at most 1 ms of ``gpu_ms * a`` work per ms (with a = gpu_util this is plain
-  utilisation; the (1 + kappa) factor is the interference every pair of tasks pays). Loads use
-  no compute share. No GPU task computes before the earliest compute start of the GPU nodes
-  (``head``) and, after the last one ends, a chain of at least the smallest ``tail`` remains:
+  utilisation; the (1 + kappa) factor is the interference every pair of tasks pays). Loads count
+  no work (under ``load_sharing: device`` they take a share, which only lowers the others' rate).
+  No GPU task computes before the earliest compute start of the GPU nodes (``head``) and, after
+  the last one ends, a chain of at least the smallest ``tail`` remains:
   E2E >= min head + sum(gpu_ms * a) + min tail.
 - **CPU work**: with T the cores the running CPU tasks demand, every task of d >= 1 slows by
   max(1, T / P) (one of d < 1 less), so those tasks complete at most P thread-ms per ms: E2E >= min
