@@ -13,7 +13,7 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON 
 # the [tools] extra needs torch: install the CPU build first (a plain `torch` requirement may pull a
 # multi-GB CUDA build), then every extra
 python -m pip install --quiet torch==2.13.0
-python -m pip install --quiet -e '.[llm,bench,tools,ray,langgraph,test,dev]'
+python -m pip install --quiet -e '.[llm,bench,tools,ray,langgraph,search,test,dev]'
 ruff check src tests benchmarks
 mypy
 python -m pytest -n 2 "$@"

@@ -18,14 +18,19 @@ from pathlib import Path
 import pytest
 from tests.factories import run_cli as cli
 
+from hetsched.bench.spec import parse_spec
+from hetsched.cli.app import error_text
 from hetsched.deciders import DeciderConfigError
 from hetsched.exec import executor_class, make_executor
 from hetsched.exec.options import SCHEMAS, check_options
 from hetsched.llm import resolve_llm_config
 from hetsched.model import ExecutorSpec, InputError, RunKey, UnknownNameError
+from hetsched.model.errors import ParameterError
 from hetsched.model.files import load_scenario, parse_mapping_text
 from hetsched.model.limits import MAX_SEED
 from hetsched.policies import make_policy
+from hetsched.policies.decider_registry import DECIDERS, make_decider
+from hetsched.search.reference import check_max_seconds
 from hetsched.store import RunStore
 from hetsched.tools.registry import import_tool_modules, is_registered, unregister_tool
 
@@ -269,6 +274,74 @@ def test_policy_options_are_checked_by_name_and_internal_errors_are_not_hidden(
     monkeypatch.setitem(policies._REGISTRY, "buggy", f"{__name__}:Buggy")
     with pytest.raises(TypeError, match="a bug inside the policy"):
         make_policy("buggy", depth=2)
+
+
+class BuggyDecider:
+    """A decider whose constructor has a bug (a TypeError inside)."""
+
+    def __init__(self, depth: int = 1) -> None:
+        raise TypeError("a bug inside the decider")
+
+
+def test_decider_options_are_checked_by_name_and_internal_errors_are_not_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(DeciderConfigError, match=r"decider 'rules' has no option 'margn'; did you mean 'margin'\?; "
+                                                 r"it takes margin, explore_gain, search_evaluations"):
+        make_policy("agentic", decider="rules", margn=0.1)
+    with pytest.raises(DeciderConfigError, match="decider 'argmin' has no option 'x'; it takes no options"):
+        make_decider("argmin", x=1)
+    assert make_decider("rules", margin=0.1).name == "rules"
+    monkeypatch.setitem(DECIDERS, "buggy", f"{__name__}:BuggyDecider")
+    with pytest.raises(TypeError, match="a bug inside the decider"):
+        make_decider("buggy", depth=2)
+
+
+# ---------------------------------------------------------------- library parameters, CLI flags
+def test_library_errors_name_the_parameter_and_the_cli_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from hetsched.bench import BenchConfig, PolicySpec, load_scenarios
+
+    scenarios = load_scenarios(["S2"])
+    for kwargs, message in (({"rounds": 0}, "rounds must be >= 1, got 0"),
+                            ({"jobs": 0}, "jobs must be >= 1, got 0"),
+                            ({"seeds": ()}, "seeds must be >= 1"),
+                            ({"reference": "none"}, "reference none: the bench's tables compare"),
+                            ({"reference_seconds": 0}, "reference_seconds must be > 0 seconds, got 0")):
+        with pytest.raises(ParameterError) as caught:
+            BenchConfig(**{"specs": (PolicySpec("all-gpu"),), "scenarios": scenarios, **kwargs})
+        assert str(caught.value).startswith(message) and "--" not in str(caught.value)
+    with pytest.raises(UnknownNameError, match=r"^policy 'magic': Unknown policy 'magic'"):
+        parse_spec("magic")
+    with pytest.raises(ParameterError, match=r"^max_seconds must be > 0 seconds, got -1$"):
+        check_max_seconds(-1)
+    # the CLI shows the flag that sets each parameter
+    code, _, err = cli(capsys, "bench", "-p", "magic")
+    assert code == 2 and "--policy 'magic': Unknown policy 'magic'" in err
+    code, _, err = cli(capsys, "run", "S2", "--reference", "best", "--no-store")
+    assert code == 2 and "--reference 'best': unknown value; accepted: auto, oracle, best-known, none" in err
+    code, _, err = cli(capsys, "bench", "--reference", "none", "--scenario", "S2", "--out", "/nonexistent/x")
+    assert code == 2 and "--reference none: the bench's tables compare" in err
+    assert error_text(ParameterError("not_a_flag", "must be odd")) == "not_a_flag must be odd"
+
+
+def test_no_library_error_message_starts_with_a_cli_flag() -> None:
+    """Library code names parameters; only ``hetsched.cli`` speaks in flags (it maps them)."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "hetsched"
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        if path.relative_to(src).parts[0] == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                first = node.exc.args[0]
+                while isinstance(first, ast.BinOp):
+                    first = first.left
+                head = first.values[0] if isinstance(first, ast.JoinedStr) and first.values else first
+                if isinstance(head, ast.Constant) and str(head.value).startswith("--"):
+                    found.append(f"{path.relative_to(src)}:{node.lineno}: {str(head.value)[:50]}")
+    assert not found, "library errors that speak CLI:\n" + "\n".join(found)
 
 
 # ---------------------------------------------------------------- names and keys: what was meant

@@ -262,7 +262,7 @@ def test_references_for_reports() -> None:
     big = reference(_layered(6, 4))
     assert big is not None and big.kind is ReferenceKind.BEST_KNOWN
     assert SimPlanner(_layered(6, 4)).infeasibility(big.mapping) is None
-    with pytest.raises(InputError, match=r"--reference: unknown value 'best'; accepted: auto, oracle, best-known, none"):
+    with pytest.raises(InputError, match=r"reference 'best': unknown value; accepted: auto, oracle, best-known, none"):
         parse_reference_choice("best")
 
 

@@ -157,7 +157,7 @@ def test_auto_is_exact_when_it_fits_and_best_known_with_a_bound_when_not() -> No
     with pytest.raises(SearchTooLong):
         reference(big, "oracle", max_seconds=1.0)
     assert reference(big, "none") is None
-    with pytest.raises(InputError, match="--max-seconds must be > 0 seconds, got 0"):
+    with pytest.raises(InputError, match=r"^max_seconds must be > 0 seconds, got 0$"):
         reference(small, max_seconds=0)
 
 

@@ -300,3 +300,18 @@ def test_a_queued_node_must_fit_beside_the_resident_tools_under_load() -> None:
     refused = sim.run_workload(m, Workload.closed(2, requests=4), seed=0)
     assert not refused.feasible and refused.kind is InfeasibleKind.NEVER_ADMISSIBLE
     assert "under load" in refused.reason and "'b'" in refused.reason and "900 MB" in refused.reason
+
+
+@pytest.mark.parametrize("placement", [Placement.CPU, Placement.GPU_NOW])
+def test_learned_cards_de_contend_a_window_with_every_request(placement: Placement) -> None:
+    """Noise-free windows of overlapping requests: the learned figures are the cards' own (the
+    other requests' tasks are the contention, and they are in the window's trace)."""
+    from hetsched.model.learned import learned_cards
+
+    sc = canonical_scenario("fork", Mode.THREE_WAY, noise_cv=0.0, cpu_cores=2, vram_budget_mb=10_000.0)
+    result = hs.run(sc, "all-cpu" if placement is Placement.CPU else "all-gpu", rounds=1, store=False,
+                    reference="none", workload=Workload.closed(3, requests=6))
+    figures = learned_cards(result.scenario, result.rounds).figures
+    assert figures
+    for f in figures:
+        assert abs(f.drift) < 1e-6, f.describe()

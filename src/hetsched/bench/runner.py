@@ -28,7 +28,8 @@ from typing import Any
 
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
-from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
+from hetsched.model import SIM, ExecutorSpec, InputError, Reference, RunKey, Scenario
+from hetsched.model.errors import ParameterError
 from hetsched.policies import policy_names
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
 from hetsched.store import RunStore, canonical
@@ -73,18 +74,19 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         if ReferenceChoice(self.reference) is ReferenceChoice.NONE:
-            raise InputError("--reference none: the bench's tables compare every run with a reference; "
-                             "accepted: auto, oracle, best-known")
-        check_max_seconds(self.reference_seconds)
+            raise ParameterError("reference", "none: the bench's tables compare every run with a reference; "
+                                 "accepted: auto, oracle, best-known")
+        check_max_seconds(self.reference_seconds, "reference_seconds")
         if self.rounds < 1:
-            raise InputError(f"--rounds must be >= 1, got {self.rounds}")
+            raise ParameterError("rounds", f"must be >= 1, got {self.rounds}")
         if not self.seeds:
-            raise InputError("--seeds must be >= 1")
+            raise ParameterError("seeds", "must be >= 1 (at least one seed)")
         if self.jobs < 1:
-            raise InputError(f"--jobs must be >= 1, got {self.jobs}")
+            raise ParameterError("jobs", f"must be >= 1, got {self.jobs}")
         if self.jobs > 1 and self.executor.name != SIM.name:
-            raise InputError(f"--executor {self.executor.name} runs one run at a time (parallel runs would contend "
-                             f"for the same cores and device and spoil each other's clocks); got --jobs {self.jobs}")
+            raise ParameterError("jobs", f"must be 1 on executor {self.executor.name}, which runs one run at a time "
+                                 "(parallel runs would contend for the same cores and device and spoil each "
+                                 f"other's clocks); got {self.jobs}")
         if not self.specs or not self.scenarios:
             raise InputError("a bench needs at least one policy and one scenario")
 
@@ -122,14 +124,16 @@ _OPEN: dict[tuple[int, str], RunStore] = {}
 than a whole run when every job opened and closed its own connection (see BENCHMARKS.md)."""
 
 
-def _store(path: str) -> RunStore:
+def open_store(path: str) -> RunStore:
+    """This process's open store for ``path`` (one per process and file, kept open across jobs)."""
     key = (os.getpid(), path)
     if key not in _OPEN:
         _OPEN[key] = RunStore(path)
     return _OPEN[key]
 
 
-def _close_stores() -> None:
+def close_stores() -> None:
+    """Close the stores :func:`open_store` opened in this process."""
     for key in [k for k in _OPEN if k[0] == os.getpid()]:
         _OPEN.pop(key).close()
 
@@ -156,7 +160,7 @@ def _close_executors() -> None:
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    run_id, how = ensure_run(_store(job.store), job.key, executor=_executor(job.key))
+    run_id, how = ensure_run(open_store(job.store), job.key, executor=_executor(job.key))
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.key.scenario.name)
 
 
@@ -213,7 +217,7 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
                 complete, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in complete:
                     finished(pending.pop(fut), fut.result())
-    _close_stores()  # workers' connections close when the pool's processes exit
+    close_stores()  # workers' connections close when the pool's processes exit
     out = BenchRun(config=config, seconds=time.perf_counter() - t0)
     for r in results:
         assert r is not None
@@ -236,10 +240,26 @@ def store_references(store_path: Path | str, run_ids: Sequence[str], choice: Ref
             sc = store.scenario(run_id)
             by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
         for sc, ids in by_scenario.values():
-            ref = reference(sc, choice, max_seconds=max_seconds)
-            assert ref is not None
+            ref, _ = ensure_reference(store, sc, choice, max_seconds)
             for run_id in ids:
                 store.set_reference(run_id, ref)
+
+
+def ensure_reference(store: RunStore, scenario: Scenario, choice: ReferenceChoice,
+                     max_seconds: float = DEFAULT_SEARCH_SECONDS) -> tuple[Reference, str]:
+    """The bench's one rule for references, as :func:`~hetsched.loop.ensure_run` is for runs: the reference
+    recorded in ``store`` for this scenario's content and ``choice`` is reused; else it is computed and
+    recorded. Returns ``(reference, how)``, ``how`` being ``reused`` or ``computed``."""
+    choice = ReferenceChoice(choice)
+    stored = store.stored_reference(scenario, choice.value)
+    if stored is not None:
+        return stored, "reused"
+    ref = reference(scenario, choice, max_seconds=max_seconds)
+    if ref is None:
+        raise ParameterError("reference", f"{choice.value!r}: the bench needs a reference; accepted: auto, oracle, "
+                             "best-known")
+    store.record_reference(scenario, choice.value, ref)
+    return ref, "computed"
 
 
 def default_jobs() -> int:

@@ -8,15 +8,15 @@ Imports the model, the policy registry and the decider registry; never the loop 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.model import InputError, Scenario, ToolCard, UnknownNameError
-from hetsched.model.errors import did_you_mean
+from hetsched.model import InputError, Scenario, ToolCard
+from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
 from hetsched.model.files import bundled_scenarios, load_scenario, load_tool_library
-from hetsched.policies import policy_names
+from hetsched.policies import LOAD_ONLY, policy_names
 
 SUITE: tuple[str, ...] = tuple(f"S{i}" for i in range(1, 14))
 """The evaluation suite, in PAPER.md order."""
@@ -71,30 +71,33 @@ def parse_spec(text: str) -> PolicySpec:
     """``ucb1``, ``agentic`` (= ``agentic:rules``) or ``agentic:DECIDER``; names are checked."""
     m = _SPEC.match(text)
     if not m:
-        raise InputError(f"--policy {text!r}: write NAME or agentic:DECIDER (e.g. ucb1, agentic:rules)")
+        raise ParameterError("policy", f"{text!r}: write NAME or agentic:DECIDER (e.g. ucb1, agentic:rules)")
     policy = m["policy"].lower().replace("_", "-")
     known = policy_names()
     if policy not in known:
-        raise UnknownNameError(f"--policy {text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}"
-                               + did_you_mean(policy, known))
+        raise UnknownValueError("policy", f"{text!r}: Unknown policy {policy!r}; valid policies: {', '.join(known)}"
+                                + did_you_mean(policy, known))
     decider = m["decider"]
     if decider is None:
         return PolicySpec(policy, {"decider": "rules"} if policy == "agentic" else {})
     if policy != "agentic":
-        raise InputError(f"--policy {text!r}: only the agentic policy takes a decider (agentic:DECIDER)")
+        raise ParameterError("policy", f"{text!r}: only the agentic policy takes a decider (agentic:DECIDER)")
     from hetsched.policies.decider_registry import decider_names
 
     decider = decider.lower()
     valid = [d for d in decider_names() if d != "scripted"]
     if decider not in valid:
-        raise UnknownNameError(f"--policy {text!r}: Unknown decider {decider!r}; valid deciders: {', '.join(valid)}")
+        raise UnknownValueError("policy", f"{text!r}: Unknown decider {decider!r}; valid deciders: {', '.join(valid)}")
     return PolicySpec("agentic", {"decider": decider})
 
 
-def default_specs() -> tuple[PolicySpec, ...]:
-    """Every registered policy; the agentic one once per non-LLM decider (rules, argmin)."""
+def default_specs(*, under_load: bool = False) -> tuple[PolicySpec, ...]:
+    """Every registered policy; the agentic one once per non-LLM decider (rules, argmin). Policies
+    that differ from another only under load (``LOAD_ONLY``) only with ``under_load``."""
     specs: list[PolicySpec] = []
     for name in policy_names():
+        if name in LOAD_ONLY and not under_load:
+            continue
         if name == "agentic":
             specs.extend(PolicySpec("agentic", {"decider": d}) for d in NON_LLM_DECIDERS)
         else:
@@ -136,14 +139,10 @@ def load_scenarios(refs: Sequence[str | Path], tools: Path | None = None) -> tup
     seen: dict[str, str] = {}
     for ref, s in zip(refs, scenarios, strict=True):
         if s.name in seen:
-            raise InputError(
-                f"--scenario {ref}: scenario name {s.name!r} is already used by {seen[s.name]}; "
+            raise ParameterError(
+                "scenarios", f"{ref}: scenario name {s.name!r} is already used by {seen[s.name]}; "
                 "give each scenario file a distinct 'name:'"
             )
         seen[s.name] = str(ref)
     return tuple(scenarios)
 
-
-def unique_labels(specs: Iterable[PolicySpec]) -> list[str]:
-    """Labels in order, each once."""
-    return list(dict.fromkeys(s.label for s in specs))

@@ -2,7 +2,8 @@
 
 :func:`main` is the console-script entry point and the error boundary: bad input (any
 :class:`~hetsched.model.HetschedError`) is printed as one clear message on stderr and the
-process exits 2, with no traceback; an LLM decider that never reached its server
+process exits 2, with no traceback (a library parameter named by the flag that sets it:
+:func:`~hetsched.cli.app.error_text`); an LLM decider that never reached its server
 (:class:`~hetsched.llm.base.LLMUnreachableError`) exits 69; Ctrl-C exits 130. The exit codes are
 listed in :mod:`hetsched.cli.app`.
 """
@@ -11,7 +12,16 @@ from __future__ import annotations
 
 import sys
 
-from hetsched.cli.app import COMMANDS, EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LLM_UNREACHABLE, app, err, safe
+from hetsched.cli.app import (
+    COMMANDS,
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_LLM_UNREACHABLE,
+    app,
+    err,
+    error_text,
+    safe,
+)
 
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 """Modules whose import registers their commands on :data:`app` (each imported when one of its commands runs)."""
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
             err.print(f"[bold red]error:[/] {safe(exc)}")
             sys.exit(EXIT_LLM_UNREACHABLE)
         if _is(exc, "hetsched.model.errors", "HetschedError"):
-            err.print(f"[bold red]error:[/] {safe(exc)}")
+            err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
             sys.exit(EXIT_BAD_INPUT)
         raise
 

@@ -35,6 +35,31 @@ EXIT_INTERRUPTED = 130
 """Interrupted with Ctrl-C (what was stored is kept)."""
 
 
+PARAMETER_FLAGS: dict[str, str] = {
+    "rounds": "--rounds",
+    "seeds": "--seeds",
+    "jobs": "--jobs",
+    "policy": "--policy",
+    "suite": "--suite",
+    "scenarios": "--scenario",
+    "refresh": "--refresh",
+    "reference": "--reference",
+    "max_seconds": "--max-seconds",
+    "reference_seconds": "--max-seconds",
+}
+"""Library parameter -> the flag that sets it: a library error names the parameter
+(:class:`~hetsched.model.errors.ParameterError`), the CLI shows its flag."""
+
+
+def error_text(exc: BaseException) -> str:
+    """An error's message as the CLI shows it: a parameter named by the flag that sets it."""
+    param = getattr(exc, "param", None)
+    named = getattr(exc, "named", None)
+    if isinstance(param, str) and param in PARAMETER_FLAGS and callable(named):
+        return str(named(PARAMETER_FLAGS[param]))
+    return str(exc)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"hetsched {__version__}")

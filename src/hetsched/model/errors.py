@@ -30,6 +30,33 @@ class UnknownNameError(InputError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ParameterError(InputError):
+    """A bad value of a named parameter of a library call: ``rounds must be >= 1, got 0``.
+
+    The message names the parameter as the library spells it (``param``), then the problem. A
+    front end that knows the parameter by another name shows :meth:`named` instead: the CLI
+    prints ``--rounds must be >= 1, got 0`` (``hetsched.cli.app.PARAMETER_FLAGS``).
+    """
+
+    def __init__(self, param: str, problem: str) -> None:
+        super().__init__(f"{param} {problem}")
+        self.param = param
+        """The parameter, as the library call names it (``rounds``, ``max_seconds``...)."""
+        self.problem = problem
+        """What is wrong with its value, and what is accepted."""
+
+    def named(self, name: str) -> str:
+        """The message with the parameter called ``name`` (a CLI flag)."""
+        return f"{name} {self.problem}"
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # crosses process boundaries (bench workers)
+        return (type(self), (self.param, self.problem))
+
+
+class UnknownValueError(ParameterError, UnknownNameError):
+    """A parameter naming something that does not exist (an unknown policy, decider or suite)."""
+
+
 def some(names: Iterable[object], limit: int = 12, quote: bool = True) -> str:
     """``'a', 'b', 'c'`` for a message: at most ``limit`` names, then how many more.
 

@@ -47,6 +47,9 @@ class Reference:
     measured_kind: str = ""
     """``reference mapping`` (this reference's mapping executed on the run's executor) or ``best
     measured`` (the run's best measured mapping, when the reference mapping could not run there)."""
+    bound_note: str = ""
+    """What the label adds about the lower bound, e.g. that the stronger relaxation bound was not
+    available (OR-Tools not installed); empty when there is nothing to add."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ReferenceKind(self.kind))
@@ -71,7 +74,8 @@ class Reference:
         if self.exact:
             return "oracle"
         gap = self.gap
-        return "best-known" if gap is None else f"best-known (within {100 * gap:.1f}% of the lower bound)"
+        note = f"; {self.bound_note}" if self.bound_note else ""
+        return "best-known" if gap is None else f"best-known (within {100 * gap:.1f}% of the lower bound{note})"
 
     @property
     def compare_ms(self) -> float:

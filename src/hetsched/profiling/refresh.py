@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from hetsched.model import InputError, OutputError, Provenance, ToolCard
-from hetsched.model.errors import os_error_text
+from hetsched.model import OutputError, Provenance, ToolCard
+from hetsched.model.errors import ParameterError, os_error_text
 from hetsched.model.files import (
     PROVENANCE_DEFAULTS,
     data_dir,
@@ -41,7 +41,7 @@ from hetsched.model.files import (
     load_tool_library,
     read_structured,
 )
-from hetsched.profiling.profiler import card_entry
+from hetsched.profiling.profiler import card_entry, plan_names
 
 
 @dataclass(frozen=True)
@@ -77,18 +77,18 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     every tool the scenario uses, or every measured card of the library). Bundled files are refused."""
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"--refresh {path}: not found; give a scenario or tool library file (a bundled scenario "
-                         f"is copied first: hetsched init NAME -o NAME.yaml)")
+        raise ParameterError("refresh", f"{path}: not found; give a scenario or tool library file (a bundled "
+                             "scenario is copied first: hetsched init NAME -o NAME.yaml)")
     try:
         path.resolve().relative_to(data_dir().resolve())
     except ValueError:
         pass
     else:
-        raise InputError(f"--refresh {path}: a bundled file is not refreshed in place; copy it first with "
-                         f"hetsched init {path.stem} -o {path.stem}.yaml")
+        raise ParameterError("refresh", f"{path}: a bundled file is not refreshed in place; copy it first with "
+                             f"hetsched init {path.stem} -o {path.stem}.yaml")
     doc = read_structured(path)
     if not isinstance(doc, dict) or ("nodes" not in doc and "tools" not in doc):
-        raise InputError(f"--refresh {path}: not a scenario (top-level 'nodes:') or a tool library ('tools:')")
+        raise ParameterError("refresh", f"{path}: not a scenario (top-level 'nodes:') or a tool library ('tools:')")
     if "nodes" in doc:
         sc = load_scenario(path)
         used = list(sc.workflow.tools)
@@ -110,13 +110,17 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     asked = list(tools) or used
     unknown = [t for t in asked if t not in used]
     if unknown:
-        raise InputError(f"--refresh {path}: tool(s) {', '.join(map(repr, unknown))} not in this "
-                         f"{'scenario' if kind == 'scenario' else 'library'}; its tools: {', '.join(used)}")
+        raise ParameterError("refresh", f"{path}: tool(s) {', '.join(map(repr, unknown))} not in this "
+                             f"{'scenario' if kind == 'scenario' else 'library'}; its tools: {', '.join(used)}")
     bases: dict[str, None] = {}
     amplified: dict[str, tuple[str, int]] = {}
     for name in asked:
         card = old[name]
         base, k = (card.base, card.amplification) if card.base is not None and card.amplification > 1 else (name, 1)
+        if base == name:  # a full card named NAME_xK (the registry refuses such names): NAME is what runs
+            plan = plan_names([name])
+            base = next(iter(plan))
+            k = int(name.rsplit("_x", 1)[1]) if base != name else 1
         bases.setdefault(base, None)
         if base != name:
             amplified[name] = (base, k)
@@ -162,7 +166,7 @@ def _rewrite(path: Path, doc: dict[str, Any], key: str, check: Any) -> None:
     try:
         atomic_write(path, write)
     except OSError as exc:
-        raise OutputError(f"--refresh: {path} cannot be written: {os_error_text(exc)}; it is as it was") from None
+        raise OutputError(f"{path} cannot be written: {os_error_text(exc)}; it is as it was") from None
 
 
 def _defaults(doc: dict[str, Any]) -> Provenance | None:

@@ -1,0 +1,198 @@
+"""A lower bound on the optimum from a mixed-integer relaxation of the contention model, solved by CP-SAT.
+
+The model (:mod:`hetsched.model.contention`) is relaxed into constraints every feasible mapping
+and its simulated schedule satisfy, so the smallest makespan ``T`` the solver can prove over them
+is at most the optimal E2E. Per node i: a placement ``x[i, code]`` (one of its allowed codes; a
+``gpu_queue`` node larger than the budget is never admitted), a relaxed ready time ``s[i]`` and
+end ``f[i]``; per tool a ``gpu_now`` flag ``y[t]`` and the end ``E[t]`` of its last ``gpu_now``
+node. For the simulated schedule of any feasible mapping (s = the time a node's inputs have
+arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hold:
+
+- **budget**: ``x[i, gpu_now] <= y[tool(i)]`` and the ``gpu_now`` tools fit together;
+- **precedence**: ``s[w] >= f[v] + transfer`` (the transfer only when the edge crosses between
+  the CPU and the GPU), ``f[i] >= s[i] + isolated time`` (CPU: ``cpu_ms * max(1, threads /
+  cores)``; ``gpu_now``: ``gpu_ms``; ``gpu_queue``: ``load_ms + gpu_ms``), ``T >= f[i]``;
+- **device work** (:mod:`hetsched.search.bounds`): the GPU completes at most 1 ms of
+  ``gpu_ms * min(1, (1 + kappa) gpu_util)`` per ms, the cores at most 1 ms of ``cpu_ms *
+  threads / cores``: ``T >=`` each device's total work;
+- **energy before and after a node** (what makes this stronger than the terms taken apart):
+  every ancestor of i ends before i does, so ``f[i] >=`` the work of i and its ancestors on each
+  device; none of i's descendants, nor i, starts before ``s[i]``, so ``T >= s[i] +`` the work of
+  i and its descendants on each device;
+- **VRAM x time**: ``budget * T >= sum over gpu_queue nodes of vram_mb (load_ms + gpu_ms) + sum
+  over tools of vram_mb * E[t]``, with ``E[t] >= f[i]`` for each ``gpu_now`` node of tool t.
+
+Times are scaled to integers of ``u = upper_ms / 2^20`` ms: every duration and work is rounded
+down and every image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints
+still hold for every feasible mapping and ``(proven objective bound - 1) * u`` is below the
+optimum. CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
+one worker with a deterministic time limit, so the bound is the same on every machine.
+
+OR-Tools is the optional ``[search]`` extra: without it :func:`available` is False and
+:func:`relaxation_bound_ms` returns None (the reference then keeps the bounds of
+:mod:`hetsched.search.lower_bound` and says so in its label). Imports the model only (OR-Tools
+lazily).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from hetsched.model import Scenario
+from hetsched.model.mapping import CPU_CODE as CPU
+from hetsched.model.mapping import NOW_CODE as NOW
+from hetsched.model.mapping import QUEUE_CODE as QUEUE
+
+RELAXATION_MAX_NODES = 400
+"""Largest workflow the relaxation is built for (its energy constraints hold n^2 terms)."""
+_UNITS = 1 << 20
+_VRAM_SCALE = 10.0  # VRAM in units of 0.1 MB
+
+
+def available() -> bool:
+    """Whether OR-Tools (the ``[search]`` extra) is installed."""
+    return importlib.util.find_spec("ortools") is not None
+
+
+@dataclass(frozen=True)
+class RelaxationBound:
+    """What the relaxation proved."""
+
+    lower_ms: float
+    """A lower bound on the optimal E2E (0 when the solver proved nothing)."""
+    optimal: bool
+    """True when the solver solved the relaxation exactly (the bound is the relaxation's optimum)."""
+    seconds: float
+    """Wall time, building the model included."""
+
+
+def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: float = 2.0) -> RelaxationBound | None:
+    """The relaxation's proven bound (see the module docstring); None without OR-Tools or when the
+    workflow is longer than :data:`RELAXATION_MAX_NODES`.
+
+    Args:
+        scenario: the scenario.
+        upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
+        max_seconds: the solver's deterministic time limit (about seconds of one core).
+    """
+    c = scenario.compiled
+    n = c.n
+    if not available() or n > RELAXATION_MAX_NODES or not (0 < upper_ms < math.inf):
+        return None
+    # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
+    cp_model: Any = importlib.import_module("ortools.sat.python.cp_model")
+    t0 = time.perf_counter()
+    u = upper_ms / _UNITS
+    top = math.ceil(upper_ms / u) + 1
+    budget = c.budget
+
+    def units(ms: float) -> int:
+        return max(0, math.floor(ms / u))
+
+    allowed = [tuple(k for k in c.allowed[i] if not (k == QUEUE and c.vram[i] > budget)) for i in range(n)]
+    model = cp_model.CpModel()
+    x = [{k: model.new_bool_var(f"x{i}_{k}") for k in allowed[i]} for i in range(n)]
+    for i in range(n):
+        model.add_exactly_one(x[i].values())
+    ntools = len(c.tools)
+    y = [model.new_bool_var(f"y{t}") for t in range(ntools)]
+    vram_units = [math.floor(c.tool_vram[t] * _VRAM_SCALE) for t in range(ntools)]
+    budget_units = math.ceil(budget * _VRAM_SCALE)
+    for i in range(n):
+        if NOW in x[i]:
+            model.add_implication(x[i][NOW], y[c.tool_idx[i]])
+    model.add(sum(vram_units[t] * y[t] for t in range(ntools)) <= budget_units)
+
+    def isolated(i: int, k: int) -> float:
+        if k == CPU:
+            return c.cpu_ms[i] * max(1.0, c.threads[i] / c.cores)
+        return c.gpu_ms[i] + (c.load_ms[i] if k == QUEUE else 0.0)
+
+    s = [model.new_int_var(0, top, f"s{i}") for i in range(n)]
+    f = [model.new_int_var(0, top, f"f{i}") for i in range(n)]
+    makespan = model.new_int_var(0, top, "T")
+    for i in range(n):
+        model.add(f[i] >= s[i] + sum(units(isolated(i, k)) * x[i][k] for k in allowed[i]))
+        model.add(makespan >= f[i])
+    for v in range(n):
+        for w, delay in c.succs[v]:
+            dl = units(delay)
+            cv, cw = x[v].get(CPU), x[w].get(CPU)
+            if dl > 0 and (cv is not None or cw is not None):
+                cross = model.new_bool_var(f"z{v}_{w}")
+                lv = 0 if cv is None else cv
+                lw = 0 if cw is None else cw
+                model.add(cross >= lv - lw)
+                model.add(cross >= lw - lv)
+                model.add(s[w] >= f[v] + dl * cross)
+            else:
+                model.add(s[w] >= f[v])
+    gpu_w = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * min(1.0, (1.0 + c.kappa) * c.util[i]) for i in range(n)]
+    cpu_w = [c.cpu_ms[i] * c.threads[i] / c.cores for i in range(n)]
+
+    def gpu_work(nodes: list[int]) -> Any:
+        return sum(units(gpu_w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU)
+
+    def cpu_work(nodes: list[int]) -> Any:
+        return sum(units(cpu_w[i]) * x[i][CPU] for i in nodes if CPU in x[i])
+
+    everything = list(range(n))
+    model.add(makespan >= gpu_work(everything))
+    model.add(makespan >= cpu_work(everything))
+    below = _descendants(c.succs, n)
+    above: list[set[int]] = [set() for _ in range(n)]
+    for v in range(n):
+        for w in below[v]:
+            above[w].add(v)
+    for v in range(n):
+        after = sorted(below[v] | {v})
+        model.add(makespan >= s[v] + gpu_work(after))
+        model.add(makespan >= s[v] + cpu_work(after))
+        before = sorted(above[v] | {v})
+        model.add(f[v] >= gpu_work(before))
+        model.add(f[v] >= cpu_work(before))
+    ends = [model.new_int_var(0, top, f"E{t}") for t in range(ntools)]
+    for i in range(n):
+        if NOW in x[i]:
+            model.add(ends[c.tool_idx[i]] >= f[i]).only_enforce_if(x[i][NOW])
+    queue_mem = sum(
+        math.floor(c.vram[i] * _VRAM_SCALE * (c.load_ms[i] + c.gpu_ms[i]) / u) * x[i][QUEUE]
+        for i in range(n) if QUEUE in x[i]
+    )
+    held = sum(vram_units[t] * ends[t] for t in range(ntools))
+    model.add(budget_units * makespan + sum(vram_units) >= queue_mem + held)
+    model.minimize(makespan)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_deterministic_time = max_seconds
+    status = solver.solve(model)
+    proven = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+    lower = max(0.0, (proven - 1.0) * u)
+    return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0)
+
+
+def _descendants(succs: tuple[tuple[tuple[int, float], ...], ...], n: int) -> list[set[int]]:
+    """Per node, every node that depends on it (transitively)."""
+    indeg = [0] * n
+    for v in range(n):
+        for w, _ in succs[v]:
+            indeg[w] += 1
+    order = [v for v in range(n) if indeg[v] == 0]
+    for v in order:  # Kahn's order grows while it is read
+        for w, _ in succs[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                order.append(w)
+    below: list[set[int]] = [set() for _ in range(n)]
+    for v in reversed(order):
+        for w, _ in succs[v]:
+            below[v].add(w)
+            below[v] |= below[w]
+    return below
+
+
+__all__ = ["RELAXATION_MAX_NODES", "RelaxationBound", "available", "relaxation_bound_ms"]
