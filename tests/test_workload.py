@@ -149,8 +149,8 @@ def test_horizon_stops_sending_and_frees_resident_tools() -> None:
 # ---------------------------------------------------------------------------- the simulator under load
 
 
-def _scenarios() -> list[Scenario]:
-    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2)
+def _scenarios(load_sharing: str = "none") -> list[Scenario]:
+    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2, load_sharing=load_sharing)
             for kind in ("chain", "fork", "diamond")]
 
 
@@ -183,9 +183,10 @@ def _check_invariants(sc: Scenario, trace: hs.Trace) -> None:
     assert trace.e2e_ms == m.p95_ms == max(n.end_ms for n in trace.nodes.values())
 
 
+@pytest.mark.parametrize("sharing", ["none", "copy", "device"])
 @pytest.mark.parametrize("wl", WORKLOADS, ids=lambda w: w.describe())
-def test_invariants_under_load_on_every_feasible_mapping(wl: Workload) -> None:
-    for sc in _scenarios():
+def test_invariants_under_load_on_every_feasible_mapping(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             trace = sim.run_workload(m, wl, seed=7)
@@ -219,8 +220,9 @@ def test_invariants_hold_for_any_closed_loop(kind: str, clients: int, n: int, th
 
 @pytest.mark.parametrize("wl", [Workload.closed(1, requests=1), Workload.open(3, requests=1),
                                 Workload.trace([0.0])], ids=["closed", "open", "trace"])
-def test_one_request_is_todays_run(wl: Workload) -> None:
-    for sc in _scenarios():
+@pytest.mark.parametrize("sharing", ["none", "device"])
+def test_one_request_is_todays_run(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             one, window = sim.run(m, seed=11), sim.run_workload(m, wl, seed=11)
