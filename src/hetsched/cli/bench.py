@@ -136,10 +136,12 @@ def bench(
     if suite_name not in SUITES:
         raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
     if suite_name != "paper":
-        if scenario or tools is not None or store is not None or executor != "sim" or executor_option:
-            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
-                             "run store; --scenario, --tools, --store, --executor and -X apply to --suite paper only")
-        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds)
+        if scenario or tools is not None or executor != "sim" or executor_option:
+            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator; --scenario, "
+                             "--tools, --executor and -X apply to --suite paper only")
+        check_store_folder(store)
+        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds,
+                   None if store is None else resolve_store_path(store))
         return
     spec = ExecutorSpec(executor, parse_executor_options(executor_option))
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
@@ -223,6 +225,7 @@ def bench(
 def _run_suite(
     name: str, policy: list[str], seeds: int | None, rounds: int | None, quick: bool, jobs: int | None,
     out_dir: Path, progress: bool, choice: ReferenceChoice, max_seconds: float = DEFAULT_SEARCH_SECONDS,
+    store: Path | None = None,
 ) -> None:
     """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
     specs = suite_specs(parse_specs(policy) if policy else None)
@@ -234,11 +237,14 @@ def _run_suite(
         n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
     config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
                          rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice,
-                         reference_seconds=max_seconds)
+                         reference_seconds=max_seconds, store=store)
+    if config.store_path.is_dir():
+        raise fail(f"--store {config.store_path} is a directory; give a file such as "
+                   f"{config.store_path / 'runs.sqlite'}")
     total = len(specs) * len(workflows) * len(config.seeds)
     err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
-              f"results in {safe(out_dir)}", soft_wrap=True)
+              f"results in {safe(out_dir)}, store {safe(config.store_path)}", soft_wrap=True)
     if progress:
         with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
