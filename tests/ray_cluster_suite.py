@@ -11,7 +11,8 @@ requested; no node's ``vram_mb`` was ever oversubscribed and Ray's admission rea
 queued nodes back; actors are packed across GPU nodes; outputs flow along edges; a tool error,
 a dead worker, a dead actor, memory over the card, a timeout and a dead node end the round with
 their typed reason and the next round runs; stored rounds survive a failed one; Ray admits
-queued nodes out of FIFO order where the simulator does not; ``hetsched run --executor ray``
+queued nodes out of FIFO order where the simulator does not; a window of overlapping requests
+shares one resident actor and keeps every invariant per request; ``hetsched run --executor ray``
 starts and stops its own local cluster, and ``--ray-address`` uses this one.
 """
 
@@ -32,10 +33,12 @@ from tests.raytools import Spin, card, check_ray_trace, expected_outputs, scenar
 
 from hetsched.exec.ray import RayExecutor
 from hetsched.exec.ray_trace import queue_inversions
+from hetsched.exec.window import instance_id, split_id, window_scenario
 from hetsched.export import trace_events
 from hetsched.loop import LoopConfig, load_result, run_key, run_recorded
 from hetsched.model import ExecutorSpec, InfeasibleKind, Mapping, Placement, Scenario
 from hetsched.model.files import load_scenario
+from hetsched.model.workload import Workload
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
@@ -192,6 +195,42 @@ def test_a_queued_node_larger_than_every_gpu_node_is_refused_before_running(wide
         tr = ex.run(Mapping({"A": C, "B": Q}))
         assert tr.kind is InfeasibleKind.NEVER_ADMISSIBLE and "35" in tr.reason and not tr.nodes
         assert ex.run(Mapping({"A": C, "B": C})).feasible
+
+
+# ---------------------------------------------------------------------------- windows of requests
+def test_a_window_of_overlapping_requests_shares_one_resident_actor_and_keeps_every_invariant(
+        wide_ex: RayExecutor) -> None:
+    sc = scenario([("A", "prep"), ("B", "embed"), ("C", "mid"), ("D", "join")], [("A", "B"), ("B", "C"), ("C", "D")],
+                  CARDS, budget_mb=40, name="window")
+    m = Mapping({"A": C, "B": G, "C": Q, "D": C})
+    with RayExecutor(sc, address=wide_ex.address) as ex:
+        loaded = ex.run_workload(m, Workload.closed(2, requests=3))
+        runs = [(ex.run_window(m, releases_ms=[0, 0, 30, 60]), None), (ex.run_window(m, clients=2, count=5), 2)]
+    # the Workload contract: the window's trace with its metrics and every request
+    assert loaded.feasible and loaded.executor == "ray", loaded.reason
+    assert loaded.load is not None and loaded.load.requests == 3 and len(loaded.requests) == 3
+    assert loaded.e2e_ms == loaded.load.p95_ms and set(loaded.nodes) == {"A", "B", "C", "D"}
+    for run, clients in runs:
+        assert run.completed, run.trace.reason
+        count = len(run.end_ms)
+        # the composite trace keeps every Ray invariant: precedence, each node's VRAM within its budget
+        check_ray_trace(window_scenario(sc, count), run.trace)
+        assert run.resident_loads == {"embed": 1}, "one actor, loaded once, serves every request"
+        embed_hosts = {nt.host for cid, nt in run.trace.nodes.items() if split_id(cid)[0] == "B"}
+        assert len(embed_hosts) == 1
+        rel = [t for t in run.release_ms if t is not None]
+        ends = [e for e in run.end_ms if e is not None]
+        assert len(rel) == len(ends) == count and len(run.latency_ms) == count
+        for r in range(count):
+            nodes = run.request_nodes(r)
+            assert nodes["A"].ready_ms >= rel[r] - 1.0, f"request {r} started before its release"
+            assert ends[r] == nodes["D"].end_ms
+        if clients is not None:
+            for r in range(clients, count):
+                assert rel[r] >= ends[r - clients] - 1e-6, f"request {r} sent before request {r - clients} returned"
+    # outputs flowed along each request's edges (the last window's sinks)
+    want = expected_outputs(sc, {t: s.value for t, s in TOOLS.items()})["D"]
+    assert ex.last_outputs == {instance_id("D", r): want for r in range(5)}
 
 
 # ---------------------------------------------------------------------------- failures

@@ -24,7 +24,10 @@ from tests.realtools import Worker, card, read_log, scenario
 
 from hetsched.exec.local import LocalExecutor
 from hetsched.exec.window import ReleaseClock, WindowRun, instance_id, split_id, window_mapping, window_scenario
+from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InfeasibleKind, InputError, Mapping, Placement
+from hetsched.model.workload import Workload, percentile
+from hetsched.policies import make_policy
 from hetsched.tools import register_tool, unregister_tool
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
@@ -175,6 +178,44 @@ def test_any_small_window_keeps_the_invariants(ex: LocalExecutor, times: list[in
         return
     run = ex.run_window(mapping, releases_ms=times)
     check_window(run, mapping, 80.0)
+
+
+# ---------------------------------------------------------------------------- the Workload contract
+def test_run_workload_returns_the_window_trace_every_executor_returns(ex: LocalExecutor) -> None:
+    wl = Workload.closed(2, requests=5)
+    tr = ex.run_workload(MAPPING, wl)
+    assert tr.feasible and tr.executor == "local", tr.reason
+    assert tr.load is not None and tr.load.requests == 5 and len(tr.requests) == 5
+    assert [r.request for r in tr.requests] == list(range(5))
+    assert [r.release_ms for r in tr.requests] == sorted(r.release_ms for r in tr.requests)
+    assert {r.client for r in tr.requests} == {0, 1}
+    assert tr.e2e_ms == tr.load.p95_ms == percentile([r.latency_ms for r in tr.requests], 95)
+    assert set(tr.nodes) == {"A", "B", "C", "E"}, "the p95 request's nodes, by the workflow's own ids"
+    for r in tr.requests:
+        assert set(r.nodes) == {"A", "B", "C", "E"}
+        assert min(nt.ready_ms for nt in r.nodes.values()) >= r.release_ms - EPS
+    assert tr.load.peak_vram_mb <= 80.0 + EPS
+
+
+def test_a_mapping_that_cannot_serve_a_window_is_refused_before_running(tools: None) -> None:
+    # wanswer (41, queued) never fits beside the resident wembed (31) in 60 MB: fine for one request
+    # (wembed goes after its node), not for a window (it stays for the next request)
+    mapping = Mapping({"A": C, "B": G, "C": C, "E": Q})
+    with LocalExecutor(flow(60.0), device="standin") as ex:
+        assert ex.run(mapping).feasible
+        tr = ex.run_workload(mapping, Workload.open(5.0, requests=3))
+    assert tr.kind is InfeasibleKind.NEVER_ADMISSIBLE and "under load" in tr.reason and not tr.requests
+
+
+def test_rounds_of_a_policy_under_load_run_windows_for_real(ex: LocalExecutor) -> None:
+    sc = flow().with_workload(Workload.open(50.0, requests=4, seed=3))
+    result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=2), executor=ex)
+    assert len(result.rounds) == 2
+    ran = [rec.trace for rec in result.rounds if rec.trace.feasible]
+    assert ran, [rec.trace.reason for rec in result.rounds]
+    for tr in ran:
+        assert tr.executor == "local" and tr.load is not None and tr.load.requests == 4
+        assert tr.e2e_ms == tr.load.p95_ms
 
 
 # ---------------------------------------------------------------------------- the plan (no workers)

@@ -4,7 +4,8 @@ One process per round and device (CPU, GPU), and per machine for a multi-machine
 executor's ``Trace.hosts``), one named thread lane per concurrently running task (assigned
 greedily, so the lanes show the parallelism: ``CPU 1``, ``GPU 2``, ``GPU queue 1``), queue waits
 and loads as their own slices, and VRAM in use as a counter track against the budget, one sample
-per change. Imports only the model.
+per change. A window of requests (a workload's round) adds a process with one lane per request,
+and its device processes show every request's nodes (``A#12``). Imports only the model.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,8 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
     """
     events: list[dict[str, Any]] = []
     next_pid = 1
-    for label, trace in traces:
+    for label, given in traces:
+        trace = _every_request(given) if given.requests else given
         hosts = [h.host for h in trace.hosts] or [""]
         for n in trace.nodes.values():
             if n.host not in hosts:
@@ -115,6 +118,45 @@ def trace_events(traces: Iterable[tuple[str, Trace]]) -> list[dict[str, Any]]:
             for t_ms, used in samples:
                 events.append({"ph": "C", "name": "VRAM (MB)", "pid": pids[(host, True)], "ts": t_ms * _US,
                                "args": {"used": used, "budget": budget}})
+        if given.requests:
+            events.extend(_request_lanes(label, given, next_pid))
+            next_pid += 1
+    return events
+
+
+def _every_request(trace: Trace) -> Trace:
+    """A window's trace with every request's nodes (``A#12``: node A of request 12) on the window's
+    clock, for the device processes."""
+    nodes = {f"{n}#{r.request}": replace(nt, node=f"{n}#{r.request}") for r in trace.requests
+             for n, nt in r.nodes.items()}
+    return replace(trace, nodes=nodes, e2e_ms=max(r.end_ms for r in trace.requests))
+
+
+def _request_lanes(label: str, trace: Trace, pid: int) -> list[dict[str, Any]]:
+    """One process for a window of requests: a lane per request (``request 12``; its parallel
+    branches on ``request 12 · 2``...), its nodes as slices, and its send-to-response span."""
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid,
+                                     "args": {"name": f"{label} · requests"}}]
+    tid = 0
+    for r in trace.requests:
+        own = lanes([(nt.ready_ms, nt.end_ms, n) for n, nt in r.nodes.items()])
+        width = max(own.values(), default=0) + 1
+        for k in range(width):
+            name = f"request {r.request}" + (f" · {k + 1}" if k else "")
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid + k, "args": {"name": name}})
+            events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid + k,
+                           "args": {"sort_index": tid + k}})
+        client = {"client": r.client} if r.client >= 0 else {}
+        for n, nt in r.nodes.items():
+            args = {"request": r.request, **client, "tool": nt.tool, "placement": nt.placement.value,
+                    "wait_ms": nt.wait_ms, "load_ms": nt.load_ms}
+            events.append({"ph": "X", "name": f"{n} {nt.tool}", "cat": nt.placement.value, "pid": pid,
+                           "tid": tid + own[n], "ts": nt.ready_ms * _US, "dur": (nt.end_ms - nt.ready_ms) * _US,
+                           "args": args})
+        events.append({"ph": "i", "name": f"request {r.request} sent", "pid": pid, "tid": tid,
+                       "ts": r.release_ms * _US, "s": "t",
+                       "args": {"latency_ms": r.latency_ms, **client}})
+        tid += width
     return events
 
 

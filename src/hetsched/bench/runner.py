@@ -28,7 +28,7 @@ from typing import Any
 
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
-from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
+from hetsched.model import SIM, ExecutorSpec, InputError, Reference, RunKey, Scenario
 from hetsched.model.errors import ParameterError
 from hetsched.policies import policy_names
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
@@ -124,14 +124,16 @@ _OPEN: dict[tuple[int, str], RunStore] = {}
 than a whole run when every job opened and closed its own connection (see BENCHMARKS.md)."""
 
 
-def _store(path: str) -> RunStore:
+def open_store(path: str) -> RunStore:
+    """This process's open store for ``path`` (one per process and file, kept open across jobs)."""
     key = (os.getpid(), path)
     if key not in _OPEN:
         _OPEN[key] = RunStore(path)
     return _OPEN[key]
 
 
-def _close_stores() -> None:
+def close_stores() -> None:
+    """Close the stores :func:`open_store` opened in this process."""
     for key in [k for k in _OPEN if k[0] == os.getpid()]:
         _OPEN.pop(key).close()
 
@@ -158,7 +160,7 @@ def _close_executors() -> None:
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    run_id, how = ensure_run(_store(job.store), job.key, executor=_executor(job.key))
+    run_id, how = ensure_run(open_store(job.store), job.key, executor=_executor(job.key))
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.key.scenario.name)
 
 
@@ -215,7 +217,7 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
                 complete, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in complete:
                     finished(pending.pop(fut), fut.result())
-    _close_stores()  # workers' connections close when the pool's processes exit
+    close_stores()  # workers' connections close when the pool's processes exit
     out = BenchRun(config=config, seconds=time.perf_counter() - t0)
     for r in results:
         assert r is not None
@@ -238,10 +240,26 @@ def store_references(store_path: Path | str, run_ids: Sequence[str], choice: Ref
             sc = store.scenario(run_id)
             by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
         for sc, ids in by_scenario.values():
-            ref = reference(sc, choice, max_seconds=max_seconds)
-            assert ref is not None
+            ref, _ = ensure_reference(store, sc, choice, max_seconds)
             for run_id in ids:
                 store.set_reference(run_id, ref)
+
+
+def ensure_reference(store: RunStore, scenario: Scenario, choice: ReferenceChoice,
+                     max_seconds: float = DEFAULT_SEARCH_SECONDS) -> tuple[Reference, str]:
+    """The bench's one rule for references, as :func:`~hetsched.loop.ensure_run` is for runs: the reference
+    recorded in ``store`` for this scenario's content and ``choice`` is reused; else it is computed and
+    recorded. Returns ``(reference, how)``, ``how`` being ``reused`` or ``computed``."""
+    choice = ReferenceChoice(choice)
+    stored = store.stored_reference(scenario, choice.value)
+    if stored is not None:
+        return stored, "reused"
+    ref = reference(scenario, choice, max_seconds=max_seconds)
+    if ref is None:
+        raise ParameterError("reference", f"{choice.value!r}: the bench needs a reference; accepted: auto, oracle, "
+                             "best-known")
+    store.record_reference(scenario, choice.value, ref)
+    return ref, "computed"
 
 
 def default_jobs() -> int:

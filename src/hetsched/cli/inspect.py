@@ -12,8 +12,9 @@ from rich.table import Table
 
 from hetsched.cli.app import app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
-from hetsched.model import Scenario
+from hetsched.model import Mapping, Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.model.workload import Workload
 
 # the simulator and the searches (numpy) are imported by the commands that use them: show and validate
 # of a scenario or library, and `scenarios`, start without them
@@ -277,6 +278,7 @@ def schema(
     "hetsched simulate S13 A=gpu_now,B=gpu_queue,C=gpu_now,D=cpu",
     "hetsched simulate fanout '{\"A\": \"cpu\", \"B\": \"gpu_now\", \"C\": \"gpu_now\", \"D\": \"cpu\"}' --no-noise",
     "hetsched simulate vram_3way mapping.yaml --trace what_if.json",
+    "hetsched simulate S5 A=gpu_now,B=cpu,C=cpu,D=gpu_now --clients 4 --requests 100 --slo-ms 1000",
 ))
 def simulate(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
@@ -289,8 +291,26 @@ def simulate(
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write the schedule as Chrome trace-event JSON."
     ),
+    clients: int | None = typer.Option(None, "--clients", min=1, max=10_000, metavar="K",
+                                       rich_help_panel="Under load",
+                                       help="Simulate a window of requests from K clients (closed loop)."),
+    rate: float | None = typer.Option(None, "--rate", metavar="PER_S", rich_help_panel="Under load",
+                                      help="Simulate a window of Poisson arrivals at this rate (open loop)."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
+                                         help="Simulate a window of requests sent at the times in FILE (ms)."),
+    requests: int | None = typer.Option(None, "--requests", min=1, max=100_000, metavar="N",
+                                        rich_help_panel="Under load", show_default="100 with --clients or --rate",
+                                        help="Requests in the window."),
+    duration: float | None = typer.Option(None, "--duration", metavar="SECONDS", rich_help_panel="Under load",
+                                          help="Send requests for this long (instead of --requests)."),
+    think_ms: float | None = typer.Option(None, "--think-ms", metavar="MS", rich_help_panel="Under load",
+                                          help="--clients: wait after a response before the next request."),
+    slo_ms: float | None = typer.Option(None, "--slo-ms", metavar="MS", rich_help_panel="Under load",
+                                        help="Latency target: report the share of requests within it."),
 ) -> None:
-    """Simulate one mapping: per-node times, VRAM, E2E and its ratio to the oracle ("what if")."""
+    """Simulate one mapping: per-node times, VRAM, E2E and its ratio to the oracle ("what if").
+    With --clients, --rate or --arrivals (or a scenario with a workload), a window of requests:
+    throughput, p50/p95/p99, SLO attainment and each request's latency."""
     from hetsched.cli.common import check_output_file
     from hetsched.export import write_chrome_trace
     from hetsched.model.files import parse_mapping_text
@@ -304,6 +324,13 @@ def simulate(
     from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
     given = load_mapping(path) if from_file else parse_mapping_text(mapping)
     m = sc.validate_mapping(given, where=f"file {path}" if from_file else "mapping")
+    from hetsched.cli.run import workload_from_flags
+
+    wl = workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals, requests=requests,
+                             duration=duration, think_ms=think_ms, slo_ms=slo_ms)
+    if wl is not None:
+        _simulate_window(sc, m, wl, seed, noise, as_json, trace)
+        return
     tr = Simulator(sc, noise=noise).run(m, seed=seed)
     if trace is not None:
         write_chrome_trace(trace, [(f"{sc.name} {m.code()}", tr)])
@@ -337,3 +364,42 @@ def simulate(
     )
     if trace is not None:
         out.print(f"trace written to {safe(trace)}")
+
+
+def _simulate_window(sc: Scenario, m: Mapping, wl: Workload, seed: int, noise: bool, as_json: bool,
+                     trace: Path | None) -> None:
+    """``hetsched simulate`` under load: one window of requests under one mapping."""
+    from hetsched.export import write_chrome_trace
+    from hetsched.sim import Simulator
+
+    tr = Simulator(sc, noise=noise).run_workload(m, wl, seed=seed)
+    if trace is not None:
+        write_chrome_trace(trace, [(f"{sc.name} {m.code()}", tr)])
+    if as_json:
+        typer.echo(json.dumps({**tr.to_dict(), "workload": wl.model_dump(mode="json"),
+                               "requests": [r.to_dict() for r in tr.requests]}))
+        return
+    out.print(f"{safe(sc.name)}: {safe(mapping_text(m))}" + (f"  (seed {seed})" if noise else "  (noise-free)")
+              + f"; {safe(wl.describe())}", soft_wrap=True)
+    if tr.load is None:
+        out.print(f"[red]infeasible[/]: {safe(tr.reason)}", soft_wrap=True)
+        return
+    ld = tr.load
+    shown = tr.requests[:SHOWN_REQUESTS]
+    rows = [(str(r.request), "-" if r.client < 0 else str(r.client), f"{r.release_ms:.1f}", f"{r.end_ms:.1f}",
+             f"{r.latency_ms:.1f}", f"{r.queue_wait_ms:.1f}") for r in shown]
+    columns = ("request", "client", "sent", "returned", "latency", "queue wait")
+    out.print(plain_table(columns, rows, right=columns), soft_wrap=True)
+    if len(tr.requests) > len(shown):
+        out.print(f"... {len(tr.requests) - len(shown)} more requests (--json for every one)")
+    out.print(safe(ld.describe()), soft_wrap=True)
+    out.print(f"window {ld.window_ms:.1f} ms; in flight mean {ld.in_flight_mean:.2f}, max {ld.in_flight_max}; queue "
+              f"wait mean {ld.queue_wait_mean_ms:.1f} / p95 {ld.queue_wait_p95_ms:.1f} ms; "
+              f"CPU {100 * ld.cpu_util_mean:.0f}%, GPU {100 * ld.gpu_util_mean:.0f}%; VRAM peak {ld.peak_vram_mb:g}, "
+              f"mean {ld.mean_vram_mb:.0f} of {sc.machine.vram_budget_mb:g} MB; times in ms", soft_wrap=True)
+    if trace is not None:
+        out.print(f"trace written to {safe(trace)}")
+
+
+SHOWN_REQUESTS = 20
+"""Requests listed by ``hetsched simulate`` under load (all of them with --json)."""

@@ -5,13 +5,15 @@ best-known mapping, or none)."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -22,6 +24,7 @@ from hetsched.cli.app import (
     EXIT_NO_RESULT,
     app,
     err,
+    escape_markup,
     examples,
     fail,
     out,
@@ -44,11 +47,14 @@ from hetsched.export import write_chrome_trace
 from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Reference, RoundRecord, Scenario
+from hetsched.model.files import format_validation_error, read_arrivals
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
+from hetsched.model.workload import MAX_CLIENTS, MAX_LOAD_REQUESTS, Workload
 from hetsched.policies import make_policy, policy_names
 from hetsched.policies.decider_registry import LLM_DECIDERS
 from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
+    ReferenceChoice,
     check_max_seconds,
     parse_reference_choice,
 )
@@ -72,7 +78,7 @@ def round_table(result: RunResult) -> Table:
                   title_justify="left")
     table.add_column("round", justify="right")
     table.add_column("mapping" if ref is None else f"mapping (* differs from {ref.kind.value})")
-    table.add_column("E2E ms", justify="right")
+    table.add_column("p95 ms" if result.scenario.workload is not None else "E2E ms", justify="right")
     if ref is not None:
         table.add_column(f"/ {reference_name(ref, result.executor)}", justify="right")
     table.add_column("probes", justify="right")
@@ -86,6 +92,97 @@ def round_table(result: RunResult) -> Table:
         cells += [str(len(r.probes)), "yes" if r.trace.feasible else f"[red]no[/]: {safe(r.trace.reason)}"]
         table.add_row(*cells)
     return table
+
+
+DEFAULT_LOAD_REQUESTS = 100
+"""Requests in a window given by ``--clients`` or ``--rate`` without ``--requests`` or ``--duration``."""
+LOAD_FLAGS = ("--clients", "--rate", "--arrivals")
+
+
+def workload_from_flags(
+    current: Workload | None,
+    *,
+    clients: int | None = None,
+    rate: float | None = None,
+    arrivals: Path | None = None,
+    requests: int | None = None,
+    duration: float | None = None,
+    think_ms: float | None = None,
+    slo_ms: float | None = None,
+) -> Workload | None:
+    """The workload ``hetsched run``'s load flags describe: a new one (``--clients``, ``--rate`` or
+    ``--arrivals``), or the scenario's own ``current`` with ``--requests``/``--duration``/
+    ``--think-ms``/``--slo-ms`` changed; bad values exit 2 naming the flag."""
+    given = [f for f, v in zip(LOAD_FLAGS, (clients, rate, arrivals), strict=True) if v is not None]
+    if len(given) > 1:
+        raise fail(f"{' and '.join(given)}: give one arrival process (--clients K, --rate PER_S or --arrivals FILE)")
+    for flag, value, low in (("--rate", rate, 0.0), ("--duration", duration, 0.0), ("--slo-ms", slo_ms, 0.0)):
+        if value is not None and not (math.isfinite(value) and value > low):
+            raise fail(f"{flag} {value:g}: give a number > 0")
+    if think_ms is not None and not (math.isfinite(think_ms) and think_ms >= 0):
+        raise fail(f"--think-ms {think_ms:g}: give a number >= 0")
+    if think_ms and rate is not None:
+        raise fail("--think-ms is a closed loop's (--clients), not an open loop's (--rate)")
+    if requests is not None and duration is not None:
+        raise fail(f"--requests {requests} and --duration {duration:g}: give one of the two")
+    if not given and current is None:
+        extra = [f for f, v in (("--requests", requests), ("--duration", duration), ("--think-ms", think_ms),
+                                ("--slo-ms", slo_ms)) if v is not None]
+        if extra:
+            raise fail(f"{', '.join(extra)} set a workload's window; give --clients K, --rate PER_S or --arrivals FILE "
+                       "(or a scenario with a workload: section)")
+        return None
+    try:
+        if clients is not None or rate is not None:
+            window: dict[str, Any] = {"requests": requests, "duration_s": duration}
+            if requests is None and duration is None:
+                window["requests"] = DEFAULT_LOAD_REQUESTS
+            if clients is not None:
+                return Workload.closed(clients, think_ms=think_ms or 0.0, slo_ms=slo_ms, **window)
+            return Workload.open(float(rate or 0.0), slo_ms=slo_ms, **window)
+        if arrivals is not None:
+            return Workload.trace(read_arrivals(arrivals), file=str(arrivals), requests=requests,
+                                  duration_s=duration, slo_ms=slo_ms)
+        assert current is not None
+        changes: dict[str, Any] = {}
+        if requests is not None or duration is not None:
+            changes.update(requests=requests, duration_s=duration)
+        if think_ms is not None:
+            changes["think_ms"] = think_ms
+        if slo_ms is not None:
+            changes["slo_ms"] = slo_ms
+        return Workload.model_validate({**current.model_dump(), **changes}) if changes else current
+    except ValidationError as exc:
+        raise fail(format_validation_error(exc, "", prefix="workload", model=Workload)) from None
+
+
+def load_table(wl: Workload | None, rounds: Sequence[RoundRecord]) -> str:
+    """Under a workload: one row per round with the window's throughput, percentiles and SLO."""
+    slo = wl is not None and wl.slo_ms is not None
+    columns = ["round", "requests", "per s", "p50 ms", "p95 ms", "p99 ms", "queue p95 ms", "GPU util", "peak MB"]
+    if slo:
+        columns.append(f"<= {wl.slo_ms:g} ms" if wl is not None and wl.slo_ms is not None else "SLO")
+    rows = []
+    for r in rounds:
+        m = r.trace.load
+        if m is None:
+            rows.append([str(r.round), *(["-"] * (len(columns) - 1))])
+            continue
+        row = [str(r.round), str(m.requests), f"{m.throughput_per_s:.3g}", f"{m.p50_ms:.1f}", f"{m.p95_ms:.1f}",
+               f"{m.p99_ms:.1f}", f"{m.queue_wait_p95_ms:.1f}", f"{100 * m.gpu_util_mean:.0f}%", f"{m.peak_vram_mb:g}"]
+        if slo:
+            row.append("-" if m.slo_attainment is None else f"{100 * m.slo_attainment:.1f}%")
+        rows.append(row)
+    head = f"under load: {wl.describe() if wl is not None else ''} (E2E above = each window's p95)\n"
+    return escape_markup(head) + plain_table(columns, rows, right=[c for c in columns if c != "round"])
+
+
+def _load_reference(ctx: typer.Context, sc: Scenario, choice: ReferenceChoice) -> ReferenceChoice:
+    """Under a workload no reference is computed unless ``--reference`` asks for one: the searches
+    optimize one request's E2E, not a window's p95."""
+    if sc.workload is not None and not _given(ctx, "reference_choice"):
+        return ReferenceChoice.NONE
+    return choice
 
 
 def describe_executor(ex: Executor, as_json: bool) -> None:
@@ -115,7 +212,10 @@ def round_line(r: RoundRecord, planned: int | None = None) -> str:
     what = f"E2E {r.trace.e2e_ms:.1f} ms" if r.trace.feasible and r.trace.e2e_ms is not None else \
         f"infeasible: {r.trace.reason}"
     probes = f", {len(r.probes)} probes" if r.probes else ""
-    return f"round {r.round}{of}: {what}{probes}  {mapping_text(r.mapping)}"
+    load = f" ({r.trace.load.describe()})" if r.trace.load is not None else ""
+    if load:
+        what = what.replace("E2E", "p95", 1)
+    return f"round {r.round}{of}: {what}{load}{probes}  {mapping_text(r.mapping)}"
 
 
 class RoundStream:
@@ -243,6 +343,7 @@ def _given(ctx: typer.Context, name: str | None) -> bool:
     "hetsched run S13 --policy agentic --decider rules --rounds 10 --json",
     "hetsched run my_flow.yaml -p agentic --decider openai --llm-base-url http://127.0.0.1:8000/v1",
     "hetsched run vram_3way --policy oracle --trace vram.json",
+    "hetsched run S13 --policy greedy-mem --clients 4 --requests 200 --slo-ms 3000 --trace load.json",
     "hetsched run --resume 3f2a9c1b",
 ))
 def run(
@@ -340,6 +441,36 @@ def run(
         help="An executor option (repeat for several), e.g. -X device=standin -X timeout_s=60 "
         "(local: device, size, cpu_threads, device_threads, timeout_s, memory_slack, tool_modules...).",
     ),
+    clients: int | None = typer.Option(
+        None, "--clients", min=1, max=MAX_CLIENTS, metavar="K", rich_help_panel="Under load",
+        help="Each round runs a window of requests from K clients (closed loop: each sends its next request when "
+        "its last one returns). Sets the scenario's workload.",
+    ),
+    rate: float | None = typer.Option(
+        None, "--rate", metavar="PER_S", rich_help_panel="Under load",
+        help="Each round runs a window of Poisson arrivals at this many requests per second (open loop).",
+    ),
+    arrivals: Path | None = typer.Option(
+        None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
+        help="Each round runs a window of requests sent at the times in FILE (ms from the start; one a line).",
+    ),
+    requests: int | None = typer.Option(
+        None, "--requests", min=1, max=MAX_LOAD_REQUESTS, metavar="N", rich_help_panel="Under load",
+        show_default=f"{DEFAULT_LOAD_REQUESTS} with --clients or --rate, all with --arrivals",
+        help="Requests in each window.",
+    ),
+    duration: float | None = typer.Option(
+        None, "--duration", metavar="SECONDS", rich_help_panel="Under load",
+        help="Send requests for this long in each window (instead of --requests); each one sent runs to the end.",
+    ),
+    think_ms: float | None = typer.Option(
+        None, "--think-ms", metavar="MS", rich_help_panel="Under load",
+        help="--clients: a client's wait after a response before its next request.",
+    ),
+    slo_ms: float | None = typer.Option(
+        None, "--slo-ms", metavar="MS", rich_help_panel="Under load",
+        help="Latency target: report the share of requests at or under it (SLO attainment).",
+    ),
     reference_choice: str = typer.Option(
         "auto", "--reference", metavar="KIND", help="What to compare against in the report: auto (the exact oracle "
         "when its search is estimated to fit --max-seconds, else a best-known mapping with its gap to a lower "
@@ -399,6 +530,7 @@ def run(
             stored_key = st.key(info.id)
             state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
         sc, policy_name = stored_key.scenario, stored_key.policy
+        choice = _load_reference(ctx, sc, choice)
         with make_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
@@ -412,6 +544,10 @@ def run(
         if scenario is None:
             raise fail("missing SCENARIO: give a scenario file or bundled scenario name, or --resume RUN_ID")
         sc = load(scenario)
+        sc = sc.with_workload(workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals,
+                                                  requests=requests, duration=duration, think_ms=think_ms,
+                                                  slo_ms=slo_ms))
+        choice = _load_reference(ctx, sc, choice)
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
@@ -446,7 +582,10 @@ def run(
         _exit_without_result(result)
         return
     ref = result.reference
-    if ref is None:
+    if ref is None and result.scenario.workload is not None and choice is ReferenceChoice.NONE:
+        out.print("reference: none under load (the reference search optimizes one request; --reference auto "
+                  "compares each window's p95 with its one-request E2E)", soft_wrap=True)
+    elif ref is None:
         out.print("reference: none computed (--reference none)")
     else:
         how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
@@ -459,6 +598,8 @@ def run(
             out.print(f"{ref.kind.value} mapping measured on {safe(result.executor)}: {safe(ref.measured.describe())}"
                       "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
+    if result.scenario.workload is not None:
+        out.print(load_table(result.scenario.workload, result.rounds), soft_wrap=True)
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
     _print_decider_summary(result)

@@ -56,6 +56,16 @@ from hetsched.exec.ray_plan import RESOURCE_STEP, VRAM_RESOURCE, RayHost, RayPla
 from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, WarmItem, run_node
 from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
 from hetsched.exec.toolset import default_size, node_timeout_s, scenario_tools
+from hetsched.exec.window import (
+    ReleaseClock,
+    WindowRun,
+    instance_id,
+    request_ends,
+    split_id,
+    window_mapping,
+    window_scenario,
+    workload_trace,
+)
 from hetsched.model import (
     Infeasibility,
     InfeasibleKind,
@@ -65,6 +75,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.workload import Workload, load_infeasibility
 from hetsched.tools.base import Tool, check_size
 from hetsched.tools.registry import import_tool_modules
 
@@ -382,6 +393,60 @@ class RayExecutor(ClosingExecutor):
         self._rounds += 1
         return _Round(self, placed, hosts, inputs).execute()
 
+    def run_window(self, mapping: Mapping, *, releases_ms: Sequence[float] | None = None, clients: int | None = None,
+                   count: int | None = None, think_ms: float = 0.0, clock: ReleaseClock | None = None,
+                   inputs: dict[str, Any] | None = None) -> WindowRun:
+        """Run a window of overlapping requests on the cluster under one mapping (:mod:`hetsched.exec.window`).
+
+        Requests are released as in :meth:`LocalExecutor.run_window
+        <hetsched.exec.local.LocalExecutor.run_window>`: each request's nodes are submitted at its
+        release. Its ``gpu_now`` actors are created and loaded once, before the window, and serve
+        every request (calls run concurrently, one actor thread per node of the window); its
+        ``gpu_queue`` tasks are admitted by Ray's ``vram_mb`` resource (never over budget, but in
+        Ray's order, not FIFO: the trace's notes name the inversions)."""
+        self.last_outputs = {}
+        if self._closed:
+            raise InputError("executor 'ray' is closed")
+        sc = self.scenario
+        mapping = sc.validate_mapping(mapping)
+        if clock is None:
+            if (releases_ms is None) == (clients is None):
+                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
+            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
+                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        hosts = self.refresh_hosts()
+        budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
+        nothing: tuple[None, ...] = (None,) * clock.count
+        static = sc.infeasibility(mapping)
+        if static is not None:
+            return WindowRun(Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name), nothing,
+                             nothing, budget_mb=budget)
+        wsc = window_scenario(sc, clock.count)
+        placed = place(wsc, window_mapping(mapping, clock.count), hosts)
+        if isinstance(placed, Infeasibility):
+            return WindowRun(Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name), nothing,
+                             nothing, budget_mb=budget)
+        self._rounds += 1
+        window = _Window(self, placed, hosts, clock, wsc, inputs)
+        trace = window.execute()
+        return WindowRun(trace=trace, release_ms=tuple(clock.sent.get(r) for r in range(clock.count)),
+                         end_ms=tuple(request_ends(sc, trace.nodes, clock.count)),
+                         resident_loads=window.resident_loads, budget_mb=budget)
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run ``workload``'s window of requests for real under one mapping (:meth:`run_window`) and
+        return the window's ``Trace`` (``load``: its metrics, ``requests``: every request; ``e2e_ms``
+        the p95 latency), built as every executor builds it. ``seed`` is unused: times are real.
+        A mapping that cannot serve a window (a queued node that does not fit beside the resident
+        tools, which serve every request) is refused before anything runs."""
+        sc = self.scenario
+        mapping = sc.validate_mapping(mapping)
+        refused = sc.infeasibility(mapping) or load_infeasibility(sc, mapping, workload)
+        if refused is not None:
+            return Trace.refused(mapping, refused, vram_budget_mb=sc.machine.vram_budget_mb, executor=self.name)
+        plan = workload.plan(sc.isolated_critical_path_ms())
+        run = self.run_window(mapping, clock=ReleaseClock(plan.releases_ms, plan.follows, plan.horizon_ms))
+        return workload_trace(run, sc, mapping, workload, plan, self.name)
 
 DRIVER_SETTINGS = {"RAY_task_events_report_interval_ms": "100"}
 """Ray settings of this driver process when it joins a cluster (``RAY_*`` variables Ray reads when
@@ -529,10 +594,10 @@ class _Round:
     """One execution of a placed mapping: actors, submission, waiting, cleanup, events, trace."""
 
     def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost],
-                 inputs: dict[str, Any] | None = None) -> None:
+                 inputs: dict[str, Any] | None = None, scenario: Scenario | None = None) -> None:
         self.ex, self.plan, self.hosts = ex, plan, hosts
         self.given = dict(inputs or {})  # a source's request input
-        self.sc = ex.scenario
+        self.sc = scenario if scenario is not None else ex.scenario
         self.wf = self.sc.workflow
         self.tag = f"hetsched {ex.scenario.name} r{ex._rounds} {uuid.uuid4().hex[:8]}"
         """The name of every Ray task of the round (Ray's dashboard groups them; the events query finds them)."""
@@ -550,7 +615,8 @@ class _Round:
         self.exiting: list[Any] = []  # actors asked to exit after their last node
         cls_total = {"cpu": 0.0, "gpu": 0.0}
         for n in self.wf.node_ids:
-            cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] += ex.timeout_of(n, plan.mapping[n])
+            cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] += node_timeout_s(
+                self.sc.card_of(n), plan.mapping[n], ex.timeout_s, ex.timeout_factor, ex.min_timeout_s)
         self.allowance = {n: cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] for n in self.wf.node_ids}
 
     def label(self, node: str) -> str:
@@ -657,7 +723,12 @@ class _Round:
 
     def submit(self) -> None:
         self.facts.t0_s = time.time()
-        for n in self.wf.topo_order:
+        self.submit_nodes(self.wf.topo_order)
+
+    def submit_nodes(self, nodes: Sequence[str]) -> None:
+        """Submit nodes (predecessors first) with their predecessors' output refs as arguments."""
+        now = time.time()
+        for n in nodes:
             tool, p = self.wf.tool_of[n], self.plan.mapping[n]
             args = [self.out_refs[q] for q in self.wf.preds(n)]
             if not args and n in self.given:
@@ -674,7 +745,7 @@ class _Round:
             self.pending[meta] = n
             self.facts.task_ids[n] = meta.task_id().hex()
             if not self.wf.preds(n):
-                self.ready_at[n] = self.facts.t0_s
+                self.ready_at[n] = now
 
     def on_done(self, node: str, meta: dict[str, Any]) -> None:
         now = time.time()
@@ -691,6 +762,21 @@ class _Round:
             self.preds_left[s] -= 1
             if self.preds_left[s] == 0:
                 self.ready_at[s] = now
+        self.node_done(node)
+
+    def node_done(self, node: str) -> None:
+        """A node's result arrived (a window releases requests here)."""
+
+    def waiting(self) -> bool:
+        """True while a release is still to come (a window's requests not yet sent)."""
+        return False
+
+    def release_due(self) -> None:
+        """Submit the requests whose release time has come (a window)."""
+
+    def wait_s(self) -> float:
+        """How long to wait for results before looking again (a window: at most until the next release), s."""
+        return 0.5
 
     def release(self, tool: str, force: bool = False) -> None:
         """End a resident tool's actor: gracefully after its last node (the actor exits at once and
@@ -716,8 +802,12 @@ class _Round:
         return None
 
     def wait(self) -> None:
-        while self.pending and self.failure is None:
-            done, rest = ray.wait(list(self.pending), num_returns=1, timeout=0.5)
+        while (self.pending or self.waiting()) and self.failure is None:
+            if not self.pending:
+                time.sleep(self.wait_s())  # nothing runs: wait for the next release
+                self.release_due()
+                continue
+            done, rest = ray.wait(list(self.pending), num_returns=1, timeout=self.wait_s())
             if done and rest:
                 more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
                 done += more
@@ -729,6 +819,7 @@ class _Round:
                     self.fail(classify(exc, self.label(node)))
                     break
                 self.on_done(node, meta)
+            self.release_due()
             late = self.late()
             if late is not None and self.failure is None:
                 n, limit = late
@@ -824,6 +915,75 @@ class _Round:
                 self.ex.last_outputs = dict(zip(self.wf.sinks, ray.get([self.out_refs[s] for s in self.wf.sinks]),
                                                 strict=True))
         return trace
+
+
+class _Window(_Round):
+    """A window of requests (:meth:`RayExecutor.run_window`): one round of the composite workflow whose
+    requests' nodes are submitted when the release clock says; resident actors serve every request
+    (``max_concurrency``: one thread per ``gpu_now`` node of the window)."""
+
+    def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost], clock: ReleaseClock,
+                 scenario: Scenario, inputs: dict[str, Any] | None = None) -> None:
+        self.base = ex.scenario.workflow
+        self.clock = clock
+        given = {instance_id(n, r): v for r in range(clock.count) for n, v in (inputs or {}).items()}
+        super().__init__(ex, plan, hosts, given, scenario)
+        self.sinks_left = [len(self.base.sinks)] * clock.count
+        self.base_sinks = set(self.base.sinks)
+        self.resident_loads: dict[str, int] = {}
+
+    def rel_ms(self) -> float:
+        return (time.time() - self.facts.t0_s) * 1000.0
+
+    def start_actors(self) -> bool:
+        ok = super().start_actors()
+        self.resident_loads = dict.fromkeys(self.actors, 1)  # one actor per tool, loaded once
+        return ok
+
+    def submit(self) -> None:
+        self.facts.t0_s = time.time()
+        self.release_due()
+
+    def waiting(self) -> bool:
+        return self.clock.next_ms() is not None
+
+    def wait_s(self) -> float:
+        t = self.clock.next_ms()
+        return 0.5 if t is None else min(0.5, max(0.0, (t - self.rel_ms()) / 1000.0))
+
+    def release_due(self) -> None:
+        if self.failure is not None:
+            return
+        sent, skipped = self.clock.due(self.rel_ms())
+        for r in skipped:
+            self.leave_out(r)
+        for r in sent:
+            self.submit_nodes([instance_id(n, r) for n in self.base.topo_order])
+
+    def leave_out(self, request: int) -> None:
+        """A request not sent: a resident tool whose other nodes have all run goes now."""
+        for n in self.base.node_ids:
+            node = instance_id(n, request)
+            if self.plan.mapping[node] is Placement.GPU_NOW:
+                tool = self.wf.tool_of[node]
+                self.now_left[tool] -= 1
+                if self.now_left[tool] == 0:
+                    self.release(tool)
+
+    def node_done(self, node: str) -> None:
+        base, r = split_id(node)
+        if base in self.base_sinks:
+            self.sinks_left[r] -= 1
+            if self.sinks_left[r] == 0:
+                self.clock.completed(r, self.rel_ms())
+
+    def wait(self) -> None:
+        super().wait()
+        if self.failure is None and self.clock.pending:
+            waiting = sorted(r for r in range(self.clock.count) if r not in self.clock.sent
+                             and r not in self.clock.skipped)
+            self.fail(Infeasibility(InfeasibleKind.DEADLOCK, f"requests {waiting[:5]} wait for requests that "
+                                    "cannot return: nothing runs and nothing more is released"))
 
 
 __all__ = ["DEVICE_CHOICES", "RayExecutor", "classify"]

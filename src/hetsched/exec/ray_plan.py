@@ -148,10 +148,6 @@ class RayPlan:
     actors: dict[str, RayUnit] = field(default_factory=dict)
     """One actor per ``gpu_now`` tool, by tool name."""
 
-    def unit_of(self, node: str, tool: str) -> RayUnit:
-        """The task or actor that runs a node."""
-        return self.tasks[node] if node in self.tasks else self.actors[tool]
-
     @property
     def gpu_units(self) -> list[RayUnit]:
         """Actors and ``gpu_queue`` tasks."""

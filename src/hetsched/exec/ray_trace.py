@@ -200,7 +200,7 @@ def build_trace(scenario: Scenario, plan: RayPlan, hosts: Sequence[RayHost], fac
     if failure is not None:
         return Trace.refused(plan.mapping, failure, vram_budget_mb=budget, executor="ray", nodes=nodes,
                              vram_timeline=total, notes=tuple(all_notes), hosts=per_host)
-    e2e = max(nodes[s].end_ms for s in scenario.workflow.sinks)
+    e2e = max(nodes[s].end_ms for s in scenario.workflow.sinks if s in nodes)
     return Trace(mapping=plan.mapping, feasible=True, e2e_ms=e2e, nodes=nodes, vram_timeline=total,
                  vram_budget_mb=budget, executor="ray", notes=tuple(all_notes), hosts=per_host)
 

@@ -13,21 +13,27 @@ copies. Every real executor runs it with its ordinary placement rules, so under 
   docstring says (the local executor: concurrently, one thread per call in the device worker);
 - ``gpu_queue`` nodes of every request wait in the one FIFO queue, in the order they became ready.
 
-Requests are released by a :class:`ReleaseClock`: at given times (open loop: a trace of
-arrival times, or Poisson draws) or by K clients each sending its next request when its last
-returns (closed loop). A request's latency is the end of its last sink minus its release.
+Requests are released by a :class:`ReleaseClock`: as a workload's arrival plan says
+(:meth:`hetsched.model.workload.Workload.plan`): at given times (open loop: a trace of arrival
+times, or Poisson draws) or by K clients each sending its next request when its last returns
+(closed loop). A request's latency is the end of its last sink minus its release;
+:func:`workload_trace` turns a window into the one ``Trace`` every executor returns under load
+(``requests``, ``load``: :func:`hetsched.model.workload.window_trace`).
 
 Imports only the model.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hetsched.model import InputError, Mapping, NodeTrace, Scenario, Trace
+from hetsched.model import Infeasibility, InfeasibleKind, InputError, Mapping, NodeTrace, Scenario, Trace
+from hetsched.model.trace import RequestTrace
 from hetsched.model.workflow import Edge, Node, Workflow
+from hetsched.model.workload import ArrivalPlan, Workload, window_trace
 
 SEP = "@"
 """Separates a node id from its request index in a window's composite node ids (``A@3``)."""
@@ -101,6 +107,13 @@ class ReleaseClock:
         """Request -> when it returned, ms."""
         self.skipped: set[int] = set()
         """Requests not sent (their release fell past the horizon)."""
+        self._children: dict[int, list[int]] = {}
+        for r, f in enumerate(self.follows or ()):
+            if f >= 0:
+                self._children.setdefault(f, []).append(r)
+        # undecided requests whose release time is known (the others wait for the one they follow)
+        self._known: dict[int, float] = {r: times[r] for r in range(self.count)
+                                         if self.follows is None or self.follows[r] < 0}
 
     @classmethod
     def at(cls, times_ms: Sequence[float]) -> ReleaseClock:
@@ -120,14 +133,6 @@ class ReleaseClock:
         return cls([0.0 if r < clients else think_ms for r in range(count)],
                    [r - clients if r >= clients else -1 for r in range(count)])
 
-    def _when(self, r: int) -> float | None:
-        """Request r's release time once it is known (None while it waits for the one it follows)."""
-        f = -1 if self.follows is None else self.follows[r]
-        if f < 0:
-            return self.releases_ms[r]
-        back = self.returned.get(f)
-        return None if back is None else back + self.releases_ms[r]
-
     @property
     def pending(self) -> bool:
         """Requests neither sent nor skipped."""
@@ -135,43 +140,40 @@ class ReleaseClock:
 
     def next_ms(self) -> float | None:
         """The next scheduled release (None when every pending one waits for a return, or none is left)."""
-        times = [t for r in range(self.count) if r not in self.sent and r not in self.skipped
-                 and (t := self._when(r)) is not None]
-        return min(times, default=None)
+        return min(self._known.values(), default=None)
+
+    def _skip(self, r: int, skip: list[int]) -> None:
+        """Request r is not sent, nor is any request that follows it."""
+        todo = [r]
+        while todo:
+            q = todo.pop()
+            self._known.pop(q, None)
+            self.skipped.add(q)
+            skip.append(q)
+            todo.extend(self._children.get(q, ()))
 
     def due(self, now_ms: float) -> tuple[list[int], list[int]]:
         """Requests released by ``now_ms`` (in release order, each at its scheduled time), and those
         found past the horizon (not sent: neither they nor the requests that follow them)."""
         out: list[int] = []
         skip: list[int] = []
-        changed = True
-        while changed:
-            changed = False
-            for r in range(self.count):
-                if r in self.sent or r in self.skipped:
-                    continue
-                f = -1 if self.follows is None else self.follows[r]
-                if f >= 0 and f in self.skipped:
-                    self.skipped.add(r)
-                    skip.append(r)
-                    changed = True
-                    continue
-                t = self._when(r)
-                if t is None:
-                    continue
-                if t >= self.horizon_ms:
-                    self.skipped.add(r)
-                    skip.append(r)
-                    changed = True
-                elif t <= now_ms:
-                    self.sent[r] = t
-                    out.append(r)
-        out.sort(key=lambda r: (self.sent[r], r))
+        for r, t in sorted(self._known.items(), key=lambda rt: (rt[1], rt[0])):
+            if r not in self._known:
+                continue
+            if t >= self.horizon_ms:
+                self._skip(r, skip)
+            elif t <= now_ms:
+                del self._known[r]
+                self.sent[r] = t
+                out.append(r)
         return out, skip
 
     def completed(self, request: int, now_ms: float) -> None:
-        """Request ``request`` returned at ``now_ms`` (a request that follows it may now be scheduled)."""
+        """Request ``request`` returned at ``now_ms``: the requests that follow it are now scheduled."""
         self.returned[request] = now_ms
+        for r in self._children.get(request, ()):
+            if r not in self.skipped and r not in self.sent:
+                self._known[r] = now_ms + self.releases_ms[r]
 
 
 @dataclass(frozen=True)
@@ -247,16 +249,28 @@ def request_ends(scenario: Scenario, nodes: dict[str, NodeTrace], count: int) ->
     return out
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by linear interpolation (numpy's default); nan when empty."""
-    xs = sorted(values)
-    if not xs:
-        return math.nan
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+def workload_trace(run: WindowRun, scenario: Scenario, mapping: Mapping, workload: Workload, plan: ArrivalPlan,
+                   executor: str) -> Trace:
+    """The window's :class:`Trace` as every executor returns it (:func:`hetsched.model.workload.window_trace`):
+    ``requests`` in send order (node ids the workflow's own, times from the window's zero), ``load``
+    its metrics, ``vram_timeline`` the executor's own accounting, ``e2e_ms`` the p95 latency. A window
+    that failed comes back refused with its typed reason, the requests that finished kept in ``requests``."""
+    order = sorted((t, r) for r, t in enumerate(run.release_ms) if t is not None)
+    requests = []
+    for k, (t, r) in enumerate(order):
+        if run.end_ms[r] is None:
+            continue
+        requests.append(RequestTrace(request=k, release_ms=t, nodes=run.request_nodes(r), client=plan.clients[r]))
+    tr = run.trace
+    if not tr.feasible or not requests or len(requests) < len(order):
+        why = tr.infeasibility or Infeasibility(InfeasibleKind.TOOL_ERROR, "no request of the window finished")
+        refused = Trace.refused(mapping, why, vram_budget_mb=tr.vram_budget_mb, executor=executor,
+                                vram_timeline=tr.vram_timeline, notes=tr.notes, hosts=tr.hosts)
+        return dataclasses.replace(refused, requests=tuple(requests))
+    out = window_trace(mapping, requests, scenario, workload, vram_timeline=tr.vram_timeline,
+                       vram_budget_mb=tr.vram_budget_mb, executor=executor, notes=tr.notes)
+    return dataclasses.replace(out, hosts=tr.hosts) if tr.hosts else out
 
 
-__all__ = ["SEP", "Admission", "ReleaseClock", "WindowRun", "instance_id", "percentile", "request_ends",
-           "split_id", "window_mapping", "window_scenario"]
+__all__ = ["SEP", "Admission", "ReleaseClock", "WindowRun", "instance_id", "request_ends", "split_id",
+           "window_mapping", "window_scenario", "workload_trace"]

@@ -1,4 +1,5 @@
-"""Cross-check our HEFT against an outside implementation: anrg-saga's ``HeftScheduler``.
+"""HEFT (``hetsched.policies.heft``) cross-checked against an outside implementation: anrg-saga's
+``HeftScheduler``.
 
 saga (https://github.com/ANRGUSC/saga, ``saga.schedulers.HeftScheduler``) schedules on a
 related-machines model: a task costs ``cost / node.speed``, an edge ``size / link.speed``, and a

@@ -1,4 +1,5 @@
-"""Bad input: each kind gets one clear message naming file/node/field, the bad value and what is accepted.
+"""Errors of the input files (``hetsched.model.files``): each kind of bad input gets one clear message
+naming file/node/field, the bad value and what is accepted.
 
 Checked twice: through the library (the exception and its text) and through the CLI (exit 2,
 the message on stderr, no traceback).

@@ -1,5 +1,6 @@
-"""The near-linear versions of the monitor's and the scenario's checks (issue 19: 10,000-node
-agentic rounds) give exactly the results of the straightforward quadratic algorithms they replaced.
+"""The static checks (the monitor's incremental ones, ``hetsched.monitor.static``, and the scenario's):
+their near-linear versions (issue 19: 10,000-node agentic rounds) give exactly the results of the
+straightforward quadratic algorithms they replaced.
 
 Each old algorithm is kept here, verbatim in substance, as the oracle; hypothesis draws small
 random inputs (ties, zero-length spans and mixed devices included) and compares bit for bit.

@@ -1,5 +1,6 @@
-"""Hostile input files and mapping strings (issue 12): every class is refused with one clear
-message naming the file and field, never a traceback, a hang or a wrong acceptance.
+"""Reading input files (``hetsched.model.files``): hostile scenario, library and mapping files and
+mapping strings. Every class is refused with one clear message naming the file and field, never a
+traceback, a hang or a wrong acceptance.
 
 Each test names the class it covers; the property tests at the end throw generated documents,
 wrong-typed values and mapping strings at the loaders and assert the same contract for all.

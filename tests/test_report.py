@@ -1,4 +1,5 @@
-"""Reports a reader can trust (issue 12): one colour per policy in every figure, bars from 0 and
+"""The bench report, its figures and traces (``hetsched.bench.report``, ``figures``, ``hetsched.export``),
+as a reader must be able to trust them: one colour per policy in every figure, bars from 0 and
 legends that cover nothing, a Gantt chart per scenario that scales, Chrome traces with named
 lanes and one final VRAM sample, tables aligned by content, the reading guide inside the report,
 and results whose repr stays short.

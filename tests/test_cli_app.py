@@ -1,5 +1,5 @@
-"""A new user's command line (issue 12): help with examples and plain metavars, one meaning per
-short option, --version, documented exit codes, user text that can never break or spoof the
+"""The command-line app (``hetsched.cli.app``) as a new user meets it: help with examples and plain
+metavars, one meaning per short option, --version, documented exit codes, user text that can never break or spoof the
 output (rich markup, control characters), bounded output for huge inputs, and `hetsched gantt`.
 
 Commands run in-process through the real entry point (``hetsched.cli.main``, the error boundary).

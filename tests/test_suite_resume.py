@@ -1,0 +1,151 @@
+"""``hetsched bench --suite random|scale`` killed with SIGKILL resumes from the run store.
+
+The real CLI runs as a subprocess on a real SQLite store. The test freezes it (SIGSTOP) at
+intervals and reads the store: once the frozen state holds both finished runs and a run with
+some but not all of its rounds recorded, it kills the process outright (SIGKILL, nothing runs
+after it), so the kill lands mid-run whatever the machine's speed. The same command then
+finishes the suite. Nothing recorded before the kill may be lost, changed or recorded twice,
+every run key has exactly one run, and the tables and every round equal those of an
+uninterrupted suite.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see a process stopped")
+
+RANDOM = ["--suite", "random", "--quick", "--policy", "agentic:rules", "--policy", "greedy-mem", "--rounds", "4"]
+SCALE = ["--suite", "scale", "--quick", "--policy", "agentic:rules", "--policy", "greedy-mem", "--policy", "ucb1",
+         "--rounds", "4"]
+WALL_CLOCK_TABLES = {"scale_time.csv"}
+"""Tables of wall-clock figures (decision time), which differ between any two runs."""
+
+
+def _bench(out: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "hetsched", "bench", *args, "--out", str(out), "--jobs", "1", "--no-progress"]
+
+
+def _run(out: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(_bench(out, args), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _read(store: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def _peek(store: Path, sql: str) -> list[tuple[object, ...]]:
+    """:func:`_read` while the suite may still be creating the file (then: nothing yet)."""
+    if not store.exists():
+        return []
+    try:
+        return _read(store, sql)
+    except sqlite3.OperationalError as exc:  # no table yet, or the file is being created
+        if "no such table" in str(exc) or "locked" in str(exc) or "unable to open" in str(exc):
+            return []
+        raise
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[-1].split()[0] in (b"T", b"t")
+
+
+def _kill_mid_run(out: Path, args: list[str]) -> None:
+    """Start the suite and SIGKILL it while, frozen, it has finished runs and a partly recorded one."""
+    store = out / "runs.sqlite"
+    proc = subprocess.Popen(_bench(out, args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            assert proc.poll() is None, f"the suite ended before it could be killed mid-run: {proc.stderr!r}"
+            os.kill(proc.pid, signal.SIGSTOP)
+            while not _stopped(proc.pid):
+                time.sleep(0.001)
+            states = _peek(store, "SELECT r.status, r.rounds_planned, (SELECT COUNT(*) FROM rounds x WHERE "
+                                  "x.run_id = r.id) FROM runs r")
+            finished = sum(1 for s, _, _ in states if s == "finished")
+            partial = [n for s, planned, n in states if s == "running" and 0 < int(str(n)) < int(str(planned))]
+            if finished and partial:
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.02)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+
+
+ROUNDS_SQL = ("SELECT r.scenario_name, r.policy, r.options_json, r.seed, x.round, x.mapping_code, x.feasible, "
+              "x.e2e_ms, x.trace_json FROM rounds x JOIN runs r ON r.id = x.run_id")
+
+
+def _tables(out: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((out / "tables").glob("*.csv")) if p.name not in WALL_CLOCK_TABLES}
+
+
+def _without_wall_clock(csv: str) -> list[list[str]]:
+    rows = [line.split(",") for line in csv.splitlines()]
+    drop = [i for i, name in enumerate(rows[0]) if name.endswith("decision_ms")]
+    return [[c for i, c in enumerate(row) if i not in drop] for row in rows]
+
+
+@pytest.mark.parametrize("args", [RANDOM, SCALE], ids=["random", "scale"])
+def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str]) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _run(whole, args)
+    if "scale" in args:
+        # 20-node workflows get a best-known reference from a time-bounded search: give the killed suite the
+        # same references (a recorded reference is reused), so its tables can be compared with the whole one's
+        killed.mkdir()
+        _seed_references(whole / "runs.sqlite", killed / "runs.sqlite")
+    _kill_mid_run(killed, args)
+    store = killed / "runs.sqlite"
+    before = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
+    stale = _read(store, "SELECT id FROM runs WHERE status = 'running'")
+    assert before and stale  # the kill left a run partly recorded
+
+    again = _run(killed, args)
+    assert "resumed" in again.stdout and "resumed 0" not in again.stdout, again.stdout
+    after = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
+    assert len(after) == len(_read(store, ROUNDS_SQL))  # no round recorded twice
+    assert {k: after.get(k) for k in before} == before  # nothing recorded before the kill was lost or changed
+    keys = _read(store, "SELECT scenario_name, policy, options_json, seed, COUNT(*), MIN(status), MAX(status) "
+                        "FROM runs GROUP BY 1, 2, 3, 4")
+    assert keys and all(n == 1 and lo == hi == "finished" for *_, n, lo, hi in keys)  # one finished run a key
+    assert {row[0] for row in stale} <= {str(r[0]) for r in _read(store, "SELECT id FROM runs")}  # continued
+    whole_rounds = {row[:5]: row[5:8] for row in _read(whole / "runs.sqlite", ROUNDS_SQL)}
+    assert {k: v[:3] for k, v in after.items()} == whole_rounds  # every round as in the uninterrupted suite
+    tables, expected = _tables(killed), _tables(whole)
+    assert tables.keys() == expected.keys() and tables
+    for name in tables:
+        assert _without_wall_clock(tables[name]) == _without_wall_clock(expected[name]), name
+
+
+def _seed_references(src: Path, dst: Path) -> None:
+    """Create ``dst`` as a run store holding ``src``'s references and no run."""
+    from hetsched.store import RunStore
+
+    RunStore(dst).close()
+    with sqlite3.connect(dst) as conn:
+        conn.execute(f"ATTACH '{src}' AS src")
+        conn.execute("INSERT INTO scenario_references SELECT * FROM src.scenario_references")
+        conn.commit()
+        conn.execute("DETACH src")
