@@ -149,8 +149,8 @@ def test_horizon_stops_sending_and_frees_resident_tools() -> None:
 # ---------------------------------------------------------------------------- the simulator under load
 
 
-def _scenarios() -> list[Scenario]:
-    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2)
+def _scenarios(load_sharing: str = "none") -> list[Scenario]:
+    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2, load_sharing=load_sharing)
             for kind in ("chain", "fork", "diamond")]
 
 
@@ -183,9 +183,10 @@ def _check_invariants(sc: Scenario, trace: hs.Trace) -> None:
     assert trace.e2e_ms == m.p95_ms == max(n.end_ms for n in trace.nodes.values())
 
 
+@pytest.mark.parametrize("sharing", ["none", "copy", "device"])
 @pytest.mark.parametrize("wl", WORKLOADS, ids=lambda w: w.describe())
-def test_invariants_under_load_on_every_feasible_mapping(wl: Workload) -> None:
-    for sc in _scenarios():
+def test_invariants_under_load_on_every_feasible_mapping(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             trace = sim.run_workload(m, wl, seed=7)
@@ -219,8 +220,9 @@ def test_invariants_hold_for_any_closed_loop(kind: str, clients: int, n: int, th
 
 @pytest.mark.parametrize("wl", [Workload.closed(1, requests=1), Workload.open(3, requests=1),
                                 Workload.trace([0.0])], ids=["closed", "open", "trace"])
-def test_one_request_is_todays_run(wl: Workload) -> None:
-    for sc in _scenarios():
+@pytest.mark.parametrize("sharing", ["none", "device"])
+def test_one_request_is_todays_run(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             one, window = sim.run(m, seed=11), sim.run_workload(m, wl, seed=11)
@@ -315,3 +317,19 @@ def test_learned_cards_de_contend_a_window_with_every_request(placement: Placeme
     assert figures
     for f in figures:
         assert abs(f.drift) < 1e-6, f.describe()
+
+
+def test_utilization_over_time_follows_the_requests() -> None:
+    """One 100 ms CPU node (2 threads) on 4 cores; requests at 0 and 300 ms: busy 0-100 and 300-400,
+    idle between. Window 400 ms: half the time one request in flight, half the cores busy then."""
+    sc = make_scenario(make_workflow([("a", "t")]), [make_card("t", cpu_ms=100.0, cpu_threads=2)], cpu_cores=4)
+    m = Simulator(sc).run_workload(sc.uniform(Placement.CPU), Workload.trace([0.0, 300.0]), seed=0).load
+    assert m is not None
+    assert m.window_ms == 400.0 and m.throughput_per_s == 5.0
+    assert m.in_flight_mean == pytest.approx(0.5) and m.in_flight_max == 1
+    assert m.cpu_util_mean == pytest.approx(0.25) and m.gpu_util_mean == 0.0
+    assert len(m.timeline) == 50 and m.timeline[0].t_ms == 0.0 and m.timeline[-1].t_ms == pytest.approx(392.0)
+    flight = [s.in_flight for s in m.timeline]
+    assert flight[:12] == pytest.approx([1.0] * 12) and flight[13:37] == pytest.approx([0.0] * 24)
+    assert flight[38:] == pytest.approx([1.0] * 12)
+    assert [s.cpu_util for s in m.timeline[:12]] == pytest.approx([0.5] * 12)

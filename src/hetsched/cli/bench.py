@@ -127,14 +127,22 @@ def bench(
     suite: str = typer.Option(
         "paper", "--suite", help="paper: the paper's S1-S13 (or --scenario files); scale: generated workflows of "
         "10, 20, 50 and 100 nodes (ratio to the reference, rounds to within 3%, probes, decision time vs n); "
-        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5).",
+        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5); "
+        "load: latency-throughput curves per policy at 1-16 closed-loop clients, the loaded optimum vs the "
+        "single-request optimum (docs/load.md; --executor local measures the real scenarios).",
     ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
     choice = parse_reference_choice(reference_choice)
     suite_name = suite.strip().lower()
-    if suite_name not in SUITES:
-        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
+    if suite_name not in (*SUITES, "load"):
+        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join((*SUITES, 'load'))}")
+    if suite_name == "load":
+        if tools is not None or store is not None or seeds is not None or jobs is not None:
+            raise InputError("--suite load runs one seed in this process without the run store; --tools, --store, "
+                             "--seeds and --jobs apply to the other suites")
+        _run_load_suite(policy, scenario, rounds, quick, out_dir, progress, executor, executor_option)
+        return
     if suite_name != "paper":
         if scenario or tools is not None or executor != "sim" or executor_option:
             raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator; --scenario, "
@@ -262,6 +270,49 @@ def _run_suite(
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
     out.print(f"report: {safe(paths['report'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
+
+
+def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, quick: bool, out_dir: Path,
+                    progress: bool, executor: str, executor_option: list[str]) -> None:
+    """``bench --suite load``: every policy at every load, tables, curves and report.html under OUT."""
+    from hetsched.bench.load import (
+        LOAD_CLIENTS,
+        LOAD_ROUNDS,
+        LOAD_SCENARIOS,
+        QUICK_LOAD_CLIENTS,
+        QUICK_LOAD_SCENARIOS,
+        REAL_LOAD_CLIENTS,
+        REAL_LOAD_SCENARIOS,
+        LoadSuiteConfig,
+        load_specs,
+        load_tables,
+        run_load_suite,
+        write_load_report,
+    )
+
+    spec = ExecutorSpec(executor, parse_executor_options(executor_option))
+    executor_class(spec.name)
+    check_options(spec.name, spec.options)
+    real = spec.name != "sim"
+    refs = list(scenario) or list(REAL_LOAD_SCENARIOS if real else QUICK_LOAD_SCENARIOS if quick else LOAD_SCENARIOS)
+    scenarios = tuple(load_scenarios(refs, None))
+    clients = REAL_LOAD_CLIENTS if real else QUICK_LOAD_CLIENTS if quick else LOAD_CLIENTS
+    specs = load_specs(parse_specs(policy) if policy else None, spec.name)
+    config = LoadSuiteConfig(scenarios, clients, specs, rounds or LOAD_ROUNDS, 0, spec.name, out_dir)
+    err.print(f"bench --suite load: {len(specs)} policies + 2 references x {len(scenarios)} scenarios x "
+              f"{len(clients)} loads on {spec.name}; results in {safe(out_dir)}", soft_wrap=True)
+    total = (len(specs) + 2) * len(scenarios) * len(clients)
+    if progress:
+        with Progress(TextColumn("[bold]load[/]"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
+            task = bar.add_task("", total=total)
+            result = run_load_suite(config, lambda what: bar.update(task, advance=1, description=safe(what)))
+    else:
+        result = run_load_suite(config)
+    paths = write_load_report(result)
+    out.print(load_tables(result)[0].to_markdown(), markup=False, soft_wrap=True)
+    out.print(f"{len(result.points)} load points in {result.seconds:.1f} s")
+    out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
 
 
 @app.command(epilog=examples(
