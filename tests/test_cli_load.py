@@ -86,6 +86,9 @@ def test_trace_has_a_lane_per_request(capsys: Any, tmp_path: Path) -> None:
     assert sent == [0.0, 0.0, 250_000.0]
     slices = [e for e in events if e.get("ph") == "X" and e["pid"] != req_pid and e["name"].startswith("A#")]
     assert len(slices) == 3  # the device processes show node A of every request
+    flight = [e["args"]["requests"] for e in events if e.get("ph") == "C" and e["name"] == "requests in flight"]
+    assert flight[:2] == [1, 2] and flight[-1] == 0 and len(flight) == 6  # 3 sends, 3 returns
+    assert any(e["name"] == "utilization (%)" for e in events if e.get("ph") == "C")
 
 
 def test_simulate_a_window_what_if(capsys: Any) -> None:
