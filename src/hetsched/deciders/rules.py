@@ -266,7 +266,10 @@ estimates is fixed (below) instead of growing with n: a decision costs a bounded
 simulations. Up to 16 nodes the search is the full-neighbourhood one above (the bundled and random
 suites' workflows, whose tables are pinned)."""
 SCREEN_EVALUATIONS_FIRST = 400
-"""Estimates of the screened search with nothing measured yet (round 0)."""
+"""Estimates of the screened search with nothing measured yet (round 0), at least; and..."""
+SCREEN_EVALUATIONS_FIRST_PER_NODE = 16
+"""...this many per node (1,600 at 100 nodes): round 0 descends from the rules' and the uniform
+mappings, often far from the optimum on three-way workflows; later rounds start near it."""
 SCREEN_EVALUATIONS_LATER = 150
 """Estimates of the screened search once something was measured (it also starts from the best measured
 mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
@@ -459,8 +462,10 @@ class RulesDecider(Decider):
         first = starts == comp.starts
         screen = n >= SCREEN_MIN_NODES
         if screen:
-            budget = self.search_evaluations or min(SCREEN_EVALUATIONS_FIRST if first else SCREEN_EVALUATIONS_LATER,
-                                                    max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
+            wanted = max(SCREEN_EVALUATIONS_FIRST, SCREEN_EVALUATIONS_FIRST_PER_NODE * n) if first \
+                else SCREEN_EVALUATIONS_LATER
+            cap = max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n)
+            budget = self.search_evaluations or min(wanted, cap)
         else:
             per_node = SEARCH_EVALUATIONS_PER_NODE if first else SEARCH_EVALUATIONS_PER_NODE_LATER
             budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
