@@ -33,9 +33,9 @@ from hetsched.deciders.estimate import Estimator, fit_interference
 from hetsched.deciders.evidence import Evidence
 from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_FIRST,
-    SCREEN_EVALUATIONS_FIRST_PER_NODE,
     SCREEN_EVALUATIONS_LATER,
     SCREEN_MIN_NODES,
+    SCREEN_NODES_PER_EVALUATION_ROOT,
 )
 from hetsched.deciders.search import focus, local_search
 from hetsched.loop import LoopConfig, run_rounds
@@ -299,7 +299,7 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     resumed = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1), history=part.rounds)
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
-    first = max(SCREEN_EVALUATIONS_FIRST, SCREEN_EVALUATIONS_FIRST_PER_NODE * (SCREEN_MIN_NODES + 3))
+    first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
     assert f"of a budget of {first}; descents screened" in spent[0]
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
