@@ -113,3 +113,10 @@ def test_show_run_lists_each_windows_percentiles(capsys: Any, tmp_path: Path) ->
     code, out, err = run_cli(capsys, "show-run", run_id, "--store", str(store))
     assert code == 0, err
     assert "under load: open loop, Poisson 3/s, 8 requests" in out and "p99 ms" in out
+
+
+def test_show_names_a_scenarios_workload(capsys: Any, tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("name: w\nnodes: {A: doc_merger}\nworkload: {arrivals: closed, clients: 1, requests: 5}\n")
+    code, out, _ = run_cli(capsys, "show", str(path))
+    assert code == 0 and "workload: closed loop, 1 client, 5 requests" in out
