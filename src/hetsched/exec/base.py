@@ -15,7 +15,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from hetsched.model import Mapping, Trace
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Trace
+from hetsched.model.workload import Workload
 
 
 @runtime_checkable
@@ -38,6 +39,26 @@ class Executor(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+@runtime_checkable
+class WorkloadExecutor(Executor, Protocol):
+    """An executor that also runs a window of overlapping requests under one mapping (the
+    simulator, the local and the Ray executors): the window's ``Trace`` carries ``load`` and
+    ``requests`` (:func:`hetsched.model.workload.window_trace`)."""
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run (or refuse, with a typed reason) a window of requests under ``mapping``."""
+        ...
+
+
+def run_window(executor: Executor, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+    """``executor.run_workload(...)``, or an ``unavailable`` trace from an executor that runs one
+    request at a time (the one way the loop and the reports run a window)."""
+    if isinstance(executor, WorkloadExecutor):
+        return executor.run_workload(mapping, workload, seed=seed)
+    why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
+    return Trace.refused(mapping, why, seed=seed, executor=executor.name)
 
 
 class ClosingExecutor:
