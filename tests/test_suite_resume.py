@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from hetsched.cli.app import EXIT_INTERRUPTED
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see a process stopped")
 
 RANDOM = ["--suite", "random", "--quick", "--policy", "agentic:rules", "--policy", "greedy-mem", "--rounds", "4"]
@@ -80,9 +82,9 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def _kill_mid_run(out: Path, args: list[str], jobs: int) -> set[int]:
-    """Start the suite and SIGKILL it (the CLI process alone, as ``kill -9 PID`` does) while, frozen with its
-    workers, it has finished runs and a partly recorded one; returns the workers it had."""
+def _kill_mid_run(out: Path, args: list[str], jobs: int, sig: signal.Signals = signal.SIGKILL) -> set[int]:
+    """Start the suite and send ``sig`` to it (the CLI process alone, as ``kill -9 PID`` does) while, frozen
+    with its workers, it has finished runs and a partly recorded one; returns the workers it had."""
     store = out / "runs.sqlite"
     proc = subprocess.Popen(_bench(out, args, jobs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -100,12 +102,19 @@ def _kill_mid_run(out: Path, args: list[str], jobs: int) -> set[int]:
             partial = [n for s, planned, n in states if s == "running" and 0 < int(str(n)) < int(str(planned))]
             if finished and partial:
                 workers = _children(proc.pid)
-                os.kill(proc.pid, signal.SIGKILL)
+                os.kill(proc.pid, sig)
                 os.killpg(proc.pid, signal.SIGCONT)
                 break
             os.killpg(proc.pid, signal.SIGCONT)
             time.sleep(0.02)
-        assert proc.wait(timeout=60) == -signal.SIGKILL
+        code = proc.wait(timeout=120)
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+        if sig is signal.SIGKILL:
+            assert code == -signal.SIGKILL
+        else:  # Ctrl-C: the CLI says what was kept and how to resume, and exits 130
+            assert code == EXIT_INTERRUPTED and "interrupted: every finished run and every recorded round is kept" \
+                in said and "Traceback" not in said, said
         return workers
     finally:
         if proc.poll() is None:
@@ -141,9 +150,11 @@ def _without_wall_clock(csv: str) -> list[list[str]]:
     return [[c for i, c in enumerate(row) if i not in drop] for row in rows]
 
 
-@pytest.mark.parametrize(("args", "jobs"), [(RANDOM, 1), (SCALE, 1), (RANDOM, 2)],
-                         ids=["random", "scale", "random-2-workers"])
-def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str], jobs: int) -> None:
+@pytest.mark.parametrize(("args", "jobs", "sig"), [(RANDOM, 1, signal.SIGKILL), (SCALE, 1, signal.SIGKILL),
+                                                   (RANDOM, 2, signal.SIGKILL), (RANDOM, 1, signal.SIGINT)],
+                         ids=["random", "scale", "random-2-workers", "random-ctrl-c"])
+def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str], jobs: int,
+                                                           sig: signal.Signals) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _run(whole, args)
     if "scale" in args:
@@ -151,12 +162,12 @@ def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args
         # same references (a recorded reference is reused), so its tables can be compared with the whole one's
         killed.mkdir()
         _seed_references(whole / "runs.sqlite", killed / "runs.sqlite")
-    workers = _kill_mid_run(killed, args, jobs)
+    workers = _kill_mid_run(killed, args, jobs, sig)
     assert bool(workers) == (jobs > 1)
     assert _reap(workers) == []  # the workers died with the suite: none goes on driving a run
     store = killed / "runs.sqlite"
     before = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
-    stale = _read(store, "SELECT id FROM runs WHERE status = 'running'")
+    stale = _read(store, "SELECT id FROM runs WHERE status <> 'finished'")  # running (killed) or interrupted
     assert before and stale  # the kill left a run partly recorded
 
     again = _run(killed, args, jobs)
