@@ -1,4 +1,4 @@
-"""``hetsched show``, ``oracle`` and ``validate``: look at scenarios, cards and the optimum."""
+"""``hetsched show``, ``oracle``, ``reference`` and ``validate``: look at scenarios, cards and the optimum."""
 
 from __future__ import annotations
 
@@ -86,6 +86,9 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
         f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms"
     )
     out.print(f"mapping space: {space_text(sc)} mappings")
+    if sc.workload is not None:
+        out.print(f"workload: {safe(sc.workload.describe())} (each round of `hetsched run` is a window of requests)",
+                  soft_wrap=True)
 
 
 @app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json",
@@ -177,7 +180,9 @@ def validate(
         sc = load_scenario(file)
         out.print(
             f"ok: scenario {safe(sc.name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
-            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB)"
+            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB"
+            + (f"; workload: {safe(sc.workload.describe())}" if sc.workload is not None else "") + ")",
+            soft_wrap=True,
         )
     else:
         mapping = load_mapping(file)
@@ -272,6 +277,40 @@ def schema(
         raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}"
                                + did_you_mean(kind, SCHEMAS))
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
+
+
+@app.command("reference", epilog=examples("hetsched reference S13", "hetsched reference my_flow.yaml --max-seconds 30",
+                                          "hetsched reference big.yaml --kind best-known --json"))
+def reference_command(
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+    kind: str = typer.Option(
+        "auto", "--kind", metavar="KIND", help="auto (the oracle when the exact search proves it in --max-seconds, "
+        "else a best-known mapping with its gap to a lower bound), oracle, or best-known."
+    ),
+    max_seconds: float = typer.Option(10.0, "--max-seconds", metavar="SECONDS", help="Time budget of the search."),
+    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Seeds the searches."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+) -> None:
+    """The mapping reports compare against: the exact oracle, or a best-known mapping with a lower bound."""
+    from hetsched.search.reference import check_max_seconds, parse_reference_choice, reference
+
+    sc = load(scenario)
+    check_max_seconds(max_seconds)
+    choice = parse_reference_choice(kind)
+    if choice.value == "none":
+        raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
+    ref = reference(sc, choice, max_seconds=max_seconds, seed=seed)
+    assert ref is not None
+    if as_json:
+        typer.echo(json.dumps({"scenario": sc.name, **ref.to_dict(), "gap": ref.gap, "label": ref.label,
+                               "seconds": ref.seconds}))
+        return
+    out.print(f"reference for {safe(sc.name)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms")
+    if ref.exact:
+        out.print(f"oracle: the exact optimum ({ref.seconds:.1f} s)")
+    else:
+        bound = "" if ref.lower_bound_ms is None else f"; lower bound {ref.lower_bound_ms:.1f} ms"
+        out.print(f"{safe(ref.label)}{bound} ({ref.seconds:.1f} s)")
 
 
 @app.command(epilog=examples(

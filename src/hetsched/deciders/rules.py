@@ -269,7 +269,8 @@ SCREEN_EVALUATIONS_FIRST = 400
 """Estimates of the screened search with nothing measured yet (round 0)."""
 SCREEN_EVALUATIONS_LATER = 150
 """Estimates of the screened search once something was measured (it also starts from the best measured
-mappings, the model's earlier optima)."""
+mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
+like the full search's (from 1,250 nodes on)."""
 CARD_TOLERANCE = 0.10
 """A node's measured mean latency must differ from the model's by more than this share before its
 card is rescaled (the noise of a few runs stays below it)."""
@@ -458,7 +459,8 @@ class RulesDecider(Decider):
         first = starts == comp.starts
         screen = n >= SCREEN_MIN_NODES
         if screen:
-            budget = self.search_evaluations or (SCREEN_EVALUATIONS_FIRST if first else SCREEN_EVALUATIONS_LATER)
+            budget = self.search_evaluations or min(SCREEN_EVALUATIONS_FIRST if first else SCREEN_EVALUATIONS_LATER,
+                                                    max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
         else:
             per_node = SEARCH_EVALUATIONS_PER_NODE if first else SEARCH_EVALUATIONS_PER_NODE_LATER
             budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
