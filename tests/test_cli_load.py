@@ -86,6 +86,9 @@ def test_trace_has_a_lane_per_request(capsys: Any, tmp_path: Path) -> None:
     assert sent == [0.0, 0.0, 250_000.0]
     slices = [e for e in events if e.get("ph") == "X" and e["pid"] != req_pid and e["name"].startswith("A#")]
     assert len(slices) == 3  # the device processes show node A of every request
+    flight = [e["args"]["requests"] for e in events if e.get("ph") == "C" and e["name"] == "requests in flight"]
+    assert flight[:2] == [1, 2] and flight[-1] == 0 and len(flight) == 6  # 3 sends, 3 returns
+    assert any(e["name"] == "utilization (%)" for e in events if e.get("ph") == "C")
 
 
 def test_simulate_a_window_what_if(capsys: Any) -> None:
@@ -110,3 +113,10 @@ def test_show_run_lists_each_windows_percentiles(capsys: Any, tmp_path: Path) ->
     code, out, err = run_cli(capsys, "show-run", run_id, "--store", str(store))
     assert code == 0, err
     assert "under load: open loop, Poisson 3/s, 8 requests" in out and "p99 ms" in out
+
+
+def test_show_names_a_scenarios_workload(capsys: Any, tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("name: w\nnodes: {A: doc_merger}\nworkload: {arrivals: closed, clients: 1, requests: 5}\n")
+    code, out, _ = run_cli(capsys, "show", str(path))
+    assert code == 0 and "workload: closed loop, 1 client, 5 requests" in out

@@ -333,3 +333,27 @@ def test_utilization_over_time_follows_the_requests() -> None:
     assert flight[:12] == pytest.approx([1.0] * 12) and flight[13:37] == pytest.approx([0.0] * 24)
     assert flight[38:] == pytest.approx([1.0] * 12)
     assert [s.cpu_util for s in m.timeline[:12]] == pytest.approx([0.5] * 12)
+
+
+def test_the_monitor_reports_each_mappings_windows() -> None:
+    """An agentic run under load: the observations carry a load record per measured mapping (means of
+    its windows) and the prompt text says that E2E is the window's p95."""
+    from hetsched.loop import LoopConfig, run_rounds
+    from hetsched.monitor import Monitor
+    from hetsched.policies import make_policy
+
+    sc = load_scenario("S5").with_workload(Workload.closed(3, requests=9, slo_ms=800))
+    result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=3, seed=1))
+    obs = Monitor(sc).observe(result.rounds)
+    windows = {r.code: r for r in obs.records if r.kind == "load"}
+    execs = {r.code: r for r in obs.records if r.kind == "execution"}
+    assert windows and set(windows) == set(execs)
+    for code, w in windows.items():
+        assert w.requests == 9 and w.runs == execs[code].runs
+        assert w.p95_ms == pytest.approx(execs[code].mean_e2e_ms)  # a window's E2E is its p95
+        assert w.p50_ms <= w.p95_ms <= w.p99_ms and w.slo_ms == 800 and w.slo_attainment is not None
+    assert "each run is a window of 9 requests; E2E above = the window's p95 latency" in obs.text
+    assert "within 800 ms" in obs.text
+    one = Monitor(load_scenario("S5")).observe(run_rounds(load_scenario("S5"), make_policy("all-gpu"),
+                                                          LoopConfig(rounds=1)).rounds)
+    assert not [r for r in one.records if r.kind == "load"] and "Under load" not in one.text

@@ -282,6 +282,7 @@ def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, 
         QUICK_LOAD_CLIENTS,
         QUICK_LOAD_SCENARIOS,
         REAL_LOAD_CLIENTS,
+        REAL_LOAD_ROUNDS,
         REAL_LOAD_SCENARIOS,
         LoadSuiteConfig,
         load_specs,
@@ -298,7 +299,8 @@ def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, 
     scenarios = tuple(load_scenarios(refs, None))
     clients = REAL_LOAD_CLIENTS if real else QUICK_LOAD_CLIENTS if quick else LOAD_CLIENTS
     specs = load_specs(parse_specs(policy) if policy else None, spec.name)
-    config = LoadSuiteConfig(scenarios, clients, specs, rounds or LOAD_ROUNDS, 0, spec.name, out_dir)
+    config = LoadSuiteConfig(scenarios, clients, specs, rounds or (REAL_LOAD_ROUNDS if real else LOAD_ROUNDS), 0,
+                             spec.name, out_dir)
     err.print(f"bench --suite load: {len(specs)} policies + 2 references x {len(scenarios)} scenarios x "
               f"{len(clients)} loads on {spec.name}; results in {safe(out_dir)}", soft_wrap=True)
     total = (len(specs) + 2) * len(scenarios) * len(clients)

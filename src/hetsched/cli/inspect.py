@@ -86,6 +86,9 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
         f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms"
     )
     out.print(f"mapping space: {space_text(sc)} mappings")
+    if sc.workload is not None:
+        out.print(f"workload: {safe(sc.workload.describe())} (each round of `hetsched run` is a window of requests)",
+                  soft_wrap=True)
 
 
 @app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json",

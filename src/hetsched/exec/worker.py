@@ -263,7 +263,7 @@ class _Child:
         if util is not None:
             extra["gpu_util"] = util
         return {"first_ms": b.first_ms, "times_ms": list(b.times_ms), "cpu_s": b.cpu_s, "wall_s": b.wall_s,
-                "wait_s": b.wait_s, "peak_mb": b.peak_mb, "extra": extra}
+                "wait_s": b.wait_s, "waits_ms": list(b.waits_ms), "peak_mb": b.peak_mb, "extra": extra}
 
     def handle(self, req_id: int, cmd: str, args: dict[str, Any]) -> None:
         try:

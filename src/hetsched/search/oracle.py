@@ -4,7 +4,8 @@ PAPER.md's oracle enumerates every feasible mapping and measures each; ours eval
 with the noise-free simulator, so it is the true optimum of the model (noise cannot crown a
 lucky mapping), and it does not simulate what provably cannot win:
 
-1. A seeded local search (:mod:`hetsched.search.local_search`) finds a good first incumbent.
+1. A seeded local search (:mod:`hetsched.search.local_search`) finds a good first incumbent;
+   a search the warm-up does not finish runs a longer one (``MORE_INCUMBENT_PER_NODE``) first.
 2. Nodes are assigned in topological order, a few at a time (a *level*). Each batch of prefixes
    is extended by every combination of the level's placements at once with numpy, and every child
    whose lower bound (:mod:`hetsched.search.bounds`: critical path, admission, GPU/CPU work, VRAM x
@@ -72,6 +73,8 @@ estimate's probes through every level) alone outlasts any budget, so it is refus
 WARMUP_S = 0.25
 """A search runs this long in this process first (easy ones end there); then, if its time estimate
 fits the budget, it continues in worker processes."""
+MORE_INCUMBENT_PER_NODE = 30
+"""Simulations per node of the second incumbent search, run when the warm-up did not finish the search."""
 _PROBES = 64
 _MIN_PROBES = 8
 
@@ -683,6 +686,13 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
     done = task.run(level1, until=time.time() + warm)
     rest: list[Rows] = []
     if not done and not task.stats.timed_out:
+        # not an easy search: a longer incumbent search (cheap beside what is left) from the best
+        # so far lowers the threshold the rest is pruned with (a quarter of the simulations at 16 nodes)
+        best_codes = [c for _, c in sorted(coll.items())[:1]]
+        more = local_search(scenario, seed=seed + 1, max_evals=min(MORE_INCUMBENT_PER_NODE * bm.n, space), keep=top,
+                            evaluator=ev, starts=best_codes, max_seconds=None if limit == math.inf else limit / 10)
+        for e, c in more.elite:
+            coll.add(c, e)
         rest = task.leftover()
         estimate = _check_fits(plan, rest, coll, workers, seed, limit, t0, inc, refuse_factor)
         if workers <= 1 or sum(len(r) for r in rest) < 2:

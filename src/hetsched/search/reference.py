@@ -122,15 +122,19 @@ def best_known(
         raise InputError("best_known needs max_seconds or max_evals")
     ev = Evaluator(scenario)
     starts = [] if start is None else [_codes(scenario, scenario.validate_mapping(start))]
-    search_s = None if max_seconds is None else max_seconds * (1 - BOUND_SHARE)
+    # a short search for an upper bound, then the relaxation: its bound, and its solution as a start
+    # (its limit is deterministic solver time, so with max_evals the result is the same everywhere)
+    bound_share = BOUND_SHARE * (max_seconds if max_seconds is not None else (max_evals or 0) / 1000)
+    first = local_search(scenario, seed=seed, max_evals=30 + 3 * len(scenario.workflow.nodes), starts=starts,
+                         evaluator=ev, max_seconds=None if max_seconds is None else 0.1 * max_seconds)
+    starts.append(first.codes)
+    relaxed = relaxation_bound_ms(scenario, first.e2e_ms, max_seconds=max(0.2, RELAXATION_SHARE * bound_share))
+    if relaxed is not None and relaxed.codes is not None:
+        starts.append(relaxed.codes)
+    search_s = None if max_seconds is None else max(0.0, max_seconds * (1 - BOUND_SHARE) - (time.perf_counter() - t0))
     found = local_search(scenario, seed=seed, max_seconds=search_s, max_evals=max_evals, starts=starts,
                          evaluator=ev)
     bound_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
-    # the relaxation's limit is deterministic solver time (with max_evals: the same bound everywhere)
-    relax_s = RELAXATION_SHARE * bound_s if bound_s is not None else (max_evals or 0) / 2000
-    relaxed = relaxation_bound_ms(scenario, found.e2e_ms, max_seconds=max(0.2, relax_s))
-    if max_seconds is not None:
-        bound_s = max(0.0, max_seconds - (time.perf_counter() - t0))
     expansions = None if max_evals is None else max(4, max_evals // 100)
     proved = lower_bound(scenario, found.e2e_ms, max_seconds=bound_s, max_expansions=expansions, evaluator=ev)
     codes, e2e = found.codes, found.e2e_ms
