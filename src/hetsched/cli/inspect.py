@@ -1,4 +1,4 @@
-"""``hetsched show``, ``oracle`` and ``validate``: look at scenarios, cards and the optimum."""
+"""``hetsched show``, ``oracle``, ``reference`` and ``validate``: look at scenarios, cards and the optimum."""
 
 from __future__ import annotations
 
@@ -275,6 +275,40 @@ def schema(
         raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}"
                                + did_you_mean(kind, SCHEMAS))
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
+
+
+@app.command("reference", epilog=examples("hetsched reference S13", "hetsched reference my_flow.yaml --max-seconds 30",
+                                          "hetsched reference big.yaml --kind best-known --json"))
+def reference_command(
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+    kind: str = typer.Option(
+        "auto", "--kind", metavar="KIND", help="auto (the oracle when the exact search proves it in --max-seconds, "
+        "else a best-known mapping with its gap to a lower bound), oracle, or best-known."
+    ),
+    max_seconds: float = typer.Option(10.0, "--max-seconds", metavar="SECONDS", help="Time budget of the search."),
+    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Seeds the searches."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+) -> None:
+    """The mapping reports compare against: the exact oracle, or a best-known mapping with a lower bound."""
+    from hetsched.search.reference import check_max_seconds, parse_reference_choice, reference
+
+    sc = load(scenario)
+    check_max_seconds(max_seconds)
+    choice = parse_reference_choice(kind)
+    if choice.value == "none":
+        raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
+    ref = reference(sc, choice, max_seconds=max_seconds, seed=seed)
+    assert ref is not None
+    if as_json:
+        typer.echo(json.dumps({"scenario": sc.name, **ref.to_dict(), "gap": ref.gap, "label": ref.label,
+                               "seconds": ref.seconds}))
+        return
+    out.print(f"reference for {safe(sc.name)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms")
+    if ref.exact:
+        out.print(f"oracle: the exact optimum ({ref.seconds:.1f} s)")
+    else:
+        bound = "" if ref.lower_bound_ms is None else f"; lower bound {ref.lower_bound_ms:.1f} ms"
+        out.print(f"{safe(ref.label)}{bound} ({ref.seconds:.1f} s)")
 
 
 @app.command(epilog=examples(

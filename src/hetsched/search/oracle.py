@@ -658,7 +658,8 @@ def _check_fits(plan: _Plan, rest: list[Rows], coll: _Collector, workers: int, s
             f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
             f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
             f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). For a best-known mapping with a "
-            "lower bound use --reference best-known (hetsched run, bench, simulate), or raise --max-seconds",
+            "lower bound use `hetsched reference` (or --reference best-known in run and bench), or raise "
+            "--max-seconds",
             estimate_s=total,
             best=(best[0], _to_mapping(plan.sc, best[1])),
         )
