@@ -7,6 +7,9 @@ back as ``Trace.refused(...)`` with a typed :class:`~hetsched.model.Infeasibilit
 input (a malformed mapping) raises. Executors hold resources (worker processes, loaded
 models, a Ray connection): ``close()`` frees them, and every executor is a context manager.
 
+Executors that run windows of requests under load (``run_workload``) also satisfy
+:class:`WorkloadExecutor`.
+
 Imports only the model.
 """
 
@@ -16,6 +19,7 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 from hetsched.model import Mapping, Trace
+from hetsched.model.workload import Workload
 
 
 @runtime_checkable
@@ -38,6 +42,15 @@ class Executor(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+@runtime_checkable
+class WorkloadExecutor(Executor, Protocol):
+    """An executor that also runs a window of requests under load (the simulator, local, Ray)."""
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run ``workload``'s window under one mapping; the window's Trace (``load``, ``requests``)."""
+        ...
 
 
 class ClosingExecutor:
