@@ -180,7 +180,9 @@ def validate(
         sc = load_scenario(file)
         out.print(
             f"ok: scenario {safe(sc.name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
-            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB)"
+            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB"
+            + (f"; workload: {safe(sc.workload.describe())}" if sc.workload is not None else "") + ")",
+            soft_wrap=True,
         )
     else:
         mapping = load_mapping(file)
