@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import cast
 
-from hetsched.exec.base import Executor, WorkloadExecutor
+from hetsched.exec.base import Executor
 from hetsched.model import Reference, RoundRecord, Trace
 from hetsched.model.measured import MeasuredMapping, deploy_choice, executions, measured_mappings
 from hetsched.model.workload import Workload
@@ -42,7 +41,10 @@ def measure_reference(executor: Executor, reference: Reference, history: Sequenc
         if workload is None:
             trace = executor.run(reference.mapping, seed=seed + i)
         else:  # under load the run's rounds are windows: so are the reference's repeats
-            trace = cast(WorkloadExecutor, executor).run_workload(reference.mapping, workload, seed=seed + i)
+            run_workload = getattr(executor, "run_workload", None)
+            if run_workload is None:
+                break
+            trace = run_workload(reference.mapping, workload, seed=seed + i)
         if not trace.feasible:
             failed = trace
             break
