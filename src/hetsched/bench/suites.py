@@ -33,7 +33,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from hetsched.sim import Simulator
 from hetsched.store import RunStore
 
 from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
-from .runner import EXPERIMENT, close_stores, ensure_reference, open_store
+from .runner import EXPERIMENT, close_stores, ensure_reference, open_store, worker_pool
 from .spec import PolicySpec, default_specs
 from .tables import Table
 
@@ -211,7 +211,7 @@ def _pool_map(fn: Callable[[Any], dict[str, Any]], items: Sequence[Any], jobs: i
         for item in items:
             done(fn(item))
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    with worker_pool(min(jobs, len(items))) as pool:
         pending: set[Future[dict[str, Any]]] = {pool.submit(fn, item) for item in items}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)

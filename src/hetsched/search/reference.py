@@ -174,6 +174,8 @@ def reference(
     check_max_seconds(max_seconds)
     if choice is ReferenceChoice.NONE:
         return None
+    if scenario.workload is not None:
+        return load_reference(scenario, choice, seed=seed)
     if choice is ReferenceChoice.BEST_KNOWN:
         return best_known(scenario, seed=seed, max_seconds=max_seconds, max_evals=max_evals)
     t0 = time.perf_counter()
@@ -188,6 +190,31 @@ def reference(
         start = None if exc.best is None else exc.best[1]
         return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start, prove=True)
     return Reference(ReferenceKind.ORACLE, res.best, res.e2e_ms, res.e2e_ms, time.perf_counter() - t0)
+
+
+def load_reference(scenario: Scenario, choice: ReferenceChoice | str = ReferenceChoice.AUTO, *,
+                   seed: int = 0) -> Reference | None:
+    """Under the scenario's workload, the reference is the loaded optimum (the lowest noise-free
+    window p95, :func:`hetsched.search.load.load_optimum`), so a run's rounds (each a window's
+    p95) are compared with a window too: the oracle when every mapping was enumerated, else a
+    best-known mapping (no lower bound is known under load). ``oracle`` on a space too large to
+    enumerate is an error naming the alternative."""
+    from hetsched.search.load import EXHAUSTIVE_MAX, load_optimum
+
+    choice = ReferenceChoice(choice)
+    workload = scenario.workload
+    if workload is None:
+        raise InputError("load_reference needs a scenario with a workload")
+    t0 = time.perf_counter()
+    found = load_optimum(scenario, workload, seed=seed)
+    if found is None:
+        return None
+    if choice is ReferenceChoice.ORACLE and not found.exact:
+        raise InputError(f"reference oracle under load: the scenario has more than {EXHAUSTIVE_MAX:,} mappings to "
+                         "simulate as windows; ask for best-known (a local search under load) or auto")
+    exact = found.exact and choice is not ReferenceChoice.BEST_KNOWN
+    return Reference(ReferenceKind.ORACLE if exact else ReferenceKind.BEST_KNOWN, found.mapping, found.value,
+                     found.value if exact else None, time.perf_counter() - t0)
 
 
 class SimPlanner:
