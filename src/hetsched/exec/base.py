@@ -7,6 +7,9 @@ back as ``Trace.refused(...)`` with a typed :class:`~hetsched.model.Infeasibilit
 input (a malformed mapping) raises. Executors hold resources (worker processes, loaded
 models, a Ray connection): ``close()`` frees them, and every executor is a context manager.
 
+Executors that run windows of requests under load (``run_workload``) also satisfy
+:class:`WorkloadExecutor`.
+
 Imports only the model.
 """
 
@@ -43,18 +46,16 @@ class Executor(Protocol):
 
 @runtime_checkable
 class WorkloadExecutor(Executor, Protocol):
-    """An executor that also runs a window of overlapping requests under one mapping (the
-    simulator, the local and the Ray executors): the window's ``Trace`` carries ``load`` and
-    ``requests`` (:func:`hetsched.model.workload.window_trace`)."""
+    """An executor that also runs a window of requests under load (the simulator, local, Ray)."""
 
     def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
-        """Run (or refuse, with a typed reason) a window of requests under ``mapping``."""
+        """Run ``workload``'s window under one mapping; the window's Trace (``load``, ``requests``)."""
         ...
 
 
 def run_window(executor: Executor, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
     """``executor.run_workload(...)``, or an ``unavailable`` trace from an executor that runs one
-    request at a time (the one way the loop and the reports run a window)."""
+    request at a time (the one way the loop runs a window)."""
     if isinstance(executor, WorkloadExecutor):
         return executor.run_workload(mapping, workload, seed=seed)
     why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
