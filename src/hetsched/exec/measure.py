@@ -41,7 +41,10 @@ def measure_reference(executor: Executor, reference: Reference, history: Sequenc
         if workload is None:
             trace = executor.run(reference.mapping, seed=seed + i)
         else:  # under load the run's rounds are windows: so are the reference's repeats
-            trace = executor.run_workload(reference.mapping, workload, seed=seed + i)
+            run_workload = getattr(executor, "run_workload", None)
+            if run_workload is None:
+                break
+            trace = run_workload(reference.mapping, workload, seed=seed + i)
         if not trace.feasible:
             failed = trace
             break
