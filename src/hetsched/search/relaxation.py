@@ -194,7 +194,10 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     solver.parameters.max_time_in_seconds = 4 * max_seconds  # a loaded machine: the wall clock caps it too
     status = solver.solve(model)
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    proven = solver.best_objective_bound if solved else 0.0
+    # the proven bound holds whether or not a solution was found (UNKNOWN: stopped by the limit)
+    proven = solver.best_objective_bound if solved or status == cp_model.UNKNOWN else 0.0
+    if not math.isfinite(proven):
+        proven = 0.0
     lower = max(0.0, (proven - 1.0) * u)
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
     return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
