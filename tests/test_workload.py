@@ -357,3 +357,37 @@ def test_the_monitor_reports_each_mappings_windows() -> None:
     one = Monitor(load_scenario("S5")).observe(run_rounds(load_scenario("S5"), make_policy("all-gpu"),
                                                           LoopConfig(rounds=1)).rounds)
     assert not [r for r in one.records if r.kind == "load"] and "Under load" not in one.text
+
+
+def test_run_window_refuses_on_an_executor_of_single_requests() -> None:
+    from hetsched.exec import WorkloadExecutor, run_window
+    from hetsched.exec.base import ClosingExecutor
+
+    class OneAtATime(ClosingExecutor):  # a unit-test double: the Executor contract without run_workload
+        name = "one"
+
+        def run(self, mapping: hs.Mapping, seed: int | None = 0) -> hs.Trace:
+            raise AssertionError("a window must not run request by request")
+
+    sc = _scenarios()[0]
+    m = _mappings(sc)[0]
+    refused = run_window(OneAtATime(), m, Workload.closed(2, requests=4), seed=3)
+    assert not refused.feasible and refused.kind is InfeasibleKind.UNAVAILABLE and "'one'" in refused.reason
+    assert isinstance(Simulator(sc), WorkloadExecutor) and not isinstance(OneAtATime(), WorkloadExecutor)
+    assert run_window(Simulator(sc), m, Workload.closed(2, requests=4), seed=3).load is not None
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["chain", "fork", "diamond"]),
+       times=st.lists(st.floats(0, 3000, allow_nan=False), min_size=1, max_size=10),
+       budget=st.sampled_from([900.0, 1500.0, 4000.0]), pick=st.integers(0, 10_000), seed=st.integers(0, 2**32))
+def test_invariants_hold_for_any_trace_of_arrivals(kind: str, times: list[float], budget: float, pick: int,
+                                                   seed: int) -> None:
+    sc = canonical_scenario(kind, Mode.THREE_WAY, vram_budget_mb=budget, noise_cv=0.1)
+    maps = _mappings(sc)
+    if not maps:
+        return
+    trace = Simulator(sc).run_workload(maps[pick % len(maps)], Workload.trace(times), seed=seed)
+    if trace.feasible:
+        _check_invariants(sc, trace)
+        assert [r.release_ms for r in trace.requests] == sorted(times)  # sent exactly when they arrive

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hetsched.exec.base import ClosingExecutor, Executor, WorkloadExecutor
+from hetsched.exec.base import ClosingExecutor, Executor, WorkloadExecutor, run_window
 from hetsched.exec.options import check_options
 from hetsched.model import SIM, ExecutorSpec, InputError, Scenario, UnknownNameError
 from hetsched.model.errors import did_you_mean
@@ -69,4 +69,4 @@ def make_executor(spec: str | ExecutorSpec, scenario: Scenario, **options: Any) 
 
 
 __all__ = ["SIM", "ClosingExecutor", "Executor", "ExecutorSpec", "WorkloadExecutor", "executor_class", "executor_names",
-           "make_executor"]
+           "make_executor", "run_window"]

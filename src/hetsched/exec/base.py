@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from hetsched.model import Mapping, Trace
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Trace
 from hetsched.model.workload import Workload
 
 
@@ -51,6 +51,15 @@ class WorkloadExecutor(Executor, Protocol):
     def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
         """Run ``workload``'s window under one mapping; the window's Trace (``load``, ``requests``)."""
         ...
+
+
+def run_window(executor: Executor, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+    """``executor.run_workload(...)``, or an ``unavailable`` trace from an executor that runs one
+    request at a time (the one way the loop runs a window)."""
+    if isinstance(executor, WorkloadExecutor):
+        return executor.run_workload(mapping, workload, seed=seed)
+    why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
+    return Trace.refused(mapping, why, seed=seed, executor=executor.name)
 
 
 class ClosingExecutor:
