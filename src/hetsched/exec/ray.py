@@ -696,7 +696,7 @@ class _Round:
         for tool, unit in self.plan.actors.items():
             box = self.ex._refs[tool].box
             actor = self.ex._actor.options(
-                **unit.options.as_options(), max_concurrency=max(1, len(unit.nodes)), max_restarts=0,
+                **unit.options.as_options(), max_concurrency=self.concurrency(tool, len(unit.nodes)), max_restarts=0,
                 max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
             ).remote(self.spec("", tool, Placement.GPU_NOW), box)
             self.actors[tool] = actor
@@ -773,6 +773,10 @@ class _Round:
 
     def release_due(self) -> None:
         """Submit the requests whose release time has come (a window)."""
+
+    def concurrency(self, tool: str, nodes: int) -> int:
+        """Threads of a resident tool's actor: one per node that may call it at once."""
+        return max(1, nodes)
 
     def wait_s(self) -> float:
         """How long to wait for results before looking again (a window: at most until the next release), s."""
@@ -934,6 +938,16 @@ class _Window(_Round):
 
     def rel_ms(self) -> float:
         return (time.time() - self.facts.t0_s) * 1000.0
+
+    def concurrency(self, tool: str, nodes: int) -> int:
+        # at most the requests that can be in flight at once call it together: a closed loop's K
+        # clients (the requests that follow none), else every request. A thread per call that can
+        # never come would only cost memory: Ray spreads calls over an actor's threads, and each
+        # thread's first call grows the math libraries' per-thread caches
+        roots = self.clock.count if self.clock.follows is None else sum(1 for f in self.clock.follows if f < 0)
+        per_request = sum(1 for n in self.base.node_ids if self.base.tool_of[n] == tool
+                          and self.plan.mapping[instance_id(n, 0)] is Placement.GPU_NOW)
+        return max(1, min(nodes, roots * per_request))
 
     def start_actors(self) -> bool:
         ok = super().start_actors()
