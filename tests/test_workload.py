@@ -375,3 +375,19 @@ def test_run_window_refuses_on_an_executor_of_single_requests() -> None:
     assert not refused.feasible and refused.kind is InfeasibleKind.UNAVAILABLE and "'one'" in refused.reason
     assert isinstance(Simulator(sc), WorkloadExecutor) and not isinstance(OneAtATime(), WorkloadExecutor)
     assert run_window(Simulator(sc), m, Workload.closed(2, requests=4), seed=3).load is not None
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["chain", "fork", "diamond"]),
+       times=st.lists(st.floats(0, 3000, allow_nan=False), min_size=1, max_size=10),
+       budget=st.sampled_from([900.0, 1500.0, 4000.0]), pick=st.integers(0, 10_000), seed=st.integers(0, 2**32))
+def test_invariants_hold_for_any_trace_of_arrivals(kind: str, times: list[float], budget: float, pick: int,
+                                                   seed: int) -> None:
+    sc = canonical_scenario(kind, Mode.THREE_WAY, vram_budget_mb=budget, noise_cv=0.1)
+    maps = _mappings(sc)
+    if not maps:
+        return
+    trace = Simulator(sc).run_workload(maps[pick % len(maps)], Workload.trace(times), seed=seed)
+    if trace.feasible:
+        _check_invariants(sc, trace)
+        assert [r.release_ms for r in trace.requests] == sorted(times)  # sent exactly when they arrive

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -346,14 +345,6 @@ def read_suite_runs(out: Path) -> list[dict[str, Any]]:
             exact = Simulator(store.scenario(run_id), noise=False)
             runs.append(read_run(store, run_id, workflow, PolicySpec(info.policy, info.options), info.seed, exact))
     return runs
-
-
-def default_jobs() -> int:
-    """Worker processes by default: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------------- metrics

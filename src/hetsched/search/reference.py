@@ -128,7 +128,9 @@ def best_known(
     first = local_search(scenario, seed=seed, max_evals=30 + 3 * len(scenario.workflow.nodes), starts=starts,
                          evaluator=ev, max_seconds=None if max_seconds is None else 0.1 * max_seconds)
     starts.append(first.codes)
-    relaxed = relaxation_bound_ms(scenario, first.e2e_ms, max_seconds=max(0.2, RELAXATION_SHARE * bound_share))
+    relax_s = max(0.2, RELAXATION_SHARE * bound_share)
+    relaxed = relaxation_bound_ms(scenario, first.e2e_ms, max_seconds=relax_s,
+                                  wall_seconds=None if max_seconds is None else relax_s)
     if relaxed is not None and relaxed.codes is not None:
         starts.append(relaxed.codes)
     search_s = None if max_seconds is None else max(0.0, max_seconds * (1 - BOUND_SHARE) - (time.perf_counter() - t0))
