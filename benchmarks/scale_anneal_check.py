@@ -13,7 +13,6 @@ Run: hetsched bench --suite scale --out OUT; python benchmarks/scale_anneal_chec
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import time
@@ -21,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.bench.suites import read_suite_runs
 from hetsched.model import PLACEMENTS, Mapping, Mode
 from hetsched.sim import Simulator
 
@@ -75,7 +75,7 @@ def anneal(args: tuple[dict[str, object], str, float]) -> tuple[str, float, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="a scale suite's output folder (with runs.jsonl)")
+    parser.add_argument("out", type=Path, help="a scale suite's output folder (with suite.json and its run store)")
     parser.add_argument("--sizes", default="20,50")
     parser.add_argument("--seconds", type=float, default=45.0)
     parser.add_argument("--label", default="agentic:rules")
@@ -83,8 +83,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = {int(x) for x in args.sizes.split(",")}
     todo = []
-    for line in (args.out / "runs.jsonl").read_text().splitlines():
-        run = json.loads(line)
+    for run in read_suite_runs(args.out):
         if run["label"] != args.label or run["n"] not in sizes:
             continue
         played = [r for r in run["rounds"][:6] if r["true_e2e_ms"] is not None]

@@ -18,7 +18,7 @@ from hetsched.bench.tables import best_match_cell, table4
 from hetsched.cli import app
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement, Proposal, RoundRecord, RunKey, Scenario, UnknownNameError
-from hetsched.policies import make_policy, policy_names
+from hetsched.policies import LOAD_ONLY, make_policy, policy_names
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
 from hetsched.store import RunInfo, RunStore
@@ -39,7 +39,8 @@ def cli(*args: str) -> str:
 # ---------------------------------------------------------------------------- specs
 def test_default_specs_follow_the_registry() -> None:
     specs = default_specs()
-    assert {s.policy for s in specs} == set(policy_names())
+    assert {s.policy for s in specs} == set(policy_names()) - LOAD_ONLY
+    assert {s.policy for s in default_specs(under_load=True)} == set(policy_names())
     assert {"all-cpu", "all-gpu", "oracle", "heft-cf", "starpu-dmda", "ucb1", "greedy-mem", "agentic"} <= set(
         policy_names()
     )

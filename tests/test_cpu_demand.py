@@ -186,3 +186,25 @@ def test_the_profiler_measures_a_waiting_tool_near_zero_and_a_spinning_one_near_
     assert 0.5 < spins.cpu_demand <= 1.0  # at most the pool's one thread
     assert waits.cpu_threads == spins.cpu_threads == 1  # cpu_threads keeps its meaning (at least 1)
     assert waits.cpu_ms >= 30.0 and spins.cpu_ms >= 30.0
+
+
+def test_own_core_leaves_out_waits_for_a_core_but_not_waits_for_io(shapes: None) -> None:
+    """With ``own_core`` each call is timed less what its thread waited for a core: a sleeping
+    tool's time stays its sleep (a timer is not a core), whatever the machine's load."""
+    config = ProfileConfig(runs=4, warmup=1, loads=1, cpu_threads=1, own_core=True)
+    with Profiler(config) as prof:
+        [waits] = [r.card for r in profile_tools(["waits"], config, profiler=prof)]
+    assert waits.cpu_ms >= 30.0
+    assert "own_core" in waits.provenance.source
+
+
+def test_bench_reports_each_runs_wait_for_a_core() -> None:
+    from hetsched.tools.base import Device, DeviceKind
+    from hetsched.tools.runtime import ToolRuntime
+
+    rt = ToolRuntime(Device(DeviceKind.CPU, 0, 1))
+    rt.load("k", Spinner("spins", ms=2.0))
+    b = rt.bench("k", [], warmup=0, runs=5)
+    assert len(b.waits_ms) == len(b.times_ms) == 5
+    assert all(0.0 <= w <= t + 1e-6 for w, t in zip(b.waits_ms, b.times_ms, strict=True))
+    assert sum(b.waits_ms) <= b.wait_s * 1000.0 + 1e-6

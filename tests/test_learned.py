@@ -139,3 +139,15 @@ def test_noise_free_with_measured_cpu_demand_the_learned_figures_are_the_cards(s
     learned = learned_cards(sc, run(sc, rounds=4, noise=False).rounds)
     for f in learned.figures:
         assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()
+
+
+def test_the_stored_run_exports_the_same_learned_cards(tmp_path) -> None:
+    import hetsched as hs
+    from hetsched.store import RunStore
+
+    sc = load_scenario("fanout")
+    result = hs.run(sc, "agentic", rounds=4, store=tmp_path / "runs.sqlite")
+    assert result.run_id is not None
+    with RunStore(tmp_path / "runs.sqlite") as st:
+        exported = json.loads(json.dumps(st.export(result.run_id)))
+    assert exported["cards"] == json.loads(json.dumps(result.learned.to_dict()))

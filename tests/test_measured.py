@@ -8,12 +8,16 @@ rule and the measured reference on the real local executor.
 
 from __future__ import annotations
 
+import random
 import statistics
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.exec.measure import measure_reference
+from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     Infeasibility,
     InfeasibleKind,
@@ -24,6 +28,7 @@ from hetsched.model import (
     Reference,
     ReferenceKind,
     RoundRecord,
+    Scenario,
     Trace,
 )
 from hetsched.model.measured import (
@@ -34,6 +39,10 @@ from hetsched.model.measured import (
     measured_noise,
     settling,
 )
+from hetsched.model.scenario import Mode
+from hetsched.policies import make_policy
+from hetsched.policies.agentic import Agentic
+from hetsched.sim import Simulator
 
 MAPPINGS = [Mapping({"A": a, "B": b}) for a in (Placement.CPU, Placement.GPU_NOW)
             for b in (Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE)]
@@ -163,3 +172,112 @@ def test_the_measured_reference_counts_the_runs_own_executions_and_falls_back_to
     sim = Counting([])
     sim.name = "sim"
     assert measure_reference(sim, ref, h) is ref and sim.calls == 0  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- the model's close mappings
+def test_before_settling_the_model_ranked_close_mappings_that_never_ran_are_tried() -> None:
+    rounds: list = [(0, 100.0, [])] + [(i, 100.0 + 40 * i, []) for i in range(1, 5)] + [(0, 100.0, []), (0, 100.0, [])]
+    # the model: mapping 5 (never ran) predicted best, 0 next, 3 within the 2% band too, 4 far
+    ranked = [(MAPPINGS[5], 98.0), (MAPPINGS[0], 99.0), (MAPPINGS[3], 99.5), (MAPPINGS[4], 150.0)]
+    plain = settling(history(rounds))
+    assert plain.best is not None and plain.best.mapping == MAPPINGS[0] and plain.trial is None
+    state = settling(history(rounds), ranked=ranked)
+    assert not state.exploring and not state.settled
+    assert state.trial == MAPPINGS[5] and state.trial_rank == 1 and state.trial_ms == 98.0
+    assert state.best_predicted_ms == 98.0 and state.next_mapping == MAPPINGS[5]
+    assert "trying" in state.describe() and "model's #1" in state.describe()
+    assert settling(history(rounds), ranked=ranked, tries=0).trial is None  # switched off
+    rounds.append((5, 120.0, []))  # tried: slower; mapping 3 ran already (140 ms), mapping 4 is outside the band
+    state = settling(history(rounds), ranked=lambda: ranked)
+    assert state.trial is None and state.settled and state.best is not None and state.best.mapping == MAPPINGS[0]
+    # a trial that measures faster than the noise band becomes the best and reopens exploring (the
+    # model was right where measuring had stopped: more may be found), as any faster new mapping does
+    rounds[-1] = (5, 90.0, [])
+    state = settling(history(rounds), ranked=ranked)
+    assert state.best is not None and state.best.mapping == MAPPINGS[5] and state.exploring
+    assert state.best == deploy_choice(executions(history(rounds)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(ROUNDS, st.lists(st.tuples(st.integers(0, len(MAPPINGS) - 1), st.floats(10.0, 200.0)), max_size=6))
+def test_a_run_settles_only_once_the_models_close_mappings_ran(rounds: list, predictions: list) -> None:
+    ranked = sorted({MAPPINGS[i]: e for i, e in predictions}.items(), key=lambda x: x[1])
+    h = history(rounds)
+    state = settling(h, ranked=ranked)
+    ran = {t.mapping for _, t in executions(h)}
+    if state.trial is not None:
+        assert state.trial not in ran and not state.exploring and state.contender is None
+        assert state.trial_ms is not None and state.best_predicted_ms is not None
+        assert state.trial_ms <= state.best_predicted_ms * (1 + state.noise) + 1e-9
+    if state.settled and ranked:
+        best = ranked[0][1]
+        close = [m for m, e in ranked if e <= best * (1 + state.noise)][:4]
+        assert all(m in ran for m in close)
+    assert state.best == settling(h).best  # the model never changes what is deployed: the best measured
+
+
+class RealDouble:
+    """The simulator standing in for a real executor (named ``local``: the loop treats its rounds as
+    measurements, so the stopping rule is on), running a world whose figures differ from the cards."""
+
+    name = "local"
+
+    def __init__(self, world: Scenario) -> None:
+        self.sim = Simulator(world)
+
+    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
+        return self.sim.run(mapping, seed)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> RealDouble:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["chain", "parallel", "fanout", "forkjoin", "layered"]), st.integers(5, 7),
+       st.sampled_from([Mode.BINARY, Mode.THREE_WAY]), st.integers(0, 1000))
+def test_agentic_on_a_noisy_real_executor_tries_the_models_close_mappings_then_settles_on_the_best_measured(
+        family: str, n: int, mode: Mode, seed: int) -> None:
+    noisy_real_run(family, n, mode, seed)
+
+
+@pytest.mark.parametrize(("family", "seed"), [("fanout", 2), ("layered", 1)])
+def test_the_models_close_mappings_are_tried_on_workflows_where_the_monitor_left_them(family: str, seed: int) -> None:
+    assert noisy_real_run(family, 6, Mode.THREE_WAY, seed) >= 1
+
+
+def noisy_real_run(family: str, n: int, mode: Mode, seed: int) -> int:
+    """One agentic run on the real-executor double (noise 6%, cards off by up to 25%), its invariants
+    checked; returns how many rounds tried a mapping the model ranked close that had never run."""
+    world = random_scenario(WorkflowSpec(family, n, mode, seed))
+    world = world.model_copy(update={"machine": world.machine.model_copy(update={"noise_cv": 0.06})})
+    rng = random.Random(seed)
+    cards = {t: c.model_copy(update={"cpu_ms": c.cpu_ms * rng.uniform(0.8, 1.25)}) for t, c in world.cards.items()}
+    sc = world.model_copy(update={"cards": cards})
+    pol = make_policy("agentic")
+    result = run_rounds(sc, pol, LoopConfig(rounds=24, seed=seed), executor=RealDouble(world))  # type: ignore[arg-type]
+    assert isinstance(pol, Agentic)
+    tried = 0
+    for i, r in enumerate(result.rounds):
+        state = pol.settling(result.rounds[:i])  # what the policy saw before round i
+        assert state is not None
+        if state.exploring:
+            continue
+        assert r.mapping == state.next_mapping and not r.probes, (i, r.proposal.rationale)
+        if state.trial is not None:
+            tried += 1
+            assert r.mapping not in {t.mapping for _, t in executions(result.rounds[:i])}
+            assert "trying" in r.proposal.rationale
+    final = pol.settling(result.rounds)
+    assert final is not None and final.best == deploy_choice(executions(result.rounds)) == result.deploy
+    if final.settled:
+        ran = {t.mapping for _, t in executions(result.rounds)}
+        ranking = pol.ranking(result.rounds)
+        close = [m for m, e in ranking if e <= ranking[0][1] * (1 + final.noise)][:4]
+        assert all(m in ran for m in close)
+    return tried

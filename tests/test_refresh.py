@@ -114,3 +114,72 @@ def test_refresh_refuses_bad_requests(capsys: pytest.CaptureFixture[str], tmp_pa
     assert code == 2 and "--refresh" in err
     code, _, err = run_cli(capsys, "profile", "--refresh", str(tmp_path / "missing.yaml"), *FAST)
     assert code == 2 and "not found" in err
+
+
+SLOW_YAML = """# a two-tool chain whose cards say 20 ms; the tools spin 400 ms
+name: slow_chain
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 100}
+cards:
+  slow_a: {cpu_ms: 20, gpu_ms: 20, load_ms: 5, vram_mb: 2}
+  slow_b: {cpu_ms: 20, gpu_ms: 20, load_ms: 5, vram_mb: 2}
+nodes: [{id: A, tool: slow_a}, {id: B, tool: slow_b}]
+edges: [A -> B]
+"""
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)]), "COLUMNS": "250"}
+    proc = subprocess.run([sys.executable, "-m", "hetsched", *args], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_real_run_contradicts_stale_cards_and_the_refresh_it_names_fixes_them(tmp_path: Path) -> None:
+    """The local executor, real tools: cards 20x too fast are contradicted (json and text), the printed
+    command refreshes them in place, and the same run on the refreshed file contradicts nothing."""
+    import json
+    import shlex
+
+    path = tmp_path / "slow.yaml"
+    path.write_text(SLOW_YAML)
+    run = ["run", str(path), "--executor", "local", "-X", 'tool_modules=["tests.slowtools"]', "--policy", "all-cpu",
+           "--rounds", "3", "--no-store", "--reference", "none"]
+    code, out, err = _cli(*run, "--json")
+    assert code == 0, err
+    cards = json.loads(out)["cards"]
+    assert sorted(cards["contradicted"]) == [["slow_a", "cpu_ms"], ["slow_b", "cpu_ms"]]
+    assert all(f["drift"] > 5 for f in cards["figures"])
+    command = cards["refresh"]
+    assert command == f"hetsched profile --refresh {shlex.quote(str(path))} slow_a slow_b"
+    code, out, err = _cli(*run)
+    assert code == 0, err
+    assert "card contradicted: slow_a cpu_ms" in out and command in out
+    code, out, err = _cli(*shlex.split(command)[1:], "--tool-module", "tests.slowtools", *FAST)
+    assert code == 0, err
+    assert "# a two-tool chain" in path.read_text()  # the comment is kept
+    assert load_scenario(path).cards["slow_a"].cpu_ms > 300
+    code, out, err = _cli(*run, "--json")
+    assert code == 0, err
+    assert json.loads(out)["cards"]["contradicted"] == []
+
+
+def test_own_core_reaches_the_profiler_from_the_cli(tools: None, capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    out = tmp_path / "cards.yaml"
+    code, _, err = run_cli(capsys, "profile", "textonly", "--own-core", "-o", str(out), *FAST)
+    assert code == 0, err
+    assert "own_core" in load_tool_library(out)["textonly"].provenance.source
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("name: f\ntools: cards.yaml\nnodes: [{id: A, tool: textonly}]\n")
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(flow), *FAST)
+    assert code == 0, err
+    assert "own_core" not in load_tool_library(out)["textonly"].provenance.source  # refreshed without it

@@ -6,7 +6,6 @@ Instances are small (CI time); the full studies are ``hetsched bench --suite sca
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.factories import make_card, make_scenario, make_workflow
+from tests.factories import make_card, make_scenario, make_workflow, run_cli
 
 from hetsched.bench.generate import FAMILIES, KAPPA_RANGE, WorkflowSpec, base_tools, random_scenario
 from hetsched.bench.spec import PolicySpec
@@ -23,6 +22,7 @@ from hetsched.bench.suites import (
     SuiteConfig,
     random_table,
     random_workflows,
+    read_suite_runs,
     run_suite,
     scale_tables,
     scale_workflows,
@@ -31,7 +31,8 @@ from hetsched.bench.suites import (
 from hetsched.cli import main
 from hetsched.deciders.estimate import Estimator, fit_interference
 from hetsched.deciders.evidence import Evidence
-from hetsched.deciders.search import local_search
+from hetsched.deciders.rules import SCREEN_EVALUATIONS_FIRST, SCREEN_EVALUATIONS_LATER, SCREEN_MIN_NODES
+from hetsched.deciders.search import focus, local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -51,6 +52,7 @@ from hetsched.policies import make_policy
 from hetsched.policies.greedy_mem import GreedyMem, greedy_placements
 from hetsched.search.oracle import solve
 from hetsched.sim import Simulator
+from hetsched.store import RunStore
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
 
@@ -254,6 +256,48 @@ def test_search_is_exhaustive_when_the_space_fits_and_deterministic_otherwise() 
     assert a.e2e_ms <= min(a.seen.values()) and a.e2e_ms >= full.e2e_ms
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 30), three_way=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_screened_search_stays_in_budget_and_is_seeded(family: str, n: int, three_way: bool, seed: int) -> None:
+    """The large-workflow search: its focus is a set of the workflow's nodes that holds the sink that
+    ends last; within its budget it returns the lowest estimate it saw, no worse than any start, the
+    same for the same seed, and says what it spent."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    est = Estimator(sc, sc.machine.gpu_kappa)
+    c = sc.compiled
+    starts = [tuple(0 for _ in range(n))] + [u for p in (1, 2) if c.static_ok(u := tuple(
+        p if p in a else 0 for a in c.allowed))]
+    tm = est.timings(starts[0])
+    assert tm is not None
+    order = focus(c, starts[0], tm)
+    assert len(set(order)) == len(order) and set(order) <= set(range(n))
+    last = max(tm.end[s] for s in c.sinks)
+    assert any(tm.end[s] == last for s in order if s in c.sinks)
+    budget = 60
+    a = local_search(est, starts, c.allowed, max_evaluations=budget, seed=3, screen=True)
+    b = local_search(est, starts, c.allowed, max_evaluations=budget, seed=3, screen=True)
+    assert (a.best, a.e2e_ms, list(a.seen)) == (b.best, b.e2e_ms, list(b.seen))
+    assert len(a.seen) <= budget and a.screened and a.budget == budget
+    # the lowest it saw, up to the 1e-12 a descent needs to call a move an improvement
+    assert min(a.seen.values()) <= a.e2e_ms <= min(a.seen.values()) * (1 + 1e-12)
+    assert a.e2e_ms <= min(a.seen[s] for s in starts)
+    assert a.spent().startswith(f"{len(a.seen)} mappings estimated of a budget of {budget}")
+
+
+def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -> None:
+    """From ``SCREEN_MIN_NODES`` nodes on a decision estimates a fixed number of mappings (round 0 more,
+    later rounds fewer), says so in its reasoning, and a resumed run makes the same decisions."""
+    sc = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.THREE_WAY, 21))
+    first = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1))
+    part = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=1, seed=1))
+    resumed = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1), history=part.rounds)
+    assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
+    spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
+    assert f"of a budget of {SCREEN_EVALUATIONS_FIRST}; descents screened" in spent[0]
+    assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
+
+
 def _run_best_by(sc: Scenario, rounds: int, policy: str = "agentic", **options: object) -> list[float]:
     result = run_rounds(sc, make_policy(policy, **options), LoopConfig(rounds=rounds, seed=0))
     sim = Simulator(sc, noise=False)
@@ -360,11 +404,16 @@ def _small_suite(tmp_path: Path, suite: str) -> SuiteConfig:
 def test_scale_suite_writes_tables_and_figures_and_resumes(tmp_path: Path) -> None:
     config = _small_suite(tmp_path, "scale")
     first = run_suite(config)
-    assert first.counts == {"reused": 0, "ran": 8}
-    lines = (config.out / "runs.jsonl").read_text().splitlines()
-    assert len(lines) == 8 and all(len(json.loads(line)["rounds"]) == 3 for line in lines)
-    refs = json.loads((config.out / "references.json").read_text())
-    assert {r["kind"] for r in refs.values()} == {"oracle"}  # 5- and 8-node spaces are solved exactly
+    assert first.counts == {"reused": 0, "resumed": 0, "ran": 8}
+    with RunStore(config.store_path, read_only=True) as store:
+        infos = store.runs(experiment="bench-scale")
+        assert len(infos) == 8 and all(i.rounds_done == 3 and i.status == "finished" for i in infos)
+        rounds = store.rounds(infos[0].id)
+        assert [r.outcome for r in rounds] == store.outcomes(infos[0].id)  # the cheap read equals the full one
+        assert all(r.decision_ms is not None and r.decision_ms >= 0 for r in rounds)
+        kinds = store._read("SELECT kind, choice FROM scenario_references")
+    assert {(k["kind"], k["choice"]) for k in kinds} == {("oracle", "auto")}  # 5 and 8 nodes: solved exactly
+    assert len(kinds) == 4
     paths = write_suite_report(first)
     assert {"scale_ratio", "scale_time"} <= set(paths) and all(p.stat().st_size > 0 for p in paths.values())
     tables = {t.key: t for t in scale_tables(first)}
@@ -374,11 +423,23 @@ def test_scale_suite_writes_tables_and_figures_and_resumes(tmp_path: Path) -> No
     ratios = [float(c) for row in tables["scale_ratio"].rows for c in row[1:]]
     assert all(r >= 1 - 1e-9 for r in ratios)  # against the exact oracle nothing does better
     assert tables["scale_probes"].rows[0][1:] == ["0", "0"]
-    with (config.out / "runs.jsonl").open("a") as fh:
-        fh.write('{"key": "cut-off')  # an interrupted write: ignored, that run is simply not there
     again = run_suite(config)
-    assert again.counts == {"reused": 8, "ran": 0}
+    assert again.counts == {"reused": 8, "resumed": 0, "ran": 0}
     assert [r["rounds"] for r in again.runs] == [r["rounds"] for r in first.runs]
+    assert again.references == {k: {**v, "how": "reused"} for k, v in first.references.items()}
+    assert read_suite_runs(config.out) == again.runs  # what benchmarks/scale_anneal_check.py reads
+
+
+def test_suite_refuses_an_old_runs_jsonl_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _small_suite(tmp_path, "random")
+    config.out.mkdir()
+    (config.out / "runs.jsonl").write_text('{"key": "x"}\n')
+    with pytest.raises(InputError, match=r"runs.jsonl from an older hetsched.*Move them away"):
+        run_suite(config)
+    assert not config.store_path.exists()
+    code, out, err = run_cli(capsys, "bench", "--suite", "random", "--quick", "--out", str(config.out))
+    assert code == 2 and "runs.jsonl from an older hetsched" in err and "Traceback" not in out + err
+    assert not config.store_path.exists()
 
 
 def test_random_suite_table(tmp_path: Path) -> None:
@@ -394,7 +455,7 @@ def test_random_suite_table(tmp_path: Path) -> None:
 def test_cli_suite_errors(capsys: pytest.CaptureFixture[str]) -> None:
     for args, message in (
         (["--suite", "huge"], "--suite 'huge': unknown suite; accepted: paper, scale, random"),
-        (["--suite", "scale", "--scenario", "S1"], "--tools, --store, --executor and -X apply to --suite paper only"),
+        (["--suite", "scale", "--scenario", "S1"], "--tools, --executor and -X apply to --suite paper only"),
     ):
         with pytest.raises(SystemExit) as exc:
             main(["bench", *args])

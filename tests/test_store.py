@@ -580,3 +580,63 @@ def test_cli_interrupt_then_resume_equals_uninterrupted(
     with RunStore(tmp_path / "hetsched-store" / "runs.sqlite") as st:
         assert st.rounds(run_id) == reference
     assert "already finished; nothing to run" in cli("run", "--resume", run_id).stdout
+
+
+# ---------------------------------------------------------------------------- schema 3 -> 4
+def _as_schema_3(path: Path) -> None:
+    """Turn a current store back into the schema-3 layout (what hetsched wrote before 4)."""
+    with sqlite3.connect(path) as raw:
+        raw.execute("ALTER TABLE rounds DROP COLUMN decision_ms")
+        raw.execute("DROP TABLE scenario_references")
+        raw.execute("DELETE FROM meta WHERE key = 'schema_version'")
+        raw.execute("PRAGMA user_version = 3")
+
+
+def test_a_schema_3_store_reads_back_and_is_migrated_with_decision_times_and_references(tmp_path: Path) -> None:
+    from hetsched.bench.runner import ensure_reference
+    from hetsched.search.reference import ReferenceChoice
+
+    path = tmp_path / "v3.sqlite"
+    sc = load_scenario("chain")
+    with RunStore(path) as st:
+        run_id = run_recorded(run_key(sc, "ucb1", LoopConfig(rounds=2)), store=st).run_id
+        assert run_id is not None
+        before = st.rounds(run_id)
+        assert all(r.decision_ms is not None and r.decision_ms >= 0 for r in before)
+        assert st.outcomes(run_id) == [r.outcome for r in before]
+    _as_schema_3(path)
+    with RunStore(path, read_only=True) as ro:  # migrated in memory only
+        assert [r.decision_ms for r in ro.rounds(run_id)] == [None, None] and ro.stored_reference(sc, "auto") is None
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
+    with RunStore(path) as st:
+        assert st.rounds(run_id) == before  # decision time is a clock reading, not part of equality
+        assert [o.decision_ms for o in st.outcomes(run_id)] == [None, None]
+        ref, how = ensure_reference(st, sc, ReferenceChoice.AUTO)
+        assert how == "computed" and ref.exact
+        again, how = ensure_reference(st, sc, ReferenceChoice.AUTO)
+        assert how == "reused" and again == ref
+        row = st._conn().execute("SELECT kind, label, choice, scenario_name FROM scenario_references").fetchone()
+        assert tuple(row) == ("oracle", "oracle", "auto", sc.name)
+        assert ensure_reference(st, sc, ReferenceChoice.BEST_KNOWN)[1] == "computed"  # another choice, another row
+        more = continue_run(st, run_id, rounds=3)
+        assert more.rounds[:2] == before and more.rounds[2].decision_ms is not None
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
+
+
+def test_round_outcomes_are_the_summary_of_the_rounds(tmp_path: Path) -> None:
+    sc = load_scenario("vram_3way")
+    with RunStore(tmp_path / "s.sqlite") as st:
+        result = run_recorded(run_key(sc, "agentic", LoopConfig(rounds=4, seed=3), options={"decider": "rules"}),
+                              store=st)
+        assert result.run_id is not None
+        outcomes = st.outcomes(result.run_id)
+        exported = st.export(result.run_id)["rounds"]
+    assert outcomes == [r.outcome for r in result.rounds]
+    assert [o.to_dict() for o in outcomes] == result.to_dict()["rounds"]
+    assert any(o.probes for o in outcomes) and [o.probes for o in outcomes] == [len(r.probes) for r in result.rounds]
+    for o, full in zip(outcomes, exported, strict=True):
+        summary = o.to_dict()
+        assert {k: full[k] for k in summary if k != "probes"} == {k: v for k, v in summary.items() if k != "probes"}
+        assert len(full["probes"]) == o.probes

@@ -149,8 +149,8 @@ def test_horizon_stops_sending_and_frees_resident_tools() -> None:
 # ---------------------------------------------------------------------------- the simulator under load
 
 
-def _scenarios() -> list[Scenario]:
-    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2)
+def _scenarios(load_sharing: str = "none") -> list[Scenario]:
+    return [canonical_scenario(kind, Mode.THREE_WAY, noise_cv=0.05, cpu_cores=2, load_sharing=load_sharing)
             for kind in ("chain", "fork", "diamond")]
 
 
@@ -183,9 +183,10 @@ def _check_invariants(sc: Scenario, trace: hs.Trace) -> None:
     assert trace.e2e_ms == m.p95_ms == max(n.end_ms for n in trace.nodes.values())
 
 
+@pytest.mark.parametrize("sharing", ["none", "copy", "device"])
 @pytest.mark.parametrize("wl", WORKLOADS, ids=lambda w: w.describe())
-def test_invariants_under_load_on_every_feasible_mapping(wl: Workload) -> None:
-    for sc in _scenarios():
+def test_invariants_under_load_on_every_feasible_mapping(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             trace = sim.run_workload(m, wl, seed=7)
@@ -219,8 +220,9 @@ def test_invariants_hold_for_any_closed_loop(kind: str, clients: int, n: int, th
 
 @pytest.mark.parametrize("wl", [Workload.closed(1, requests=1), Workload.open(3, requests=1),
                                 Workload.trace([0.0])], ids=["closed", "open", "trace"])
-def test_one_request_is_todays_run(wl: Workload) -> None:
-    for sc in _scenarios():
+@pytest.mark.parametrize("sharing", ["none", "device"])
+def test_one_request_is_todays_run(wl: Workload, sharing: str) -> None:
+    for sc in _scenarios(sharing):
         sim = Simulator(sc)
         for m in _mappings(sc):
             one, window = sim.run(m, seed=11), sim.run_workload(m, wl, seed=11)
@@ -315,3 +317,77 @@ def test_learned_cards_de_contend_a_window_with_every_request(placement: Placeme
     assert figures
     for f in figures:
         assert abs(f.drift) < 1e-6, f.describe()
+
+
+def test_utilization_over_time_follows_the_requests() -> None:
+    """One 100 ms CPU node (2 threads) on 4 cores; requests at 0 and 300 ms: busy 0-100 and 300-400,
+    idle between. Window 400 ms: half the time one request in flight, half the cores busy then."""
+    sc = make_scenario(make_workflow([("a", "t")]), [make_card("t", cpu_ms=100.0, cpu_threads=2)], cpu_cores=4)
+    m = Simulator(sc).run_workload(sc.uniform(Placement.CPU), Workload.trace([0.0, 300.0]), seed=0).load
+    assert m is not None
+    assert m.window_ms == 400.0 and m.throughput_per_s == 5.0
+    assert m.in_flight_mean == pytest.approx(0.5) and m.in_flight_max == 1
+    assert m.cpu_util_mean == pytest.approx(0.25) and m.gpu_util_mean == 0.0
+    assert len(m.timeline) == 50 and m.timeline[0].t_ms == 0.0 and m.timeline[-1].t_ms == pytest.approx(392.0)
+    flight = [s.in_flight for s in m.timeline]
+    assert flight[:12] == pytest.approx([1.0] * 12) and flight[13:37] == pytest.approx([0.0] * 24)
+    assert flight[38:] == pytest.approx([1.0] * 12)
+    assert [s.cpu_util for s in m.timeline[:12]] == pytest.approx([0.5] * 12)
+
+
+def test_the_monitor_reports_each_mappings_windows() -> None:
+    """An agentic run under load: the observations carry a load record per measured mapping (means of
+    its windows) and the prompt text says that E2E is the window's p95."""
+    from hetsched.loop import LoopConfig, run_rounds
+    from hetsched.monitor import Monitor
+    from hetsched.policies import make_policy
+
+    sc = load_scenario("S5").with_workload(Workload.closed(3, requests=9, slo_ms=800))
+    result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=3, seed=1))
+    obs = Monitor(sc).observe(result.rounds)
+    windows = {r.code: r for r in obs.records if r.kind == "load"}
+    execs = {r.code: r for r in obs.records if r.kind == "execution"}
+    assert windows and set(windows) == set(execs)
+    for code, w in windows.items():
+        assert w.requests == 9 and w.runs == execs[code].runs
+        assert w.p95_ms == pytest.approx(execs[code].mean_e2e_ms)  # a window's E2E is its p95
+        assert w.p50_ms <= w.p95_ms <= w.p99_ms and w.slo_ms == 800 and w.slo_attainment is not None
+    assert "each run is a window of 9 requests; E2E above = the window's p95 latency" in obs.text
+    assert "within 800 ms" in obs.text
+    one = Monitor(load_scenario("S5")).observe(run_rounds(load_scenario("S5"), make_policy("all-gpu"),
+                                                          LoopConfig(rounds=1)).rounds)
+    assert not [r for r in one.records if r.kind == "load"] and "Under load" not in one.text
+
+
+def test_run_window_refuses_on_an_executor_of_single_requests() -> None:
+    from hetsched.exec import WorkloadExecutor, run_window
+    from hetsched.exec.base import ClosingExecutor
+
+    class OneAtATime(ClosingExecutor):  # a unit-test double: the Executor contract without run_workload
+        name = "one"
+
+        def run(self, mapping: hs.Mapping, seed: int | None = 0) -> hs.Trace:
+            raise AssertionError("a window must not run request by request")
+
+    sc = _scenarios()[0]
+    m = _mappings(sc)[0]
+    refused = run_window(OneAtATime(), m, Workload.closed(2, requests=4), seed=3)
+    assert not refused.feasible and refused.kind is InfeasibleKind.UNAVAILABLE and "'one'" in refused.reason
+    assert isinstance(Simulator(sc), WorkloadExecutor) and not isinstance(OneAtATime(), WorkloadExecutor)
+    assert run_window(Simulator(sc), m, Workload.closed(2, requests=4), seed=3).load is not None
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["chain", "fork", "diamond"]),
+       times=st.lists(st.floats(0, 3000, allow_nan=False), min_size=1, max_size=10),
+       budget=st.sampled_from([900.0, 1500.0, 4000.0]), pick=st.integers(0, 10_000), seed=st.integers(0, 2**32))
+def test_invariants_hold_for_any_trace_of_arrivals(kind: str, times: list[float], budget: float, pick: int,
+                                                   seed: int) -> None:
+    sc = canonical_scenario(kind, Mode.THREE_WAY, vram_budget_mb=budget, noise_cv=0.1)
+    maps = _mappings(sc)
+    if not maps:
+        return
+    trace = Simulator(sc).run_workload(maps[pick % len(maps)], Workload.trace(times), seed=seed)
+    if trace.feasible:
+        _check_invariants(sc, trace)
+        assert [r.release_ms for r in trace.requests] == sorted(times)  # sent exactly when they arrive

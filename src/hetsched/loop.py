@@ -22,16 +22,16 @@ and the store.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetsched.exec import Executor, make_executor
+from hetsched.exec.base import run_window
 from hetsched.model import (
     SIM,
     ExecutorSpec,
-    Infeasibility,
-    InfeasibleKind,
     InputError,
     LoopConfig,
     Mapping,
@@ -151,16 +151,7 @@ class RunResult:
             "cards": self.learned.to_dict(),
             "notes": list(self.notes),
             "rounds": [
-                {
-                    "round": r.round,
-                    "mapping": r.mapping.to_dict(),
-                    "e2e_ms": r.trace.e2e_ms,
-                    "feasible": r.trace.feasible,
-                    "reason": r.trace.reason,
-                    "infeasible_kind": None if r.trace.kind is None else r.trace.kind.value,
-                    "probes": len(r.probes),
-                    **({"load": r.trace.load.to_dict()} if r.trace.load is not None else {}),
-                }
+                {**r.outcome.to_dict(), **({"load": r.trace.load.to_dict()} if r.trace.load is not None else {})}
                 for r in self.rounds
             ],
             **({"workload": {**self.scenario.workload.model_dump(mode="json"),
@@ -218,8 +209,10 @@ def run_rounds(
         return result
     while len(rounds) < config.rounds:
         r = len(rounds)
+        started = time.perf_counter()
+        executing = [0.0]  # seconds spent in the executor this round (not the decision's)
         read = seen(prior, rounds)
-        probes = _probe(scenario, policy, executor, read, config, r)
+        probes = _probe(scenario, policy, executor, read, config, r, executing)
         monitor: Monitor | None = policy.monitor
         observations = None if monitor is None else monitor.observe(read, probes)
         proposal: Proposal
@@ -228,8 +221,9 @@ def run_rounds(
         else:
             proposal = policy.propose(read, probes, observations)
         mapping = scenario.validate_mapping(proposal.mapping, where=f"policy {policy.name!r} round {r}")
-        trace = _execute(scenario, executor, mapping, round_seed(config.seed, r))
-        record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=probes)
+        trace = _execute(scenario, executor, mapping, round_seed(config.seed, r), executing)
+        decision_ms = max(0.0, (time.perf_counter() - started - executing[0]) * 1000.0)
+        record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=probes, decision_ms=decision_ms)
         rounds.append(record)
         if recorder is not None:
             recorder(record)
@@ -247,7 +241,8 @@ def seen(prior: Prior | None, rounds: Sequence[RoundRecord]) -> Sequence[RoundRe
 
 
 def _probe(
-    scenario: Scenario, policy: Policy, executor: Executor, rounds: Sequence[RoundRecord], config: LoopConfig, r: int
+    scenario: Scenario, policy: Policy, executor: Executor, rounds: Sequence[RoundRecord], config: LoopConfig, r: int,
+    executing: list[float],
 ) -> tuple[Probe, ...]:
     """Execute the what-if probes the policy asks for before round ``r``'s decision."""
     probes: list[Probe] = []
@@ -256,25 +251,24 @@ def _probe(
         if request is None:
             break
         mapping = scenario.validate_mapping(request.mapping, where=f"{request.kind} probe")
-        trace = _execute(scenario, executor, mapping, round_seed(config.seed, r, len(probes)))
+        trace = _execute(scenario, executor, mapping, round_seed(config.seed, r, len(probes)), executing)
         probes.append(Probe(kind=request.kind, base=request.base, trace=trace, note=request.note))
     return tuple(probes)
 
 
-def _execute(scenario: Scenario, executor: Executor, mapping: Mapping, seed: int) -> Trace:
+def _execute(scenario: Scenario, executor: Executor, mapping: Mapping, seed: int, executing: list[float]) -> Trace:
+    """Check, then execute ``mapping``, adding the executor's wall time to ``executing[0]``."""
     refused = scenario.infeasibility(mapping)
     if refused is not None:  # never hand an OOM mapping to a real executor
         return Trace.refused(mapping, refused, vram_budget_mb=scenario.machine.vram_budget_mb, seed=seed,
                              executor=executor.name)
-    if scenario.workload is not None:  # a round is a window of requests under the mapping
-        run_workload = getattr(executor, "run_workload", None)
-        if run_workload is None:
-            why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
-            return Trace.refused(mapping, why, vram_budget_mb=scenario.machine.vram_budget_mb, seed=seed,
-                                 executor=executor.name)
-        trace: Trace = run_workload(mapping, scenario.workload, seed=seed)
-        return trace
-    return executor.run(mapping, seed=seed)
+    t0 = time.perf_counter()
+    try:
+        if scenario.workload is not None:  # a round is a window of requests under the mapping
+            return run_window(executor, mapping, scenario.workload, seed=seed)
+        return executor.run(mapping, seed=seed)
+    finally:
+        executing[0] += time.perf_counter() - t0
 
 
 def _stable(rounds: Sequence[RoundRecord], k: int) -> bool:

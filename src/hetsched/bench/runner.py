@@ -18,7 +18,10 @@ the CLI.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -28,7 +31,7 @@ from typing import Any
 
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
-from hetsched.model import SIM, ExecutorSpec, InputError, RunKey, Scenario
+from hetsched.model import SIM, ExecutorSpec, InputError, Reference, RunKey, Scenario
 from hetsched.model.errors import ParameterError
 from hetsched.policies import policy_names
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
@@ -124,14 +127,16 @@ _OPEN: dict[tuple[int, str], RunStore] = {}
 than a whole run when every job opened and closed its own connection (see BENCHMARKS.md)."""
 
 
-def _store(path: str) -> RunStore:
+def open_store(path: str) -> RunStore:
+    """This process's open store for ``path`` (one per process and file, kept open across jobs)."""
     key = (os.getpid(), path)
     if key not in _OPEN:
         _OPEN[key] = RunStore(path)
     return _OPEN[key]
 
 
-def _close_stores() -> None:
+def close_stores() -> None:
+    """Close the stores :func:`open_store` opened in this process."""
     for key in [k for k in _OPEN if k[0] == os.getpid()]:
         _OPEN.pop(key).close()
 
@@ -155,10 +160,34 @@ def _close_executors() -> None:
         _EXECUTORS.pop(ident).close()
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux ``prctl`` option: the signal a process gets when its parent dies."""
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A bench worker's initializer: on Linux the kernel kills the worker (SIGKILL) the moment the bench
+    process dies, ``kill -9`` included, so no orphan goes on driving a run that the rerun means to continue
+    (an orphan holding a run's lock makes the rerun start a second run of that key). Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the worker ends when it next reads from the dead parent
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def worker_pool(jobs: int) -> ProcessPoolExecutor:
+    """The bench's worker processes: ``jobs`` of them, each dying with this process (:func:`die_with_parent`)."""
+    return ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),))
+
+
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
-    run_id, how = ensure_run(_store(job.store), job.key, executor=_executor(job.key))
+    run_id, how = ensure_run(open_store(job.store), job.key, executor=_executor(job.key))
     return JobResult(run_id, how, time.perf_counter() - t0, job.spec.label, job.key.scenario.name)
 
 
@@ -209,13 +238,13 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
         finally:
             _close_executors()
     else:
-        with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
+        with worker_pool(min(config.jobs, len(jobs))) as pool:
             pending: dict[Future[JobResult], int] = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
             while pending:
                 complete, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in complete:
                     finished(pending.pop(fut), fut.result())
-    _close_stores()  # workers' connections close when the pool's processes exit
+    close_stores()  # workers' connections close when the pool's processes exit
     out = BenchRun(config=config, seconds=time.perf_counter() - t0)
     for r in results:
         assert r is not None
@@ -238,10 +267,26 @@ def store_references(store_path: Path | str, run_ids: Sequence[str], choice: Ref
             sc = store.scenario(run_id)
             by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
         for sc, ids in by_scenario.values():
-            ref = reference(sc, choice, max_seconds=max_seconds)
-            assert ref is not None
+            ref, _ = ensure_reference(store, sc, choice, max_seconds)
             for run_id in ids:
                 store.set_reference(run_id, ref)
+
+
+def ensure_reference(store: RunStore, scenario: Scenario, choice: ReferenceChoice,
+                     max_seconds: float = DEFAULT_SEARCH_SECONDS) -> tuple[Reference, str]:
+    """The bench's one rule for references, as :func:`~hetsched.loop.ensure_run` is for runs: the reference
+    recorded in ``store`` for this scenario's content and ``choice`` is reused; else it is computed and
+    recorded. Returns ``(reference, how)``, ``how`` being ``reused`` or ``computed``."""
+    choice = ReferenceChoice(choice)
+    stored = store.stored_reference(scenario, choice.value)
+    if stored is not None:
+        return stored, "reused"
+    ref = reference(scenario, choice, max_seconds=max_seconds)
+    if ref is None:
+        raise ParameterError("reference", f"{choice.value!r}: the bench needs a reference; accepted: auto, oracle, "
+                             "best-known")
+    store.record_reference(scenario, choice.value, ref)
+    return ref, "computed"
 
 
 def default_jobs() -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from hetsched.model import InputError, Scenario, ToolCard
 from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
 from hetsched.model.files import bundled_scenarios, load_scenario, load_tool_library
-from hetsched.policies import policy_names
+from hetsched.policies import LOAD_ONLY, policy_names
 
 SUITE: tuple[str, ...] = tuple(f"S{i}" for i in range(1, 14))
 """The evaluation suite, in PAPER.md order."""
@@ -91,10 +91,13 @@ def parse_spec(text: str) -> PolicySpec:
     return PolicySpec("agentic", {"decider": decider})
 
 
-def default_specs() -> tuple[PolicySpec, ...]:
-    """Every registered policy; the agentic one once per non-LLM decider (rules, argmin)."""
+def default_specs(*, under_load: bool = False) -> tuple[PolicySpec, ...]:
+    """Every registered policy; the agentic one once per non-LLM decider (rules, argmin). Policies
+    that differ from another only under load (``LOAD_ONLY``) only with ``under_load``."""
     specs: list[PolicySpec] = []
     for name in policy_names():
+        if name in LOAD_ONLY and not under_load:
+            continue
         if name == "agentic":
             specs.extend(PolicySpec("agentic", {"decider": d}) for d in NON_LLM_DECIDERS)
         else:

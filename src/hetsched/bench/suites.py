@@ -12,39 +12,40 @@ S1-S13, which the paper suite covers), on the noise-free-referenced simulator:
   oracle: the share within 1% of the oracle by round 5 and by the last round (the
   generalization table of docs/agentic.md), the median and worst ratio at round 5.
 
-Runs execute in worker processes and each finished run is appended to ``runs.jsonl`` in the
-output folder as one line (its key, scenario fingerprint and rounds), so an interrupted suite
-resumes where it stopped and a second call only runs what is new; references are kept the same
-way in ``references.json``. The runs do not go through the SQLite run store: a 100-node round's
-observations are large, and these suites need only the per-round summary.
+Every run is recorded in the SQLite run store (``OUT/runs.sqlite``, experiment ``bench-scale`` or
+``bench-random``) round by round, and every reference in the store's ``scenario_references``
+table, through the same rule as the paper suite (``hetsched.loop.ensure_run``,
+:func:`hetsched.bench.runner.ensure_reference`): a run recorded finished is reused, a partial one
+(interrupted, or killed with SIGKILL) continues from its last recorded round, a missing one runs;
+a recorded reference is reused. The tables are built from the store's round summaries
+(:meth:`hetsched.store.RunStore.outcomes`, which decodes no trace), the noise-free E2E of each
+round's mapping recomputed on the simulator.
 
-Imports the model, the generator, the policies, the loop, the executors and the simulator's
-reference search; matplotlib (the ``bench`` extra) only to draw.
+Imports the model, the generator, the policies, the loop, the bench runner, the simulator and the
+store; matplotlib (the ``bench`` extra) only to draw.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsched.exec import make_executor
-from hetsched.loop import LoopConfig, run_rounds
-from hetsched.model import SIM, InputError, Mapping, Mode, RoundRecord, Scenario, Trace
+from hetsched.loop import ensure_run
+from hetsched.model import InputError, Mode, Reference, RoundOutcome, RunKey, Scenario
 from hetsched.model.errors import ParameterError, UnknownValueError
-from hetsched.policies import make_policy
-from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, reference
+from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice
 from hetsched.sim import Simulator
+from hetsched.store import RunStore
 
 from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
+from .runner import EXPERIMENT, close_stores, ensure_reference, open_store, worker_pool
 from .spec import PolicySpec, default_specs
 from .tables import Table
 
@@ -74,8 +75,6 @@ WITHIN_RANDOM = 0.01
 """The random suite's threshold (1% of the oracle)."""
 BY_ROUND = 5
 """The random suite's deadline: within the threshold by this round (rounds 0..5)."""
-SUITE_VERSION = 1
-"""Bumped when a run's recorded summary changes meaning (old lines are then run again)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +99,13 @@ class SuiteConfig:
     """What ratios are taken to."""
     reference_seconds: float = DEFAULT_SEARCH_SECONDS
     """Time budget of each workflow's reference search (``--max-seconds``)."""
+    store: Path | None = None
+    """Run store file (None: ``runs.sqlite`` in ``out``)."""
+
+    @property
+    def store_path(self) -> Path:
+        """The run store file the suite records into."""
+        return self.store if self.store is not None else self.out / "runs.sqlite"
 
     def __post_init__(self) -> None:
         if self.suite not in ("scale", "random"):
@@ -137,113 +143,49 @@ def random_workflows(count: int = RANDOM_COUNT, sizes: Sequence[int] = SMALL_SIZ
     )
 
 
-def fingerprint(scenario: Scenario) -> str:
-    """A short hash of the scenario's content (cards, DAG, machine)."""
-    return hashlib.sha256(scenario.model_dump_json().encode()).hexdigest()[:16]
-
-
 # ---------------------------------------------------------------------------- one run
-class _TimedExecutor:
-    """The simulator, timing its own work, so a round's decision time excludes execution."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        self._inner = make_executor(SIM, scenario)
-        self.name = self._inner.name
-        self.seconds = 0.0
-
-    def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
-        t0 = time.perf_counter()
-        try:
-            return self._inner.run(mapping, seed=seed)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-    def close(self) -> None:
-        self._inner.close()
-
-    def __enter__(self) -> _TimedExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 @dataclass(frozen=True)
 class Job:
-    """One run of a suite: a policy on a generated workflow with a seed."""
+    """One run of a suite: a policy on a generated workflow with a seed, recorded in ``store``."""
 
     workflow: WorkflowSpec
     spec: PolicySpec
     seed: int
     rounds: int
+    store: str = "runs.sqlite"
+    """Run store file."""
+    experiment: str = ""
+    """Experiment label of the suite's runs (:func:`experiment_of`)."""
 
-    @property
-    def key(self) -> str:
-        opts = json.dumps(self.spec.options, sort_keys=True)
-        return f"{self.workflow.name}|{self.spec.policy}|{opts}|{self.seed}|{self.rounds}|v{SUITE_VERSION}"
+    def key(self, scenario: Scenario | None = None) -> RunKey:
+        """The run's identity in the store (the scenario is drawn when not given)."""
+        return RunKey(scenario=scenario or random_scenario(self.workflow), policy=self.spec.policy,
+                      options=self.spec.options, seed=self.seed, rounds=self.rounds, experiment=self.experiment)
+
+
+def experiment_of(suite: str) -> str:
+    """Experiment label of a suite's runs in the store: ``bench-scale``, ``bench-random``."""
+    return f"{EXPERIMENT}-{suite}"
 
 
 def run_job(job: Job) -> dict[str, Any]:
-    """Run one job and summarize it (safe to call in a worker process)."""
-    sc = random_scenario(job.workflow)
-    policy = make_policy(job.spec.policy, **job.spec.options)
-    executor = _TimedExecutor(sc)
-    marks: list[tuple[float, float]] = []
-
-    def record(_: RoundRecord) -> None:
-        marks.append((time.perf_counter(), executor.seconds))
-
-    t0 = time.perf_counter()
-    result = run_rounds(sc, policy, LoopConfig(rounds=job.rounds, seed=job.seed), executor=executor, recorder=record)
-    exact = Simulator(sc, noise=False)
-    rounds: list[dict[str, Any]] = []
-    prev_t, prev_x = t0, 0.0
-    for rec, (t, x) in zip(result.rounds, marks, strict=True):
-        true_e2e = exact.e2e(rec.mapping) if rec.trace.feasible else None
-        rounds.append({
-            "round": rec.round,
-            "code": rec.mapping.code(),
-            "feasible": rec.trace.feasible,
-            "kind": None if rec.trace.kind is None else rec.trace.kind.value,
-            "e2e_ms": rec.trace.e2e_ms,
-            "true_e2e_ms": true_e2e,
-            "probes": len(rec.probes),
-            "decision_ms": max(0.0, ((t - prev_t) - (x - prev_x)) * 1000.0),
-        })
-        prev_t, prev_x = t, x
-    executor.close()
-    return {
-        "key": job.key,
-        "scenario": job.workflow.name,
-        "fingerprint": fingerprint(sc),
-        "family": job.workflow.family,
-        "n": job.workflow.n,
-        "mode": job.workflow.mode.value,
-        "label": job.spec.label,
-        "policy": job.spec.policy,
-        "options": job.spec.options,
-        "seed": job.seed,
-        "rounds": rounds,
-    }
+    """Run (or reuse, or continue) one run in the store, by the bench's one rule (``ensure_run``);
+    safe to call in a worker process."""
+    run_id, how = ensure_run(open_store(job.store), job.key())
+    return {"run_id": run_id, "how": how, "scenario": job.workflow.name, "label": job.spec.label, "seed": job.seed}
 
 
-def reference_job(args: tuple[WorkflowSpec, str, float]) -> dict[str, Any]:
-    """The reference of one generated workflow (safe to call in a worker process)."""
-    spec, choice, max_seconds = args
-    sc = random_scenario(spec)
-    ref = reference(sc, ReferenceChoice(choice), max_seconds=max_seconds)
-    assert ref is not None
-    return {
-        "scenario": spec.name,
-        "fingerprint": fingerprint(sc),
-        "choice": choice,
-        "kind": ref.kind.value,
-        "e2e_ms": ref.e2e_ms,
-        "lower_bound_ms": ref.lower_bound_ms,
-        "gap": ref.gap,
-        "label": ref.label,
-        "seconds": ref.seconds,
-    }
+def reference_job(args: tuple[WorkflowSpec, str, float, str]) -> dict[str, Any]:
+    """The reference of one generated workflow, reused from the store or computed and recorded there
+    (safe to call in a worker process)."""
+    spec, choice, max_seconds, store = args
+    ref, how = ensure_reference(open_store(store), random_scenario(spec), ReferenceChoice(choice), max_seconds)
+    return {"scenario": spec.name, "how": how, **_reference_dict(ref)}
+
+
+def _reference_dict(ref: Reference) -> dict[str, Any]:
+    return {"kind": ref.kind.value, "e2e_ms": ref.e2e_ms, "lower_bound_ms": ref.lower_bound_ms, "gap": ref.gap,
+            "label": ref.label, "seconds": ref.seconds}
 
 
 # ---------------------------------------------------------------------------- the suite
@@ -253,7 +195,7 @@ Progress = Callable[[str, int, int], None]
 
 @dataclass
 class SuiteResult:
-    """A finished suite: its runs and references, read back from the output folder."""
+    """A finished suite: its runs and references, read back from the run store."""
 
     config: SuiteConfig
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -268,7 +210,7 @@ def _pool_map(fn: Callable[[Any], dict[str, Any]], items: Sequence[Any], jobs: i
         for item in items:
             done(fn(item))
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    with worker_pool(min(jobs, len(items))) as pool:
         pending: set[Future[dict[str, Any]]] = {pool.submit(fn, item) for item in items}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -276,85 +218,133 @@ def _pool_map(fn: Callable[[Any], dict[str, Any]], items: Sequence[Any], jobs: i
                 done(fut.result())
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by an interrupted write: that run runs again
-            continue
-    return out
+LEGACY_FILES: tuple[str, ...] = ("runs.jsonl", "references.json")
+"""What suites wrote before they recorded into the run store (refused with what to do)."""
+
+
+def check_legacy(out: Path) -> None:
+    """Refuse an output folder holding an older hetsched's ``runs.jsonl`` / ``references.json``: those
+    hold per-round summaries only (no traces, probes or decisions), so they cannot be moved into the
+    run store or continued."""
+    found = [name for name in LEGACY_FILES if (out / name).exists()]
+    if found:
+        raise InputError(
+            f"{out} holds {' and '.join(found)} from an older hetsched, whose suites kept their runs there; "
+            "the suites now record every run in the run store (runs.sqlite), and those files hold only "
+            "per-round summaries, so they cannot be continued or converted. Move them away (or choose another "
+            "output folder) and the suite runs afresh; keep them to read the old tables (tables/, report.md)"
+        )
+
+
+def round_dict(outcome: RoundOutcome, true_e2e_ms: float | None) -> dict[str, Any]:
+    """A suite's round: the round summary (:meth:`RoundOutcome.to_dict`), its mapping code, the noise-free
+    E2E of its mapping and its decision time."""
+    return {**outcome.to_dict(), "code": outcome.mapping.code(), "kind": outcome.kind, "true_e2e_ms": true_e2e_ms,
+            "decision_ms": outcome.decision_ms if outcome.decision_ms is not None else math.nan}
+
+
+def read_run(store: RunStore, run_id: str, workflow: WorkflowSpec, spec: PolicySpec, seed: int,
+             exact: Simulator) -> dict[str, Any]:
+    """One suite run read back from the store: its workflow, policy, seed and round summaries (the noise-free
+    E2E of each feasible round's mapping recomputed on ``exact``)."""
+    rounds = [round_dict(o, exact.e2e(o.mapping) if o.feasible else None) for o in store.outcomes(run_id)]
+    return {
+        "run_id": run_id,
+        "scenario": workflow.name,
+        "family": workflow.family,
+        "n": workflow.n,
+        "mode": workflow.mode.value,
+        "label": spec.label,
+        "policy": spec.policy,
+        "options": spec.options,
+        "seed": seed,
+        "rounds": rounds,
+    }
 
 
 def run_suite(config: SuiteConfig, progress: Progress | None = None) -> SuiteResult:
-    """Compute missing references, run missing jobs (appending each to ``runs.jsonl``), and read back."""
+    """Compute (or reuse) the references, run (or reuse, or continue) every job in the run store, and read back."""
     t0 = time.perf_counter()
     out = config.out
+    check_legacy(out)
     out.mkdir(parents=True, exist_ok=True)
-    prints = {w.name: fingerprint(random_scenario(w)) for w in config.workflows}
-    choice = ReferenceChoice(config.reference).value
+    store_path = str(config.store_path)
+    choice = ReferenceChoice(config.reference)
+    experiment = experiment_of(config.suite)
+    RunStore(store_path).close()  # create the file (and schema) once, before the workers race to
     # references, one per workflow
-    ref_path = out / "references.json"
-    stored = json.loads(ref_path.read_text()) if ref_path.exists() else {}
-    refs: dict[str, dict[str, Any]] = {
-        k: v for k, v in stored.items() if v.get("fingerprint") == prints.get(k) and v.get("choice") == choice
-    }
-    todo_refs = [(w, choice, config.reference_seconds) for w in config.workflows if w.name not in refs]
-    done_refs = 0
+    refs: dict[str, dict[str, Any]] = {}
+    ref_jobs = [(w, choice.value, config.reference_seconds, store_path) for w in config.workflows]
 
     def got_ref(r: dict[str, Any]) -> None:
-        nonlocal done_refs
         refs[r["scenario"]] = r
-        ref_path.write_text(json.dumps(refs, indent=1, sort_keys=True))
-        done_refs += 1
         if progress is not None:
-            progress(f"reference {r['scenario']}", done_refs, len(todo_refs))
+            progress(f"reference {r['scenario']} ({r['how']})", len(refs), len(ref_jobs))
 
-    _pool_map(reference_job, todo_refs, config.jobs, got_ref)
+    _pool_map(reference_job, ref_jobs, config.jobs, got_ref)
+    close_stores()
     # runs
-    runs_path = out / "runs.jsonl"
-    have = {r["key"]: r for r in _read_lines(runs_path) if r.get("fingerprint") == prints.get(r.get("scenario", ""))}
-    jobs = [Job(w, s, seed, config.rounds) for w in config.workflows for seed in config.seeds for s in config.specs]
-    todo = [j for j in jobs if j.key not in have]
-    counts = {"reused": len(jobs) - len(todo), "ran": 0}
-    with runs_path.open("a") as fh:
+    jobs = [Job(w, s, seed, config.rounds, store_path, experiment)
+            for w in config.workflows for seed in config.seeds for s in config.specs]
+    counts = dict.fromkeys(("reused", "resumed", "ran"), 0)
+    done = 0
+    ids: dict[tuple[str, str, int], str] = {}
 
-        def got_run(r: dict[str, Any]) -> None:
-            have[r["key"]] = r
-            fh.write(json.dumps(r) + "\n")
-            fh.flush()
-            counts["ran"] += 1
-            if progress is not None:
-                progress(f"{r['scenario']} {r['label']}", counts["ran"], len(todo))
+    def got_run(r: dict[str, Any]) -> None:
+        nonlocal done
+        ids[(r["scenario"], r["label"], r["seed"])] = r["run_id"]
+        counts[r["how"]] += 1
+        done += 1
+        if progress is not None:
+            progress(f"{r['scenario']} {r['label']} ({r['how']})", done, len(jobs))
 
-        _pool_map(run_job, todo, config.jobs, got_run)
-    result = SuiteResult(config, [have[j.key] for j in jobs], {w.name: refs[w.name] for w in config.workflows},
-                         counts, time.perf_counter() - t0)
+    _pool_map(run_job, jobs, config.jobs, got_run)
+    close_stores()  # workers' connections close when the pool's processes exit
+    exacts: dict[str, Simulator] = {}
+    runs = []
+    with RunStore(store_path) as store:
+        for j in jobs:
+            if j.workflow.name not in exacts:
+                exacts[j.workflow.name] = Simulator(random_scenario(j.workflow), noise=False)
+            exact = exacts[j.workflow.name]
+            runs.append(read_run(store, ids[(j.workflow.name, j.spec.label, j.seed)], j.workflow, j.spec, j.seed,
+                                 exact))
+    run_ids = [r["run_id"] for r in runs]
+    result = SuiteResult(config, runs, {w.name: refs[w.name] for w in config.workflows}, counts,
+                         time.perf_counter() - t0)
     (out / "suite.json").write_text(json.dumps({
         "suite": config.suite,
         "policies": [s.label for s in config.specs],
         "workflows": [w.name for w in config.workflows],
+        "workflow_specs": [{"family": w.family, "n": w.n, "mode": w.mode.value, "seed": w.seed}
+                           for w in config.workflows],
         "seeds": list(config.seeds),
         "rounds": config.rounds,
-        "reference": choice,
+        "reference": choice.value,
         "jobs": config.jobs,
+        "store": store_path,
+        "experiment": experiment,
+        "run_ids": run_ids,
         "seconds": round(result.seconds, 2),
         "counts": counts,
     }, indent=1))
     return result
 
 
-def default_jobs() -> int:
-    """Worker processes by default: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+def read_suite_runs(out: Path) -> list[dict[str, Any]]:
+    """The runs of a finished suite in ``out`` (as :attr:`SuiteResult.runs`), read from the run store that
+    ``out/suite.json`` names; nothing runs."""
+    meta = json.loads((out / "suite.json").read_text())
+    workflows = {w.name: w for w in (WorkflowSpec(d["family"], int(d["n"]), Mode(d["mode"]), int(d["seed"]))
+                                     for d in meta["workflow_specs"])}
+    runs = []
+    with RunStore(meta["store"], read_only=True) as store:
+        for run_id in meta["run_ids"]:
+            info = store.run(run_id)
+            workflow = workflows[info.scenario_name]
+            exact = Simulator(store.scenario(run_id), noise=False)
+            runs.append(read_run(store, run_id, workflow, PolicySpec(info.policy, info.options), info.seed, exact))
+    return runs
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -608,6 +598,7 @@ __all__ = [
     "SuiteResult",
     "random_table",
     "random_workflows",
+    "read_suite_runs",
     "run_suite",
     "scale_tables",
     "scale_workflows",

@@ -129,6 +129,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "from."),
     "oracle": ("hetsched.cli.inspect", "Find the best feasible mappings on the noise-free simulator by exact "
                "branch-and-bound."),
+    "reference": ("hetsched.cli.inspect", "The mapping reports compare against: the exact oracle, or a best-known "
+                  "mapping with a lower bound."),
     "validate": ("hetsched.cli.inspect", "Check a file; print what it holds, or one clear error and exit 2."),
     "scenarios": ("hetsched.cli.inspect", "List the bundled scenarios (the examples and the paper's suite S1-S13)."),
     "schema": ("hetsched.cli.inspect", "Print the JSON Schema of a file format (or write them all with --write)."),

@@ -127,19 +127,29 @@ def bench(
     suite: str = typer.Option(
         "paper", "--suite", help="paper: the paper's S1-S13 (or --scenario files); scale: generated workflows of "
         "10, 20, 50 and 100 nodes (ratio to the reference, rounds to within 3%, probes, decision time vs n); "
-        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5).",
+        "random: 200 generated 4-8-node workflows against their exact oracle (within 1% by round 5); "
+        "load: latency-throughput curves per policy at 1-16 closed-loop clients, the loaded optimum vs the "
+        "single-request optimum (docs/load.md; --executor local measures the real scenarios).",
     ),
 ) -> None:
     """Run the evaluation (policies x scenarios x seeds x rounds) and write the report to OUT."""
     choice = parse_reference_choice(reference_choice)
     suite_name = suite.strip().lower()
-    if suite_name not in SUITES:
-        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join(SUITES)}")
+    if suite_name not in (*SUITES, "load"):
+        raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join((*SUITES, 'load'))}")
+    if suite_name == "load":
+        if tools is not None or store is not None or seeds is not None or jobs is not None:
+            raise InputError("--suite load runs one seed in this process without the run store; --tools, --store, "
+                             "--seeds and --jobs apply to the other suites")
+        _run_load_suite(policy, scenario, rounds, quick, out_dir, progress, executor, executor_option)
+        return
     if suite_name != "paper":
-        if scenario or tools is not None or store is not None or executor != "sim" or executor_option:
-            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator without the "
-                             "run store; --scenario, --tools, --store, --executor and -X apply to --suite paper only")
-        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds)
+        if scenario or tools is not None or executor != "sim" or executor_option:
+            raise InputError(f"--suite {suite_name} draws its own workflows and runs on the simulator; --scenario, "
+                             "--tools, --executor and -X apply to --suite paper only")
+        check_store_folder(store)
+        _run_suite(suite_name, policy, seeds, rounds, quick, jobs, out_dir, progress, choice, max_seconds,
+                   None if store is None else resolve_store_path(store))
         return
     spec = ExecutorSpec(executor, parse_executor_options(executor_option))
     executor_class(spec.name)  # an unknown name or a missing extra fails before any run
@@ -223,6 +233,7 @@ def bench(
 def _run_suite(
     name: str, policy: list[str], seeds: int | None, rounds: int | None, quick: bool, jobs: int | None,
     out_dir: Path, progress: bool, choice: ReferenceChoice, max_seconds: float = DEFAULT_SEARCH_SECONDS,
+    store: Path | None = None,
 ) -> None:
     """``bench --suite scale|random``: generated workflows, tables and figures under OUT."""
     specs = suite_specs(parse_specs(policy) if policy else None)
@@ -234,28 +245,84 @@ def _run_suite(
         n_rounds = rounds or (QUICK_SUITE_ROUNDS if quick else RANDOM_ROUNDS)
     config = SuiteConfig(suite=name, specs=specs, workflows=workflows, seeds=tuple(range(seeds or 1)),
                          rounds=n_rounds, out=out_dir, jobs=jobs or default_jobs(), reference=choice,
-                         reference_seconds=max_seconds)
+                         reference_seconds=max_seconds, store=store)
+    if config.store_path.is_dir():
+        raise fail(f"--store {config.store_path} is a directory; give a file such as "
+                   f"{config.store_path / 'runs.sqlite'}")
     total = len(specs) * len(workflows) * len(config.seeds)
     err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
-              f"results in {safe(out_dir)}", soft_wrap=True)
-    if progress:
-        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
-            task = bar.add_task("", total=None)
+              f"results in {safe(out_dir)}, store {safe(config.store_path)}", soft_wrap=True)
+    try:
+        if progress:
+            with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                          transient=False) as bar:
+                task = bar.add_task("", total=None)
 
-            def tick(what: str, done: int, of: int) -> None:
-                bar.update(task, completed=done, total=of, description=safe(what))
+                def tick(what: str, done: int, of: int) -> None:
+                    bar.update(task, completed=done, total=of, description=safe(what))
 
-            result = run_suite(config, tick)
-    else:
-        result = run_suite(config)
+                result = run_suite(config, tick)
+        else:
+            result = run_suite(config)
+    except KeyboardInterrupt:
+        again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
+                 else f"the same hetsched bench --suite {name} command")
+        err.print(f"interrupted: every finished run and every recorded round is kept in {safe(config.store_path)}; "
+                  f"resume with {safe(again)} (finished runs are reused, interrupted ones continued)", soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     paths = write_suite_report(result)
     for table in scale_tables(result) if name == "scale" else [random_table(result)]:
         out.print(table.to_markdown(), markup=False, soft_wrap=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
     out.print(f"report: {safe(paths['report'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
+
+
+def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, quick: bool, out_dir: Path,
+                    progress: bool, executor: str, executor_option: list[str]) -> None:
+    """``bench --suite load``: every policy at every load, tables, curves and report.html under OUT."""
+    from hetsched.bench.load import (
+        LOAD_CLIENTS,
+        LOAD_ROUNDS,
+        LOAD_SCENARIOS,
+        QUICK_LOAD_CLIENTS,
+        QUICK_LOAD_SCENARIOS,
+        REAL_LOAD_CLIENTS,
+        REAL_LOAD_ROUNDS,
+        REAL_LOAD_SCENARIOS,
+        LoadSuiteConfig,
+        load_specs,
+        load_tables,
+        run_load_suite,
+        write_load_report,
+    )
+
+    spec = ExecutorSpec(executor, parse_executor_options(executor_option))
+    executor_class(spec.name)
+    check_options(spec.name, spec.options)
+    real = spec.name != "sim"
+    refs = list(scenario) or list(REAL_LOAD_SCENARIOS if real else QUICK_LOAD_SCENARIOS if quick else LOAD_SCENARIOS)
+    scenarios = tuple(load_scenarios(refs, None))
+    clients = REAL_LOAD_CLIENTS if real else QUICK_LOAD_CLIENTS if quick else LOAD_CLIENTS
+    specs = load_specs(parse_specs(policy) if policy else None, spec.name)
+    config = LoadSuiteConfig(scenarios, clients, specs, rounds or (REAL_LOAD_ROUNDS if real else LOAD_ROUNDS), 0,
+                             spec.name, out_dir)
+    err.print(f"bench --suite load: {len(specs)} policies + 2 references x {len(scenarios)} scenarios x "
+              f"{len(clients)} loads on {spec.name}; results in {safe(out_dir)}", soft_wrap=True)
+    total = (len(specs) + 2) * len(scenarios) * len(clients)
+    if progress:
+        with Progress(TextColumn("[bold]load[/]"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
+            task = bar.add_task("", total=total)
+            result = run_load_suite(config, lambda what: bar.update(task, advance=1, description=safe(what)))
+    else:
+        result = run_load_suite(config)
+    paths = write_load_report(result)
+    out.print(load_tables(result)[0].to_markdown(), markup=False, soft_wrap=True)
+    out.print(f"{len(result.points)} load points in {result.seconds:.1f} s")
+    out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
 
 
 @app.command(epilog=examples(

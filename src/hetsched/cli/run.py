@@ -8,7 +8,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,6 @@ from hetsched.policies import make_policy, policy_names
 from hetsched.policies.decider_registry import LLM_DECIDERS
 from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
-    ReferenceChoice,
     check_max_seconds,
     parse_reference_choice,
 )
@@ -158,15 +157,14 @@ def workload_from_flags(
         raise fail(format_validation_error(exc, "", prefix="workload", model=Workload)) from None
 
 
-def load_table(result: RunResult) -> str:
+def load_table(wl: Workload | None, rounds: Sequence[RoundRecord]) -> str:
     """Under a workload: one row per round with the window's throughput, percentiles and SLO."""
-    wl = result.scenario.workload
     slo = wl is not None and wl.slo_ms is not None
     columns = ["round", "requests", "per s", "p50 ms", "p95 ms", "p99 ms", "queue p95 ms", "GPU util", "peak MB"]
     if slo:
         columns.append(f"<= {wl.slo_ms:g} ms" if wl is not None and wl.slo_ms is not None else "SLO")
     rows = []
-    for r in result.rounds:
+    for r in rounds:
         m = r.trace.load
         if m is None:
             rows.append([str(r.round), *(["-"] * (len(columns) - 1))])
@@ -178,14 +176,6 @@ def load_table(result: RunResult) -> str:
         rows.append(row)
     head = f"under load: {wl.describe() if wl is not None else ''} (E2E above = each window's p95)\n"
     return escape_markup(head) + plain_table(columns, rows, right=[c for c in columns if c != "round"])
-
-
-def _load_reference(ctx: typer.Context, sc: Scenario, choice: ReferenceChoice) -> ReferenceChoice:
-    """Under a workload no reference is computed unless ``--reference`` asks for one: the searches
-    optimize one request's E2E, not a window's p95."""
-    if sc.workload is not None and not _given(ctx, "reference_choice"):
-        return ReferenceChoice.NONE
-    return choice
 
 
 def describe_executor(ex: Executor, as_json: bool) -> None:
@@ -531,7 +521,6 @@ def run(
             stored_key = st.key(info.id)
             state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
         sc, policy_name = stored_key.scenario, stored_key.policy
-        choice = _load_reference(ctx, sc, choice)
         with make_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
@@ -548,7 +537,6 @@ def run(
         sc = sc.with_workload(workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals,
                                                   requests=requests, duration=duration, think_ms=think_ms,
                                                   slo_ms=slo_ms))
-        choice = _load_reference(ctx, sc, choice)
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
@@ -583,14 +571,12 @@ def run(
         _exit_without_result(result)
         return
     ref = result.reference
-    if ref is None and result.scenario.workload is not None and choice is ReferenceChoice.NONE:
-        out.print("reference: none under load (the reference search optimizes one request; --reference auto "
-                  "compares each window's p95 with its one-request E2E)", soft_wrap=True)
-    elif ref is None:
+    if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
         how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
-        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
+        what = "E2E" if result.scenario.workload is None else "window p95"
+        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  {what} {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
         if ref.measured is not None and ref.measured_kind == "best measured":
             out.print(f"the {ref.kind.value} mapping could not run on {safe(result.executor)}; ratios below are to "
@@ -600,7 +586,7 @@ def run(
                       "; ratios below are to this measurement", soft_wrap=True)
     out.print(round_table(result))
     if result.scenario.workload is not None:
-        out.print(load_table(result), soft_wrap=True)
+        out.print(load_table(result.scenario.workload, result.rounds), soft_wrap=True)
     for note in result.notes:
         out.print(f"[bold]note:[/] {safe(note)}", soft_wrap=True)
     _print_decider_summary(result)

@@ -186,6 +186,10 @@ def show_run(
             out.print(f"{what} measured on {safe(info.executor.name)}: {safe(ref.measured.describe())}",
                       soft_wrap=True)
     out.print(_rounds_table(info, stored.rounds))
+    if sc.workload is not None:  # each round a window of requests: its percentiles (E2E above = p95)
+        from hetsched.cli.run import load_table
+
+        out.print(load_table(sc.workload, stored.rounds), soft_wrap=True)
     deploy = deploy_choice(executions(stored.rounds))
     if deploy is not None:
         out.print(f"deploy: {safe(mapping_text(deploy.mapping))}  ({safe(deploy.describe())})", soft_wrap=True)

@@ -6,7 +6,15 @@ Bottom of the import graph: imports nothing else of hetsched.
 
 from hetsched.model.card import Category, Provenance, Spread, ToolCard
 from hetsched.model.errors import HetschedError, InputError, MappingError, OutputError, UnknownNameError
-from hetsched.model.history import Attempt, DecisionRecord, Probe, ProbeRequest, Proposal, RoundRecord
+from hetsched.model.history import (
+    Attempt,
+    DecisionRecord,
+    Probe,
+    ProbeRequest,
+    Proposal,
+    RoundOutcome,
+    RoundRecord,
+)
 from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, PLACEMENTS, THREE_WAY, Mapping, Placement, parse_placement
 from hetsched.model.planning import Planner, Reference, ReferenceKind
@@ -46,6 +54,7 @@ __all__ = [
     "Provenance",
     "Reference",
     "ReferenceKind",
+    "RoundOutcome",
     "RoundRecord",
     "RunKey",
     "Scenario",

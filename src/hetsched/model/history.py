@@ -187,13 +187,62 @@ class RoundRecord:
     """The execution of the proposal (feasible or not)."""
     probes: tuple[Probe, ...] = ()
     """What-if probes run during this round (before the proposal)."""
+    decision_ms: float | None = field(default=None, compare=False)
+    """Wall time of the round minus its executions (the policy's decision, its monitor, the loop's
+    checks), measured by the loop; None when not measured. A clock reading, so not part of equality."""
 
     @property
     def mapping(self) -> Mapping:
         """The executed mapping."""
         return self.proposal.mapping
 
+    @property
+    def outcome(self) -> RoundOutcome:
+        """The round's summary (:class:`RoundOutcome`)."""
+        return RoundOutcome(round=self.round, mapping=self.mapping, feasible=self.trace.feasible,
+                            e2e_ms=self.trace.e2e_ms, reason=self.trace.reason,
+                            kind=None if self.trace.kind is None else self.trace.kind.value, probes=len(self.probes),
+                            decision_ms=self.decision_ms)
+
     def __repr__(self) -> str:  # the generated one prints traces, prompts and replies in full
         d = self.proposal.decision
         decider = "" if d is None else f", decider {d.decider}" + (" (fallback)" if d.fallback else "")
         return f"RoundRecord({self.round}, {self.trace!r}, {len(self.probes)} probes{decider})"
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one round did, without its traces and transcript: the one round summary that
+    ``hetsched run --json``, ``show-run --json`` and the bench suites print. Built from a
+    :class:`RoundRecord` (:attr:`RoundRecord.outcome`) or read straight from the run store's round
+    columns (``RunStore.outcomes``), which never decodes a trace."""
+
+    round: int
+    """Round index from 0."""
+    mapping: Mapping
+    """The executed mapping."""
+    feasible: bool
+    """False when the mapping could not run."""
+    e2e_ms: float | None
+    """Measured E2E; None when infeasible."""
+    reason: str
+    """Why it could not run ('' when feasible)."""
+    kind: str | None
+    """The infeasibility kind's value (``oom``, ``deadlock``...); None when feasible."""
+    probes: int
+    """What-if probes run during the round."""
+    decision_ms: float | None = None
+    """The round's wall time minus its executions (:attr:`RoundRecord.decision_ms`); None: not measured."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"round", "mapping", "e2e_ms", "feasible", "reason", "infeasible_kind", "probes"}`` (the wall-clock
+        ``decision_ms`` is left out: callers that report clock time add it)."""
+        return {
+            "round": self.round,
+            "mapping": self.mapping.to_dict(),
+            "e2e_ms": self.e2e_ms,
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "infeasible_kind": self.kind,
+            "probes": self.probes,
+        }

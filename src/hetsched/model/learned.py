@@ -29,6 +29,8 @@ with on real executors (``hetsched.model.measured.settling``).
 from __future__ import annotations
 
 import bisect
+import itertools
+import math
 import shlex
 import statistics
 from collections.abc import Iterable, Sequence
@@ -36,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.model.contention import _slowed
+from hetsched.model.contention import _slowed, simulate
 from hetsched.model.history import RoundRecord
-from hetsched.model.mapping import Placement
+from hetsched.model.mapping import Mapping, Placement
 from hetsched.model.scenario import Scenario
 from hetsched.model.trace import Trace
 
@@ -308,3 +310,38 @@ def learned_cards(scenario: Scenario, history: Iterable[RoundRecord]) -> Learned
             figures.append(LearnedFigure(tool, figure, float(value), None if spread is None else spread.p10,
                                          None if spread is None else spread.p90, tuple(got)))
     return LearnedCards(tuple(figures), scenario.source, scenario.name)
+
+
+# ---------------------------------------------------------------------------- the model's ranking
+EXHAUSTIVE_LIMIT = 729
+"""Mapping spaces up to this size are ranked whole (3^6); larger ones around the seeds given."""
+
+
+def model_ranking(scenario: Scenario, seeds: Iterable[Mapping] = ()) -> list[tuple[Mapping, float]]:
+    """The model's ranking of mappings for ``scenario`` (its cards, e.g. :meth:`LearnedCards.scenario`'s
+    learned ones, through the contention model, noise-free): ``(mapping, predicted E2E ms)``, lowest
+    first, feasible mappings only (the static check and the FIFO queue). Every mapping when the space
+    has at most ``EXHAUSTIVE_LIMIT``, else the ``seeds`` and every one-node move of each."""
+    c = scenario.compiled
+    size = math.prod(len(a) for a in c.allowed)
+    if size <= EXHAUSTIVE_LIMIT:
+        space: Iterable[tuple[int, ...]] = itertools.product(*c.allowed)
+    else:
+        around: dict[tuple[int, ...], None] = {}
+        for seed in seeds:
+            codes = c.codes(seed)
+            around[codes] = None
+            for i, allowed in enumerate(c.allowed):
+                for p in allowed:
+                    if p != codes[i]:
+                        around[(*codes[:i], p, *codes[i + 1:])] = None
+        space = around
+    out: list[tuple[Mapping, float]] = []
+    for codes in space:
+        if not c.static_ok(codes):
+            continue
+        e2e = simulate(c, codes).e2e_ms
+        if math.isfinite(e2e):
+            out.append((c.mapping(codes), e2e))
+    out.sort(key=lambda x: x[1])
+    return out

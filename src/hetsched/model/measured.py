@@ -9,14 +9,17 @@ they are measurements, and they are what a user should deploy from, not a simula
 
 The **measured noise** of a run is the median relative spread, (max - min) / median, of the
 mappings measured at least twice: a difference between two mappings smaller than that band is
-within what repeating one mapping already shows. :func:`settled` is the agentic policy's
-stopping rule built on it (docs/agentic.md).
+within what repeating one mapping already shows. :func:`settling` is the agentic policy's
+stopping rule built on it (docs/agentic.md); given the model's ranking of mappings (predicted E2E,
+lowest first), it also tries, before settling, the mappings the model ranks within the noise band
+of its best prediction that never ran: on noisy hardware the model cannot tell them apart, only a
+measurement can.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +142,13 @@ STALE_AFTER = 4
 before exploring stops: at least this many, and at least one per node of the workflow."""
 NOISE_FLOOR = 0.02
 """The least noise band (share of the best's median): clocks and scheduling jitter are never zero."""
+MODEL_TRIES = 4
+"""How many of the model's best-ranked mappings within the noise band of its best prediction must
+have run before the run settles (those that never ran are tried once each, then repeated like any
+mapping measured within the noise of the best)."""
+
+Ranked = Sequence[tuple[Mapping, float]]
+"""A model's ranking: (mapping, predicted E2E in ms), lowest prediction first, feasible mappings only."""
 
 
 @dataclass(frozen=True)
@@ -158,11 +168,31 @@ class Settling:
     """Once exploring stopped: the mapping to repeat next (the best while it has fewer than
     ``repeats`` runs, else a mapping within the noise band of the best with fewer than ``repeats``
     runs, fewest first); None when nothing needs repeating."""
+    trial: Mapping | None = None
+    """Once exploring stopped and the best has its repeats: a mapping the model ranks within the
+    noise band of its best prediction (among its ``MODEL_TRIES`` best) that never ran, to try before
+    settling (it comes before the repeats of ``contender``); None when none is left or no ranking was given."""
+    trial_ms: float | None = None
+    """The model's predicted E2E of ``trial``, ms."""
+    trial_rank: int = 0
+    """``trial``'s place in the model's ranking (1: its best prediction)."""
+    best_predicted_ms: float | None = None
+    """The model's best prediction, ms (None without a ranking)."""
 
     @property
     def settled(self) -> bool:
-        """Exploring stopped and every mapping within the noise of the best is measured enough."""
-        return self.best is not None and not self.exploring and self.contender is None
+        """Exploring stopped, the model's close mappings ran, and every mapping within the noise of
+        the best is measured enough."""
+        return self.best is not None and not self.exploring and self.contender is None and self.trial is None
+
+    @property
+    def next_mapping(self) -> Mapping | None:
+        """Once exploring stopped: the mapping to run next (the trial, the contender, else the best)."""
+        if self.exploring or self.best is None:
+            return None
+        if self.trial is not None:
+            return self.trial
+        return (self.contender or self.best).mapping
 
     def describe(self) -> str:
         """One line for a decision's rationale."""
@@ -172,6 +202,10 @@ class Settling:
                 f"{100 * self.noise:.1f}%; {self.stale} new mappings in a row within it")
         if self.settled:
             return f"settled on the best measured mapping ({head})"
+        if self.trial is not None:
+            return (f"exploring stopped; trying {self.trial.code()}, the model's #{self.trial_rank} (predicted "
+                    f"{self.trial_ms or 0.0:.1f} ms, within the noise band of its best "
+                    f"{self.best_predicted_ms or 0.0:.1f} ms) before settling on a measurement ({head})")
         if self.contender is not None:
             return (f"exploring stopped; repeating {self.contender.mapping.code()} "
                     f"({len(self.contender.runs_ms)} runs) to tell it from the noise ({head})")
@@ -179,7 +213,8 @@ class Settling:
 
 
 def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stale_after: int = STALE_AFTER,
-             noise_floor: float = NOISE_FLOOR) -> Settling:
+             noise_floor: float = NOISE_FLOOR, ranked: Ranked | Callable[[], Ranked] | None = None,
+             tries: int = MODEL_TRIES) -> Settling:
     """The agentic policy's stopping rule on a run's history (rounds and probes, in order).
 
     - **Noise**: the run's measured noise (:func:`measured_noise`: the median relative spread of the
@@ -189,9 +224,12 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
       before them by more than the noise band: what exploring finds is within what repeating one
       mapping already shows.
     - **Then it verifies**: the best measured mapping (:func:`deploy_choice`, lowest median) is
-      repeated until it has ``repeats`` runs, then each mapping whose median lies within the noise
-      band of the best's, until it has ``repeats`` runs too (a faster one becomes the best).
-    - **Settled** when nothing is left to repeat: the mapping to deploy is the best measured one.
+      repeated until it has ``repeats`` runs; then, given the model's ``ranked`` mappings (or a
+      callable returning them, called only once exploring stopped), each of the model's ``tries``
+      best-ranked mappings predicted within the noise band of its best prediction that never ran is
+      tried once (best-ranked first); then each mapping whose median lies within the noise band of
+      the best's is repeated until it has ``repeats`` runs too (a faster one becomes the best).
+    - **Settled** when nothing is left to try or repeat: the mapping to deploy is the best measured one.
     """
     everything = executions(history)
     runs = [(r, t) for r, t in everything if t.feasible and t.e2e_ms is not None]
@@ -212,12 +250,24 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
         fastest = e2e if fastest is None else min(fastest, e2e)
     exploring = stale < stale_after
     contender: MeasuredMapping | None = None
+    trial: tuple[Mapping, float, int] | None = None
+    best_predicted: float | None = None
     if best is not None and not exploring:
         if len(best.runs_ms) < repeats:
             contender = best
         else:
+            if ranked is not None:
+                ranking = ranked() if callable(ranked) else ranked
+                if ranking:
+                    best_predicted = min(e2e for _, e2e in ranking)
+                    close = [(m, e2e, i + 1) for i, (m, e2e) in enumerate(ranking)
+                             if e2e <= best_predicted * (1.0 + noise)][:tries]
+                    ran = {t.mapping for _, t in everything}
+                    trial = next(((m, e2e, k) for m, e2e, k in close if m not in ran), None)
             band = best.median_ms * (1.0 + noise)
             short = [m for m in measured if m.mapping != best.mapping and m.median_ms <= band
                      and len(m.runs_ms) < repeats]
-            contender = min(short, key=lambda m: len(m.runs_ms)) if short else None
-    return Settling(best, noise, stale, exploring, contender)
+            contender = min(short, key=lambda m: len(m.runs_ms)) if short and trial is None else None
+    if trial is None:
+        return Settling(best, noise, stale, exploring, contender, best_predicted_ms=best_predicted)
+    return Settling(best, noise, stale, exploring, None, trial[0], trial[1], trial[2], best_predicted)

@@ -21,11 +21,17 @@ _REGISTRY: dict[str, str] = {
     "all-gpu": "hetsched.policies.all_gpu:AllGpu",
     "oracle": "hetsched.policies.oracle:Oracle",
     "heft-cf": "hetsched.policies.heft:HeftCf",
+    "heft-load": "hetsched.policies.heft_load:HeftLoad",
     "starpu-dmda": "hetsched.policies.starpu_dmda:StarpuDmda",
     "ucb1": "hetsched.policies.ucb1:Ucb1",
     "greedy-mem": "hetsched.policies.greedy_mem:GreedyMem",
     "agentic": "hetsched.policies.agentic:Agentic",
 }
+
+
+LOAD_ONLY: frozenset[str] = frozenset({"heft-load"})
+"""Policies that differ from another only under load (``heft-load`` is ``heft-cf`` for one request at a
+time): the single-request bench suites leave them out, the load suite runs them."""
 
 
 def policy_names() -> tuple[str, ...]:

@@ -31,10 +31,15 @@ from hetsched.deciders.base import Decider, DecisionContext, check_mapping
 from hetsched.deciders.evidence import fallback_mapping
 from hetsched.llm.config import LLMConfig, resolve_llm_config
 from hetsched.model import DecisionRecord, InputError, Probe, ProbeRequest, Proposal, RoundRecord
-from hetsched.model.measured import Settling, settling
+from hetsched.model.learned import learned_cards, model_ranking
+from hetsched.model.measured import MODEL_TRIES, Ranked, Settling, executions, measured_mappings, settling
 from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
 from hetsched.policies.decider_registry import LLM_DECIDERS, make_decider
+
+RANKING_SEEDS = 4
+"""In a space too large to rank whole, the model ranks the best measured mappings (lowest median) and
+their one-node moves: this many of them (bounds the cost to about 2 x nodes x this many estimates)."""
 
 
 class Agentic(Policy):
@@ -50,8 +55,13 @@ class Agentic(Policy):
         probes_per_round: shortcut for ``monitor.probes_per_round``.
         settle: apply the stopping rule (:func:`~hetsched.model.measured.settling`): once new
             mappings stop beating the best by more than the measured noise, no more probes or new
-            mappings; repeat the best and the mappings measured within its noise, then settle on the
-            best measured one. Default: on for real executors, off on the simulator.
+            mappings; repeat the best, try the mappings the model (the cards as the run's measurements
+            left them, :mod:`hetsched.model.learned`) ranks within the noise band of its best
+            prediction that never ran (``model_tries`` of its best; not in cold start), repeat the
+            mappings measured within the noise of the best, then settle on the best measured one.
+            Default: on for real executors, off on the simulator.
+        model_tries: how many of the model's best-ranked mappings within the noise band must have
+            run before settling (``hetsched.model.measured.MODEL_TRIES``; 0: none).
         decider_options: passed to the decider's constructor (e.g. ``responses`` for ``scripted``).
     """
 
@@ -67,11 +77,16 @@ class Agentic(Policy):
         probe_budget: int | None = None,
         probes_per_round: int | None = None,
         settle: bool | None = None,
+        model_tries: int = MODEL_TRIES,
         **decider_options: Any,
     ) -> None:
         super().__init__()
         self.settle = settle
         self._settle = bool(settle)
+        if isinstance(model_tries, bool) or not isinstance(model_tries, int) or model_tries < 0:
+            raise InputError(f"model_tries must be a whole number >= 0, got {model_tries!r}")
+        self.model_tries = model_tries
+        self._ranking: tuple[tuple[object, ...], Ranked, object] | None = None
         cfg = monitor if isinstance(monitor, MonitorConfig) else MonitorConfig.from_dict(monitor or {})
         if probe_budget is not None:
             cfg = replace(cfg, probes_per_run=probe_budget)
@@ -106,7 +121,27 @@ class Agentic(Policy):
 
     def settling(self, history: Sequence[RoundRecord]) -> Settling | None:
         """Where the run stands on the stopping rule (None when the rule is off)."""
-        return settling(history) if self._settle else None
+        if not self._settle:
+            return None
+        if self.cold_start or not self.model_tries:  # cold start: the cards are not the policy's to read
+            return settling(history)
+        return settling(history, ranked=lambda: self.ranking(history), tries=self.model_tries)
+
+    def ranking(self, history: Sequence[RoundRecord]) -> Ranked:
+        """The model's ranking after ``history``: the cards as the run's measurements left them
+        (:meth:`LearnedCards.scenario <hetsched.model.learned.LearnedCards.scenario>`) through the
+        contention model, every mapping of a small space, else around the ``RANKING_SEEDS`` best
+        measured mappings (a cache per history: decisions stay a function of the history)."""
+        key = (len(history), id(history[-1]) if history else None)
+        if self._ranking is not None and self._ranking[0] == key:
+            return self._ranking[1]
+        sc = self.ctx.scenario
+        model = learned_cards(sc, history).scenario(sc)
+        measured = sorted(measured_mappings(executions(history)), key=lambda m: m.median_ms)
+        seeds = [m.mapping for m in measured[:RANKING_SEEDS]]
+        ranked = model_ranking(model, seeds)
+        self._ranking = (key, ranked, history[-1] if history else None)  # keeps the key's object alive
+        return ranked
 
     def next_probe(self, history: Sequence[RoundRecord], probes: Sequence[Probe]) -> ProbeRequest | None:
         """The monitor's next what-if request (the loop executes it); none once exploring stopped."""
@@ -121,13 +156,13 @@ class Agentic(Policy):
         sc = self.ctx.scenario
         obs = observations if observations is not None else self.monitor.observe(history, probes)
         state = self.settling(history)
-        if state is not None and not state.exploring and state.best is not None:
-            chosen = state.contender or state.best
-            if chosen is not None:  # settled, or a mapping within the noise of the best to repeat
-                record = DecisionRecord.of(self.decider.name, obs.records, model=self.decider.model,
-                                           observations_text=obs.text, probes_spent=len(obs.probes),
-                                           cold_start=self.cold_start)
-                return Proposal(sc.validate_mapping(chosen.mapping), rationale=state.describe(), decision=record)
+        chosen = None if state is None else state.next_mapping
+        if state is not None and chosen is not None:
+            # settled; a mapping within the noise of the best to repeat; or one the model ranks there to try
+            record = DecisionRecord.of(self.decider.name, obs.records, model=self.decider.model,
+                                       observations_text=obs.text, probes_spent=len(obs.probes),
+                                       cold_start=self.cold_start)
+            return Proposal(sc.validate_mapping(chosen), rationale=state.describe(), decision=record)
         decision = self.decider.decide(
             DecisionContext(
                 scenario=sc,

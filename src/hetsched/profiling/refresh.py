@@ -41,7 +41,7 @@ from hetsched.model.files import (
     load_tool_library,
     read_structured,
 )
-from hetsched.profiling.profiler import card_entry
+from hetsched.profiling.profiler import card_entry, plan_names
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,10 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     for name in asked:
         card = old[name]
         base, k = (card.base, card.amplification) if card.base is not None and card.amplification > 1 else (name, 1)
+        if base == name:  # a full card named NAME_xK (the registry refuses such names): NAME is what runs
+            plan = plan_names([name])
+            base = next(iter(plan))
+            k = int(name.rsplit("_x", 1)[1]) if base != name else 1
         bases.setdefault(base, None)
         if base != name:
             amplified[name] = (base, k)

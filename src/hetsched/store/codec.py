@@ -190,6 +190,7 @@ def encode_round(run_id: str, record: RoundRecord, recorded_at: str) -> RoundRow
         decision_json,
         dumps(trace.to_dict(), f"{where} trace"),
         recorded_at,
+        record.decision_ms,
     )
     probes = [
         (
@@ -283,8 +284,9 @@ def decode_round(row: Any, probes: list[Any], observations: list[Any], transcrip
               note=p["note"])
         for p in probes
     )
+    decision_ms = row["decision_ms"]
     return RoundRecord(round=row["round"], proposal=proposal, trace=Trace.from_dict(loads(row["trace_json"])),
-                       probes=probe_objs)
+                       probes=probe_objs, decision_ms=None if decision_ms is None else float(decision_ms))
 
 
 DECISION_INFO_KEYS: tuple[str, ...] = (

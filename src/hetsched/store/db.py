@@ -41,7 +41,9 @@ from hetsched.model import (
     DecisionRecord,
     ExecutorSpec,
     HetschedError,
+    Mapping,
     Reference,
+    RoundOutcome,
     RoundRecord,
     RunKey,
     Scenario,
@@ -606,8 +608,8 @@ class RunStore:
                     "INSERT INTO rounds (run_id, round, mapping_json, mapping_code, feasible, e2e_ms, reason, "
                     "infeasible_kind, rationale, decider, model, fallback, fallback_reason, probes_spent, "
                     "prompt_tokens, "
-                    "completion_tokens, info_json, split_json, decision_json, trace_json, recorded_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "completion_tokens, info_json, split_json, decision_json, trace_json, recorded_at, decision_ms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows.round,
                 )
                 conn.executemany(
@@ -865,6 +867,55 @@ class RunStore:
                 raise self.damaged(f"run {full}: round {r} cannot be read ({str(exc)[:300]})") from None
         return out
 
+    def outcomes(self, run_id: str) -> list[RoundOutcome]:
+        """The run's round summaries, in order, read from the round columns alone (no trace, probe or
+        transcript is decoded: cheap for 100-node rounds); equal to ``[r.outcome for r in rounds(run_id)]``."""
+        full = self.resolve(run_id)
+        rows = self._read(
+            "SELECT r.round, r.mapping_json, r.feasible, r.e2e_ms, r.reason, r.infeasible_kind, r.decision_ms, "
+            "(SELECT COUNT(*) FROM probes p WHERE p.run_id = r.run_id AND p.round = r.round) AS probes "
+            "FROM rounds r WHERE r.run_id = ? ORDER BY r.round", (full,))
+        out = []
+        for i, row in enumerate(rows):
+            if row["round"] != i:
+                raise StoreError(f"run {full}: round {i} is missing from {self.path} (found round {row['round']})")
+            try:
+                out.append(RoundOutcome(
+                    round=i, mapping=Mapping(loads(row["mapping_json"])), feasible=bool(row["feasible"]),
+                    e2e_ms=None if row["e2e_ms"] is None else float(row["e2e_ms"]), reason=str(row["reason"]),
+                    kind=None if row["infeasible_kind"] is None else str(row["infeasible_kind"]),
+                    probes=int(row["probes"]),
+                    decision_ms=None if row["decision_ms"] is None else float(row["decision_ms"])))
+            except (HetschedError, TypeError, ValueError) as exc:
+                raise self.damaged(f"run {full}: round {i} cannot be read ({str(exc)[:300]})") from None
+        return out
+
+    # ------------------------------------------------------------------ references, per scenario
+    def stored_reference(self, scenario: Scenario, choice: str) -> Reference | None:
+        """The reference recorded for this scenario's content and ``choice`` (``auto``, ``oracle``,
+        ``best-known``), with the time its search took; None when none is recorded or its row is damaged
+        (then it is computed again)."""
+        rows = self._read("SELECT reference_json, seconds FROM scenario_references WHERE scenario_sha256 = ? "
+                          "AND choice = ?", (sha256(scenario_json(scenario)), choice))
+        if not rows:
+            return None
+        try:
+            ref = Reference.from_dict(loads(rows[0]["reference_json"]))
+            return replace(ref, seconds=float(rows[0]["seconds"]))
+        except (DamagedValue, HetschedError, KeyError, TypeError, ValueError):
+            return None
+
+    def record_reference(self, scenario: Scenario, choice: str, reference: Reference) -> None:
+        """Record the reference computed for this scenario's content and ``choice`` (replacing any)."""
+        with self._write(f"recording the reference of scenario {scenario.name}") as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO scenario_references (scenario_sha256, choice, scenario_name, kind, label, "
+                "e2e_ms, lower_bound_ms, gap, seconds, reference_json, hetsched_version, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sha256(scenario_json(scenario)), choice, scenario.name, reference.kind.value, reference.label,
+                 reference.e2e_ms, reference.lower_bound_ms, reference.gap, reference.seconds,
+                 dumps(reference.to_dict(), "reference"), __version__, _now()))
+
     def _grouped(self, table: str, run_id: str) -> dict[int, list[sqlite3.Row]]:
         groups: dict[int, list[sqlite3.Row]] = {}
         for row in self._read(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY round, idx", (run_id,)):
@@ -905,14 +956,12 @@ class RunStore:
 
 
 def round_to_dict(r: RoundRecord) -> dict[str, Any]:
-    """One round as JSON: proposal (with its full info), trace and probes."""
+    """One round as JSON: its summary (:class:`~hetsched.model.RoundOutcome`), then the proposal (with its full
+    info), trace and probes."""
+    summary = r.outcome.to_dict()
+    del summary["probes"]  # listed in full below
     return {
-        "round": r.round,
-        "mapping": r.mapping.to_dict(),
-        "e2e_ms": r.trace.e2e_ms,
-        "feasible": r.trace.feasible,
-        "reason": r.trace.reason,
-        "infeasible_kind": None if r.trace.kind is None else r.trace.kind.value,
+        **summary,
         "rationale": r.proposal.rationale,
         "decision": None if r.proposal.decision is None else decision_to_dict(r.proposal.decision),
         "info": r.proposal.info,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from hetsched.model import Infeasibility
 from hetsched.store.codec import DECISION_INFO_KEYS, StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
 
 def current_version() -> int:
@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     decision_json     TEXT,                     -- rest of the DecisionRecord; NULL: no decider
     trace_json        TEXT NOT NULL,            -- Trace.to_dict()
     recorded_at       TEXT NOT NULL,
+    decision_ms       REAL,                     -- round wall time minus its executions; NULL: not measured
     PRIMARY KEY (run_id, round)
 );
 
@@ -128,6 +129,22 @@ CREATE TABLE IF NOT EXISTS transcript (
     extra_json        TEXT,                     -- keys outside the contract, verbatim
     PRIMARY KEY (run_id, round, idx),
     FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round) ON DELETE CASCADE
+);
+
+CREATE TABLE IF NOT EXISTS scenario_references (
+    scenario_sha256  TEXT NOT NULL,             -- the scenario's fingerprint (runs.scenario_sha256)
+    choice           TEXT NOT NULL,             -- what was asked for: auto, oracle, best-known
+    scenario_name    TEXT NOT NULL,
+    kind             TEXT NOT NULL,             -- what was found: oracle or best-known
+    label            TEXT NOT NULL,             -- 'oracle', 'best-known (within 3.2% of the lower bound)'
+    e2e_ms           REAL NOT NULL,
+    lower_bound_ms   REAL,
+    gap              REAL,                      -- e2e / lower bound - 1; 0 for the oracle, NULL: no bound
+    seconds          REAL NOT NULL,             -- time the search took
+    reference_json   TEXT NOT NULL,             -- Reference.to_dict()
+    hetsched_version TEXT NOT NULL,
+    created_at       TEXT NOT NULL,
+    PRIMARY KEY (scenario_sha256, choice)
 );
 
 CREATE VIEW IF NOT EXISTS validation_errors AS
@@ -179,11 +196,19 @@ def _v2_to_v3(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN max_probes_per_round INTEGER NOT NULL DEFAULT 64")
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(conn: sqlite3.Connection) -> None:
+    """Each round's decision time, and references kept per scenario (every bench suite reuses them)."""
+    conn.execute("ALTER TABLE rounds ADD COLUMN decision_ms REAL")
+    for statement in _statements(DDL):
+        if "scenario_references" in statement.split("(", 1)[0]:
+            conn.execute(statement)
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 """``from_version -> step`` taking a store from ``from_version`` to ``from_version + 1``
 inside the open transaction."""
 
-_OUR_TABLES = {"meta", "runs", "rounds", "probes", "observations", "transcript"}
+_OUR_TABLES = {"meta", "runs", "rounds", "probes", "observations", "transcript", "scenario_references"}
 
 
 def missing_tables(conn: sqlite3.Connection) -> list[str]:

@@ -281,6 +281,8 @@ class Benchmark:
     """Peak device memory above the baseline during load and runs, MB."""
     wait_s: float = 0.0
     """Of ``wall_s``, the time the calling thread waited for a core (other processes ran), s."""
+    waits_ms: tuple[float, ...] = ()
+    """Per timed run, the time the calling thread waited for a core during it, ms."""
     extra: dict[str, float] = field(default_factory=dict)
     """Device-specific figures (``gpu_util`` from NVML...)."""
 
@@ -382,12 +384,15 @@ class ToolRuntime:
             r = self.run(key, inputs)
             first_ms = (r.t_end - r.t_start) * 1000.0 if first_ms is None else first_ms
         times: list[float] = []
+        waits: list[float] = []
         c0, q0, w0 = cpu_seconds(), runqueue_wait_seconds(), time.monotonic()
         for _ in range(runs):
+            q1 = runqueue_wait_seconds()
             r = self.run(key, inputs)
+            waits.append((runqueue_wait_seconds() - q1) * 1000.0)
             times.append((r.t_end - r.t_start) * 1000.0)
         wall = time.monotonic() - w0
         if first_ms is None:
             first_ms = times[0] if times else 0.0
         return Benchmark(first_ms=first_ms, times_ms=tuple(times), cpu_s=cpu_seconds() - c0, wall_s=wall,
-                         peak_mb=self.meter.peak_mb(), wait_s=runqueue_wait_seconds() - q0)
+                         peak_mb=self.meter.peak_mb(), wait_s=runqueue_wait_seconds() - q0, waits_ms=tuple(waits))
