@@ -22,7 +22,12 @@ Timing on a shared machine is noisy: the load average is printed before and afte
 BENCHMARKS.md come from a quiet machine. Runs in about 3-5 minutes on 2 cores (local).
 
     python benchmarks/load_real.py [--executor local|ray] [--arrivals closed|open] [--requests 30] [--seed 0]
-                                   [--out FILE.json]
+                                   [--alone 5] [--out FILE.json]
+
+``--executor ray`` starts a local Ray cluster (on a machine whose only interface is loopback, run
+it in a loopback namespace: ``unshare -n sh -c 'ip link set lo up; python benchmarks/load_real.py
+--executor ray --requests 20 --alone 3'``); each Ray round pays its warm-up and event collection,
+so it takes longer than the local run.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arrivals", choices=("closed", "open"), default="closed")
     ap.add_argument("--requests", type=int, default=30, help="requests per load (default 30)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")
+    ap.add_argument("--alone", type=int, default=ALONE_RUNS, help=f"lone requests first (default {ALONE_RUNS})")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
@@ -129,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             start = getattr(ex, "start", None)
             if start is not None:
                 start()  # workers started and tools prepared before the first window
-            alone = sorted(t.e2e_ms for t in (ex.run(mapping) for _ in range(ALONE_RUNS)) if t.e2e_ms is not None)
-            if len(alone) < ALONE_RUNS:
+            alone = sorted(t.e2e_ms for t in (ex.run(mapping) for _ in range(args.alone)) if t.e2e_ms is not None)
+            if len(alone) < args.alone:
                 raise SystemExit(f"{name}: a lone request failed on {args.executor}")
             alone_ms = alone[len(alone) // 2]
-            print(f"  one request alone: predicted {e2e:.1f} ms, measured {alone_ms:.1f} ms (median of {ALONE_RUNS}; "
+            print(f"  one request alone: predicted {e2e:.1f} ms, measured {alone_ms:.1f} ms (median of {args.alone}; "
                   "the gap under load beyond this ratio is queueing the model does not predict)", flush=True)
             for level in (CLIENTS if args.arrivals == "closed" else RATES):
                 if args.arrivals == "closed":

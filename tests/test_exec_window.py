@@ -182,6 +182,29 @@ def test_any_small_window_keeps_the_invariants(ex: LocalExecutor, times: list[in
 
 
 # ---------------------------------------------------------------------------- the Workload contract
+def test_a_failing_request_ends_the_window_typed_keeping_what_finished_and_the_next_window_runs(
+        tools: None, tmp_path: Path) -> None:
+    flag = tmp_path / "fail"
+    register_tool(Worker("wflaky", ms=3, mem_mb=1, value=5, fail_flag=str(flag)), replace=True)
+    try:
+        sc = scenario([("A", "wprep"), ("B", "wflaky")], [("A", "B")],
+                      [card("wprep", 3, has_gpu=False), card("wflaky", 3, 2)], budget_mb=10)
+        mapping = Mapping({"A": C, "B": G})
+        with LocalExecutor(sc, device="standin") as ex:
+            ok = ex.run_workload(mapping, Workload.trace([0.0, 0.0]))
+            assert ok.feasible and ok.load is not None and ok.load.requests == 2
+            flag.touch()
+            bad = ex.run_workload(mapping, Workload.trace([0.0, 0.0, 500.0]))
+            assert bad.kind is InfeasibleKind.TOOL_ERROR and "injected failure" in bad.reason
+            assert "B@" in bad.reason, "the reason names the request's node"
+            assert bad.load is None and all(r.end_ms >= r.release_ms for r in bad.requests)
+            flag.unlink()
+            again = ex.run_workload(mapping, Workload.trace([0.0, 0.0]))
+            assert again.feasible and again.load is not None and again.load.requests == 2
+    finally:
+        unregister_tool("wflaky")
+
+
 def test_run_workload_returns_the_window_trace_every_executor_returns(ex: LocalExecutor) -> None:
     wl = Workload.closed(2, requests=5)
     tr = ex.run_workload(MAPPING, wl)
@@ -282,7 +305,7 @@ def test_hetsched_run_under_load_on_the_local_executor_records_the_percentiles(t
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
     proc = subprocess.run([sys.executable, "-m", "hetsched", "run", str(path), "--executor", "local", "-X",
                            'tool_modules=["tests.slowtools"]', "--policy", "all-gpu", "--rounds", "1", "--clients", "2",
-                           "--requests", "4", "--store", str(store), "--json"],
+                           "--requests", "4", "--store", str(store), "--trace", str(tmp_path / "t.json"), "--json"],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -291,6 +314,11 @@ def test_hetsched_run_under_load_on_the_local_executor_records_the_percentiles(t
     assert rnd["feasible"] and load["requests"] == 4 and len(load["latency_ms"]) == 4
     assert rnd["e2e_ms"] == load["p95_ms"] and load["p50_ms"] <= load["p95_ms"] <= load["p99_ms"]
     assert data["executor"] == "local"
+    # the trace file has a lane per request of the window (Perfetto)
+    events = json.loads((tmp_path / "t.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    lanes = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert {f"request {r}" for r in range(4)} <= lanes
     with RunStore(store) as st:
         [info] = st.runs()
         [stored] = st.rounds(info.id)

@@ -51,13 +51,24 @@ PARAMETER_FLAGS: dict[str, str] = {
 (:class:`~hetsched.model.errors.ParameterError`), the CLI shows its flag."""
 
 
+LLM_SETTING_FLAGS: dict[str, str] = {"timeout_s": "--llm-timeout"}
+"""LLM settings whose flag is not ``--llm-`` + the setting's name with dashes."""
+_LLM_SETTING = re.compile(r"\bthe LLM setting ([a-z][a-z_]*)\b")
+
+
+def llm_setting_flag(name: str) -> str:
+    """The flag that sets an LLM setting (an :class:`~hetsched.llm.LLMConfig` field)."""
+    return LLM_SETTING_FLAGS.get(name, "--llm-" + name.replace("_", "-"))
+
+
 def error_text(exc: BaseException) -> str:
-    """An error's message as the CLI shows it: a parameter named by the flag that sets it."""
+    """An error's message as the CLI shows it: a parameter named by the flag that sets it, and each
+    "the LLM setting NAME" a library hint names (:mod:`hetsched.llm`) as its ``--llm-`` flag."""
     param = getattr(exc, "param", None)
     named = getattr(exc, "named", None)
     if isinstance(param, str) and param in PARAMETER_FLAGS and callable(named):
         return str(named(PARAMETER_FLAGS[param]))
-    return str(exc)
+    return _LLM_SETTING.sub(lambda m: llm_setting_flag(m[1]), str(exc))
 
 
 def _version(value: bool) -> None:

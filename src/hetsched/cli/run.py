@@ -24,9 +24,11 @@ from hetsched.cli.app import (
     EXIT_NO_RESULT,
     app,
     err,
+    error_text,
     escape_markup,
     examples,
     fail,
+    llm_setting_flag,
     out,
     plain_table,
     safe,
@@ -274,8 +276,6 @@ def _interrupted(console: Console, result: RunResult, run_id: str | None, hint: 
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-LLM_FLAGS = {"timeout_s": "--llm-timeout"}
-"""LLMConfig fields whose flag is not ``--llm-`` + the field name."""
 AGENTIC_POLICIES = {"agentic"}
 """Policies that take the agentic flags (--decider, --cold-start, --llm-*, --probe-budget)."""
 
@@ -292,7 +292,7 @@ def _agentic_options(
     llm = {k: v for k, v in llm.items() if v is not None}
     given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
                                       ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
-             if value is not None] + [LLM_FLAGS.get(k, f"--llm-{k.replace('_', '-')}") for k in llm]
+             if value is not None] + [llm_setting_flag(k) for k in llm]
     if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
@@ -622,7 +622,7 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
         partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
         raise _interrupted(console, partial, run_id, state["hint"]) from None
     except LLMUnreachableError as exc:
-        err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {safe(error_text(exc))}", soft_wrap=True)
         run_id = state["run_id"]
         if run_id is not None:
             with RunStore(store) as st:
