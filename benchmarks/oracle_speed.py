@@ -17,7 +17,13 @@ sum), three-way unless ``--mode binary``. For each instance:
 Ratios (plain / bounded) are taken per instance from timings made in the same run. Both results
 are checked to agree on the optimum where plain enumeration ran in full.
 
+``--generator bench`` draws the instances from ``hetsched.bench.generate`` instead (its seven
+families: chain, parallel, fanout, forkjoin, diamond, layered, random; ``--first-seed`` picks
+seeds not seen before); ``--no-plain`` and ``--no-memory`` skip the plain enumeration and the
+traced run (at 16 nodes they cost more than the search).
+
 Run: python benchmarks/oracle_speed.py [--sizes 10 12 14] [--seeds 5] [--families ...] [--out FILE.json]
+     python benchmarks/oracle_speed.py --generator bench --sizes 16 --seeds 2 --first-seed 500 --no-plain --no-memory
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from random_scenarios import FAMILIES, random_scenario
 
+from hetsched.bench.generate import FAMILIES as BENCH_FAMILIES
+from hetsched.bench.generate import WorkflowSpec
+from hetsched.bench.generate import random_scenario as generate
 from hetsched.model import Mode, Scenario
 from hetsched.search import oracle as oracle_mod
 from hetsched.search.local_search import Evaluator
@@ -73,7 +82,7 @@ def plain(sc: Scenario, limit: int, seed: int) -> dict[str, Any]:
     return {"seconds": seconds * space / count, "full": full, "best": best if full else None}
 
 
-def bounded(sc: Scenario) -> dict[str, Any]:
+def bounded(sc: Scenario, memory: bool = True) -> dict[str, Any]:
     oracle_mod._CACHE.clear()
     t0, p0, k0 = time.perf_counter(), time.process_time(), children_cpu()
     res = oracle_mod.solve(sc, max_seconds=None)
@@ -85,10 +94,12 @@ def bounded(sc: Scenario) -> dict[str, Any]:
     cpu = time.process_time() - c0
     assert one.best == res.best and one.e2e_ms == res.e2e_ms
     oracle_mod._CACHE.clear()
-    tracemalloc.start()  # a third run: tracing slows numpy down several times
-    oracle_mod.solve(sc, max_seconds=None, workers=1)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
+    peak = math.nan
+    if memory:
+        tracemalloc.start()  # a third run: tracing slows numpy down several times
+        oracle_mod.solve(sc, max_seconds=None, workers=1)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
     # what the parallel run needs from two idle cores: this process's CPU, then the workers' CPU shared
     idle_wall = parent + children / max(1, res.workers)
     return {"wall_s": wall, "idle_wall_s": idle_wall, "cpu_s": cpu, "workers": res.workers,
@@ -109,17 +120,28 @@ def main() -> None:
     parser.add_argument("--plain-max", type=int, default=60_000,
                         help="enumerate spaces up to this size in full, else time a sample of this size")
     parser.add_argument("--out", type=Path, help="also write every measurement as JSON")
+    parser.add_argument("--generator", choices=["random", "bench"], default="random",
+                        help="random: benchmarks/random_scenarios.py; bench: hetsched.bench.generate")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--no-plain", action="store_true", help="skip plain enumeration")
+    parser.add_argument("--no-memory", action="store_true", help="skip the traced run (peak memory)")
     args = parser.parse_args()
+    if args.generator == "bench" and args.families == list(FAMILIES):
+        args.families = list(BENCH_FAMILIES)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.machine()} {platform.processor() or ''}, {cpus} CPUs, "
           f"Python {platform.python_version()}; load average before: {os.getloadavg()[0]:.1f}")
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for family in args.families:
-            for seed in range(args.seeds):
-                sc = random_scenario(n, args.mode, family, seed)
-                b = bounded(sc)
-                p = plain(sc, args.plain_max, seed)
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                if args.generator == "bench":
+                    sc = generate(WorkflowSpec(family, n, Mode(args.mode), seed))
+                else:
+                    sc = random_scenario(n, args.mode, family, seed)
+                b = bounded(sc, memory=not args.no_memory)
+                p = ({"seconds": math.nan, "full": False, "best": None} if args.no_plain
+                     else plain(sc, args.plain_max, seed))
                 if p["full"]:
                     assert p["best"] == b["e2e_ms"], (sc.name, p["best"], b["e2e_ms"])
                 row = {"n": n, "family": family, "seed": seed, "space": sc.mapping_space_size(), **b,

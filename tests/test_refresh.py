@@ -170,3 +170,16 @@ def test_a_real_run_contradicts_stale_cards_and_the_refresh_it_names_fixes_them(
     code, out, err = _cli(*run, "--json")
     assert code == 0, err
     assert json.loads(out)["cards"]["contradicted"] == []
+
+
+def test_own_core_reaches_the_profiler_from_the_cli(tools: None, capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    out = tmp_path / "cards.yaml"
+    code, _, err = run_cli(capsys, "profile", "textonly", "--own-core", "-o", str(out), *FAST)
+    assert code == 0, err
+    assert "own_core" in load_tool_library(out)["textonly"].provenance.source
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("name: f\ntools: cards.yaml\nnodes: [{id: A, tool: textonly}]\n")
+    code, _, err = run_cli(capsys, "profile", "--refresh", str(flow), *FAST)
+    assert code == 0, err
+    assert "own_core" not in load_tool_library(out)["textonly"].provenance.source  # refreshed without it

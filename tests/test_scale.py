@@ -31,7 +31,8 @@ from hetsched.bench.suites import (
 from hetsched.cli import main
 from hetsched.deciders.estimate import Estimator, fit_interference
 from hetsched.deciders.evidence import Evidence
-from hetsched.deciders.search import local_search
+from hetsched.deciders.rules import SCREEN_EVALUATIONS_FIRST, SCREEN_EVALUATIONS_LATER, SCREEN_MIN_NODES
+from hetsched.deciders.search import focus, local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -253,6 +254,48 @@ def test_search_is_exhaustive_when_the_space_fits_and_deterministic_otherwise() 
     b = local_search(est, [start], allowed, max_evaluations=300, seed=7)
     assert not a.exhaustive and (a.best, a.e2e_ms) == (b.best, b.e2e_ms) and len(a.seen) <= 300 + len(allowed) * 3
     assert a.e2e_ms <= min(a.seen.values()) and a.e2e_ms >= full.e2e_ms
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 30), three_way=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_screened_search_stays_in_budget_and_is_seeded(family: str, n: int, three_way: bool, seed: int) -> None:
+    """The large-workflow search: its focus is a set of the workflow's nodes that holds the sink that
+    ends last; within its budget it returns the lowest estimate it saw, no worse than any start, the
+    same for the same seed, and says what it spent."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    est = Estimator(sc, sc.machine.gpu_kappa)
+    c = sc.compiled
+    starts = [tuple(0 for _ in range(n))] + [u for p in (1, 2) if c.static_ok(u := tuple(
+        p if p in a else 0 for a in c.allowed))]
+    tm = est.timings(starts[0])
+    assert tm is not None
+    order = focus(c, starts[0], tm)
+    assert len(set(order)) == len(order) and set(order) <= set(range(n))
+    last = max(tm.end[s] for s in c.sinks)
+    assert any(tm.end[s] == last for s in order if s in c.sinks)
+    budget = 60
+    a = local_search(est, starts, c.allowed, max_evaluations=budget, seed=3, screen=True)
+    b = local_search(est, starts, c.allowed, max_evaluations=budget, seed=3, screen=True)
+    assert (a.best, a.e2e_ms, list(a.seen)) == (b.best, b.e2e_ms, list(b.seen))
+    assert len(a.seen) <= budget and a.screened and a.budget == budget
+    # the lowest it saw, up to the 1e-12 a descent needs to call a move an improvement
+    assert min(a.seen.values()) <= a.e2e_ms <= min(a.seen.values()) * (1 + 1e-12)
+    assert a.e2e_ms <= min(a.seen[s] for s in starts)
+    assert a.spent().startswith(f"{len(a.seen)} mappings estimated of a budget of {budget}")
+
+
+def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -> None:
+    """From ``SCREEN_MIN_NODES`` nodes on a decision estimates a fixed number of mappings (round 0 more,
+    later rounds fewer), says so in its reasoning, and a resumed run makes the same decisions."""
+    sc = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.THREE_WAY, 21))
+    first = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1))
+    part = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=1, seed=1))
+    resumed = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1), history=part.rounds)
+    assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
+    spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
+    assert f"of a budget of {SCREEN_EVALUATIONS_FIRST}; descents screened" in spent[0]
+    assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 
 def _run_best_by(sc: Scenario, rounds: int, policy: str = "agentic", **options: object) -> list[float]:

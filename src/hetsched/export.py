@@ -134,7 +134,8 @@ def _every_request(trace: Trace) -> Trace:
 
 def _request_lanes(label: str, trace: Trace, pid: int) -> list[dict[str, Any]]:
     """One process for a window of requests: a lane per request (``request 12``; its parallel
-    branches on ``request 12 · 2``...), its nodes as slices, and its send-to-response span."""
+    branches on ``request 12 · 2``...) with its nodes as slices (ready to end) and a mark where it
+    was sent, and counters for the requests in flight and the CPU and GPU utilization over time."""
     events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": pid,
                                      "args": {"name": f"{label} · requests"}}]
     tid = 0
@@ -157,6 +158,17 @@ def _request_lanes(label: str, trace: Trace, pid: int) -> list[dict[str, Any]]:
                        "ts": r.release_ms * _US, "s": "t",
                        "args": {"latency_ms": r.latency_ms, **client}})
         tid += width
+    steps = sorted([(r.release_ms, 1) for r in trace.requests] + [(r.end_ms, -1) for r in trace.requests],
+                   key=lambda e: (e[0], e[1]))
+    flight = 0
+    for t_ms, delta in steps:  # requests in flight: exact steps
+        flight += delta
+        events.append({"ph": "C", "name": "requests in flight", "pid": pid, "ts": t_ms * _US,
+                       "args": {"requests": flight}})
+    if trace.load is not None:  # device utilization over time: the window's bucket averages
+        for s in trace.load.timeline:
+            events.append({"ph": "C", "name": "utilization (%)", "pid": pid, "ts": s.t_ms * _US,
+                           "args": {"cpu": round(100 * s.cpu_util, 1), "gpu": round(100 * s.gpu_util, 1)}})
     return events
 
 

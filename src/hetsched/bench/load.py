@@ -53,6 +53,8 @@ REAL_LOAD_CLIENTS = (1, 2, 4)
 REQUESTS_PER_CLIENT = 8
 MIN_REQUESTS = 24
 LOAD_ROUNDS = 6
+REAL_LOAD_ROUNDS = 3
+"""Windows per mapping and load on a real executor (the median is reported)."""
 SINGLE = "single-request optimum"
 LOADED = "loaded optimum"
 
@@ -89,6 +91,8 @@ class LoadPoint:
     """p50_ms, p95_ms, p99_ms, throughput_per_s of its last window (empty when it could not run)."""
     predicted_p95_ms: float = math.inf
     predicted_throughput_per_s: float = 0.0
+    note: str = ""
+    """Why its window did not run or failed (the trace's reason, e.g. an OOM measured on a real executor)."""
 
 
 @dataclass
@@ -115,8 +119,11 @@ def _point(sc: Scenario, wl: Workload, k: int, label: str, mapping: Mapping | No
         return LoadPoint(sc.name, k, label, "-", False)
     pred = predict_window(sc, mapping, wl)
     measured = {} if trace is None else _measured(trace)
+    note = "" if trace is None or trace.feasible else trace.reason
+    if not pred.feasible:
+        note = note or f"model: {pred.reason}"
     return LoadPoint(sc.name, k, label, _letters(sc, mapping), pred.feasible and (trace is None or bool(measured)),
-                     measured, pred.p95_ms, pred.throughput_per_s)
+                     measured, pred.p95_ms, pred.throughput_per_s, note)
 
 
 def run_load_suite(config: LoadSuiteConfig, tick: Callable[[str], None] | None = None) -> LoadSuiteResult:
@@ -189,16 +196,18 @@ def percentiles_table(result: LoadSuiteResult) -> Table:
     where = f"measured on {result.config.executor}" if real else "simulated (with noise)"
     t = Table("load_percentiles", f"Latency percentiles per policy and load ({where}, last window)",
               ["scenario", "clients", "policy", "mapping", "p50 ms", "p95 ms", "p99 ms", "throughput /s",
-               "model p95 ms"])
+               "model p95 ms", "note"])
     for p in result.points:
         m = p.measured
+        note = p.note if len(p.note) <= 140 else p.note[:139] + "…"
         t.rows.append([p.scenario, str(p.clients), p.policy, p.mapping, _fmt(m.get("p50_ms")), _fmt(m.get("p95_ms")),
-                       _fmt(m.get("p99_ms")), _fmt(m.get("throughput_per_s"), 2), _fmt(p.predicted_p95_ms)])
+                       _fmt(m.get("p99_ms")), _fmt(m.get("throughput_per_s"), 2), _fmt(p.predicted_p95_ms), note])
     t.notes += [f"Each load is a closed loop of K clients; a window sends max({MIN_REQUESTS}, "
                 f"{REQUESTS_PER_CLIENT} x K) requests.",
                 "model p95 ms: the contention model's noise-free p95 of the same mapping at the same load.",
-                "'-': the mapping cannot serve the window (a gpu_queue node that never fits beside the resident "
-                "gpu_now tools, or over the VRAM budget)."]
+                "'-': the mapping cannot serve the window or its window failed; the note says why (the model's "
+                "reason, or what the executor measured: an OOM on a real device means the cards under-state the "
+                "memory of concurrent calls)."]
     return t
 
 
@@ -322,8 +331,10 @@ def _summary(result: LoadSuiteResult) -> list[str]:
         if not (lo and si and lo.feasible):
             continue
         if not si.feasible:
-            lines.append(f"{scen}, {k} clients: the single-request optimum cannot serve the window; the loaded "
-                         f"optimum {lo.mapping} has p95 {_fmt(lo.predicted_p95_ms)} ms.")
+            why = f" ({si.note})" if si.note else ""
+            got = f", {seen} {_fmt(lo.measured['p95_ms'])} ms" if lo.measured else ""
+            lines.append(f"{scen}, {k} clients: the single-request optimum {si.mapping} cannot serve the window{why}; "
+                         f"the loaded optimum {lo.mapping} has p95 {_fmt(lo.predicted_p95_ms)} ms{got}.")
         elif si.predicted_p95_ms > lo.predicted_p95_ms * 1.02:
             meas = ""
             if si.measured and lo.measured:

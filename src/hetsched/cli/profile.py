@@ -73,6 +73,10 @@ def profile(
         [], "--tool-module", help="Import this module first (it registers your tools); repeat for several."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar on stderr."),
+    own_core: bool = typer.Option(
+        False, "--own-core", help="Time each call less what its thread waited for a core (Linux schedstat): cards "
+        "that describe the tool, not the machine's load while profiling (single-threaded tools: exact)."
+    ),
     refresh: Path | None = typer.Option(
         None, "--refresh", metavar="FILE", help="Re-measure the cards of this scenario (or tool library) file and "
         "rewrite them in place, each with its provenance; the file's other content is kept (docs/tools.md)."
@@ -88,7 +92,7 @@ def profile(
         if scenario or out_file is not None or force:
             raise fail("--refresh FILE rewrites FILE's cards in place: it takes no --scenario, --out or --force")
         _refresh(refresh, list(tools or []), size, runs, warmup, loads, device, cpu_threads, device_threads,
-                 tuple(tool_module), progress)
+                 tuple(tool_module), progress, own_core)
         return
     names = list(tools or [])
     threads = cpu_threads
@@ -101,7 +105,7 @@ def profile(
         names = list(builtin_names())
     config = ProfileConfig(size=size or "tiny", runs=runs, warmup=warmup, loads=loads, device=device,
                            cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=tuple(tool_module))
+                           device_threads=device_threads, tool_modules=tuple(tool_module), own_core=own_core)
     path = out_file or Path(f"cards-{config.size}.yaml")
     if path.is_dir():
         raise fail(f"--out {path} is a directory; give a file such as {path / 'cards.yaml'}")
@@ -163,7 +167,8 @@ def profile(
 
 
 def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
-             cpu_threads: int | None, device_threads: int | None, modules: tuple[str, ...], progress: bool) -> None:
+             cpu_threads: int | None, device_threads: int | None, modules: tuple[str, ...], progress: bool,
+             own_core: bool = False) -> None:
     """``hetsched profile --refresh FILE``: measure FILE's tools and rewrite their cards in place."""
     target = refresh_target(path, names)
     size = size or target.preset
@@ -171,7 +176,7 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     if threads is None and target.cpu_cores is not None:
         threads = min(target.cpu_cores, len(available_cores()))
     config = ProfileConfig(size=size, runs=runs, warmup=warmup, loads=loads, device=device, cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=modules)
+                           device_threads=device_threads, tool_modules=modules, own_core=own_core)
     done: list[ToolCard] = []
     written: dict[Path, None] = {}
     with Profiler(config) as prof:

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 
 from hetsched.model import Scenario
-from hetsched.model.contention import Compiled, simulate
+from hetsched.model.contention import Compiled, Timings, simulate
 
 _INF = math.inf
 
@@ -80,6 +80,16 @@ class Estimator:
         if out.deadlock:
             return None
         return [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+
+    def timings(self, place: Sequence[int]) -> Timings | None:
+        """The estimate's per-node timings (ready, admitted, start, end), None when the mapping cannot
+        run; counted as an estimate."""
+        self.evaluations += 1
+        if not self.compiled.static_ok(place):
+            return None
+        out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
+                       timings=True)
+        return None if out.deadlock else out
 
     def static_ok(self, place: Sequence[int]) -> bool:
         """The ``gpu_now`` set fits the budget and every queued node fits it alone."""

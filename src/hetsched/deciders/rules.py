@@ -258,6 +258,19 @@ decision stays linear in n: unchanged up to 100 nodes (3,200 estimates), 2,000 a
 SEARCH_EVALUATIONS_PER_NODE_LATER = 10
 """Per-node estimates once something was measured: the search then also starts from the best
 measured mappings (usually the model's earlier optimum), so it needs less."""
+SCREEN_MIN_NODES = 17
+"""From this many nodes on, the search's descents try only the moves of the nodes that can shorten the
+current mapping's estimate (``hetsched.deciders.search.focus``: its critical chain, what shares a device
+with it, what holds the memory it waits for), start from every starting mapping, and the budget of
+estimates is fixed (below) instead of growing with n: a decision costs a bounded number of
+simulations. Up to 16 nodes the search is the full-neighbourhood one above (the bundled and random
+suites' workflows, whose tables are pinned)."""
+SCREEN_EVALUATIONS_FIRST = 400
+"""Estimates of the screened search with nothing measured yet (round 0)."""
+SCREEN_EVALUATIONS_LATER = 150
+"""Estimates of the screened search once something was measured (it also starts from the best measured
+mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
+like the full search's (from 1,250 nodes on)."""
 CARD_TOLERANCE = 0.10
 """A node's measured mean latency must differ from the model's by more than this share before its
 card is rescaled (the noise of a few runs stays below it)."""
@@ -275,6 +288,9 @@ FIT_BEST = 8
 """The interference is fitted to the E2Es of this many lowest measured mappings..."""
 FIT_RECENT = 4
 """...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
+FIT_SCREENED = (2, 1)
+"""(lowest, most recent) measured mappings the fit reads from ``SCREEN_MIN_NODES`` nodes on: each costs
+every interference the fit tries as a simulation of the whole workflow."""
 CANDIDATES = 8
 """How many of the model's lowest mappings are considered for the next measurement."""
 
@@ -440,12 +456,18 @@ class RulesDecider(Decider):
         if hit is not None:
             return hit
         n = len(sc.workflow.node_ids)
-        per_node = SEARCH_EVALUATIONS_PER_NODE if starts == comp.starts else SEARCH_EVALUATIONS_PER_NODE_LATER
-        budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
-                                                max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
+        first = starts == comp.starts
+        screen = n >= SCREEN_MIN_NODES
+        if screen:
+            budget = self.search_evaluations or min(SCREEN_EVALUATIONS_FIRST if first else SCREEN_EVALUATIONS_LATER,
+                                                    max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
+        else:
+            per_node = SEARCH_EVALUATIONS_PER_NODE if first else SEARCH_EVALUATIONS_PER_NODE_LATER
+            budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
+                                                    max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
-                           max_evaluations=budget, seed=seed)
+                           max_evaluations=budget, seed=seed, screen=screen)
         if len(self._searches) > 64:
             self._searches.clear()
         self._searches[key] = res
@@ -472,8 +494,8 @@ class RulesDecider(Decider):
                              f"{'; '.join(scaled_notes)}")
             steps.append(
                 f"model (cards, GPU shared by utilization, interference {prior:g} as the machine block declares "
-                f"until measured): searched "
-                f"{len(res.seen)} mappings from the rules' mapping and the uniform ones; lowest estimate "
+                f"until measured): searched from the rules' mapping and the uniform ones, "
+                f"{res.spent()}; lowest estimate "
                 f"{res.e2e_ms:.1f} ms (the rules' mapping: {res.seen.get(comp.rules, math.inf):.1f} ms)"
             )
             rationale = (
@@ -485,7 +507,8 @@ class RulesDecider(Decider):
         # calibrate: the interference that best explains what was measured
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
-        fit_set = list({m.codes: m for m in ranked[:FIT_BEST] + recent[:FIT_RECENT]}.values())
+        lowest, latest = FIT_SCREENED if len(comp.allowed) >= SCREEN_MIN_NODES else (FIT_BEST, FIT_RECENT)
+        fit_set = list({m.codes: m for m in ranked[:lowest] + recent[:latest]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
         # calibrate in two passes: the running averages first rescale the cards a node's measured
         # latency contradicts (at the current interference), then the interference is fitted to the
@@ -516,7 +539,7 @@ class RulesDecider(Decider):
             got = res.seen.get(codes)
             return est.e2e(codes) if got is None else got
 
-        steps.append(f"model search: {len(res.seen)} mappings estimated; lowest {res.e2e_ms:.1f} ms")
+        steps.append(f"model search: {res.spent()}; lowest {res.e2e_ms:.1f} ms")
         best_est = estimate(best.codes)
         fresh = [(c, e) for c, e in res.ranked(CANDIDATES) if c not in ev.measured and c not in ev.infeasible]
         for codes, e in fresh:

@@ -11,9 +11,14 @@ rank lowest, within a budget of estimates.
   resident once, so a lone node rarely pays for it); and, when moving a node to ``gpu_now`` does
   not fit the budget, *making room*: the resident tools of least GPU benefit per MB leave
   (to ``gpu_queue`` or to the CPU) until it fits (the paper's S13 exchange, generalized).
+- Screened (``screen=True``, the decider's choice for large workflows): each descent step simulates
+  the current mapping once with its timings and tries only the moves of the nodes :func:`focus`
+  names (its critical chain, what shared a device with it, what held the memory it waited for),
+  and half of the budget goes to a descent from every start in equal shares before the kicks.
 
-Deterministic for its arguments (the kicks come from ``seed``). Imports only ``hetsched.model``
-(through the estimator).
+The budget counts distinct mappings estimated, never time, so the result is the same on any
+machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
+``hetsched.model`` (through the estimator) and numpy.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from hetsched.deciders.estimate import Estimator
+from hetsched.model.contention import Compiled, Timings
 from hetsched.model.mapping import CPU_CODE, NOW_CODE, QUEUE_CODE
 
 Codes = tuple[int, ...]
@@ -43,6 +51,15 @@ class SearchResult:
     """Every mapping estimated, with its estimate (inf: cannot run)."""
     exhaustive: bool = False
     """True when every mapping was estimated."""
+    budget: int = 0
+    """The most mappings it could estimate (``max_evaluations``)."""
+    screened: bool = False
+    """True when its descents tried only the moves of the nodes :func:`focus` names."""
+
+    def spent(self) -> str:
+        """What the search spent, for a decision's record."""
+        how = "; descents screened by each mapping's critical chain" if self.screened else ""
+        return f"{len(self.seen)} mappings estimated of a budget of {self.budget}{how}"
 
     def ranked(self, k: int) -> list[tuple[Codes, float]]:
         """The ``k`` lowest estimates found (finite only), lowest first."""
@@ -51,9 +68,54 @@ class SearchResult:
         return finite[:k]
 
 
+def focus(c: Compiled, place: Codes, tm: Timings) -> list[int]:
+    """The nodes whose moves can shorten a recorded run, most promising first: the critical chain (the
+    last sink back through the input that arrived last; longest first), then the nodes that shared a
+    device with a chain node (longest overlap first), then, when a queued chain node waited for
+    memory, the ``gpu_now`` nodes holding it. A move of any other node changes the E2E only through
+    second-order effects, which the kicks of the iterated search leave to chance."""
+    end, admitted, ready = tm.end, tm.admitted, tm.ready
+    cpu_side = [p == CPU_CODE for p in place]
+    v = max(c.sinks, key=lambda s: (end[s], -s))
+    chain: list[int] = []
+    while True:
+        chain.append(v)
+        preds = c.preds[v]
+        if not preds:
+            break
+        # the input that arrived last (its end plus the PCIe copy when the edge crosses)
+        best_u, best_t = preds[0], -1.0
+        for u in preds:
+            delay = next(d for w, d in c.succs[u] if w == v) if cpu_side[u] != cpu_side[v] else 0.0
+            if end[u] + delay > best_t:
+                best_u, best_t = u, end[u] + delay
+        v = best_u
+    # per node, its time on the device a chain node used while that chain node waited or ran (numpy:
+    # O(n) per chain node in C, the sums in chain order)
+    ends, admits = np.asarray(end), np.asarray(admitted)
+    side = np.asarray(cpu_side)
+    overlap = np.zeros(c.n)
+    waited = False
+    for v in chain:
+        lo, hi = ready[v], end[v]  # from its inputs' arrival: a wait for memory or a load counts too
+        if place[v] == QUEUE_CODE and admitted[v] > ready[v]:
+            waited = True
+        shared = np.minimum(hi, ends) - np.maximum(lo, admits)
+        overlap += np.where((side == cpu_side[v]) & (shared > 0), shared, 0.0)
+    overlap[chain] = 0.0
+    order = sorted(chain, key=lambda v: (-(end[v] - admitted[v]), v))
+    order += sorted((int(u) for u in np.flatnonzero(overlap > 0)), key=lambda u: (-overlap[u], u))
+    if waited:
+        seen = set(order)
+        order += [u for u in range(c.n) if place[u] == NOW_CODE and u not in seen]
+    return order
+
+
 class _Search:
-    def __init__(self, est: Estimator, allowed: Sequence[tuple[int, ...]], budget: int, seed: int) -> None:
+    def __init__(self, est: Estimator, allowed: Sequence[tuple[int, ...]], budget: int, seed: int,
+                 screen: bool = False) -> None:
         self.est = est
+        self.screen = screen
         self.allowed = allowed
         self.budget = budget
         self.rng = random.Random(seed)
@@ -76,7 +138,10 @@ class _Search:
 
     @property
     def spent(self) -> bool:
-        return len(self.seen) >= self.budget
+        return len(self.seen) >= self.budget or len(self.seen) >= self.limit
+
+    limit: float = math.inf
+    """A lower cap than ``budget`` for one descent (each start's share, with ``screen``)."""
 
     def value(self, codes: Codes) -> float:
         got = self.seen.get(codes)
@@ -118,10 +183,13 @@ class _Search:
                 out.append(tuple(codes))
         return out
 
-    def group_moves(self, cur: Codes) -> list[Codes]:
-        """Every multi-node tool's nodes moved together to each placement they all allow."""
+    def group_moves(self, cur: Codes, among: set[int] | None = None) -> list[Codes]:
+        """Every multi-node tool's nodes moved together to each placement they all allow (only tools
+        with a node ``among`` these, when given)."""
         out: list[Codes] = []
         for g in self.groups:
+            if among is not None and not among.intersection(g):
+                continue
             common = set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:]))
             for p in sorted(common):
                 if all(cur[j] == p for j in g):
@@ -137,8 +205,12 @@ class _Search:
         improved = True
         while improved and not self.spent:
             improved = False
-            order = list(range(self.n))
-            self.rng.shuffle(order)
+            tm = self.est.timings(cur) if self.screen and math.isfinite(cur_e) else None
+            if tm is not None:
+                order = focus(self.est.compiled, cur, tm)
+            else:
+                order = list(range(self.n))
+                self.rng.shuffle(order)
             for i in order:
                 for cand in self.neighbours(cur, i):
                     if self.spent:
@@ -147,7 +219,7 @@ class _Search:
                     if e < cur_e * (1 - 1e-12):
                         cur, cur_e, improved = cand, e, True
                         break
-            for cand in self.group_moves(cur):
+            for cand in self.group_moves(cur, set(order) if tm is not None else None):
                 if self.spent:
                     break
                 e = self.value(cand)
@@ -179,10 +251,12 @@ def local_search(
     *,
     max_evaluations: int,
     seed: int = 0,
+    screen: bool = False,
 ) -> SearchResult:
-    """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring)."""
+    """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
+    ``screen``, the descents try only the moves of the nodes :func:`focus` names."""
     budget = max(1, max_evaluations)
-    search = _Search(estimator, allowed, budget, seed)
+    search = _Search(estimator, allowed, budget, seed, screen)
     size = math.prod(len(a) for a in allowed)
     if size <= budget:
         for codes in itertools.product(*allowed):
@@ -190,11 +264,23 @@ def local_search(
         for s in starts:
             search.value(s)
         best = min(search.seen, key=lambda c: (search.seen[c], c))
-        return SearchResult(best, search.seen[best], search.seen, exhaustive=True)
+        return SearchResult(best, search.seen[best], search.seen, exhaustive=True, budget=budget)
     for s in starts:
         search.value(s)
-    start = min(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
-    best, best_e = search.descend(start)
+    ranked = sorted(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
+    if screen:
+        # a descent from every start, each within its share of half the budget: the uniform
+        # mappings lie in basins the best start's descent rarely reaches (three-way queues)
+        share = budget // (2 * len(ranked))
+        found: list[tuple[float, Codes]] = []
+        for s in ranked:
+            search.limit = len(search.seen) + share
+            cand, e = search.descend(s)
+            found.append((e, cand))
+        search.limit = math.inf
+        best_e, best = min(found)
+    else:
+        best, best_e = search.descend(ranked[0])
     stale = 0
     while not search.spent and stale < 50:
         before = len(search.seen)
@@ -202,7 +288,7 @@ def local_search(
         if e < best_e * (1 - 1e-12):
             best, best_e = cand, e
         stale = stale + 1 if len(search.seen) == before else 0  # every kick lands on known ground
-    return SearchResult(best, best_e, search.seen)
+    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen)
 
 
 __all__ = ["Codes", "SearchResult", "local_search"]

@@ -176,10 +176,38 @@ class Budget:
     """Run budget."""
 
 
-Observation = LastRound | Execution | Infeasible | NodeLatency | ProbeResult | Unmeasured | Budget
+@dataclass(frozen=True)
+class LoadWindow:
+    """Under a workload: the windows of requests measured for one executed mapping (each run of it
+    a window; its ``Execution`` E2E is the window's p95). Means over its feasible runs."""
+
+    kind: ClassVar[str] = "load"
+    mapping: Pairs
+    code: str
+    runs: int
+    """Windows measured."""
+    requests: int
+    """Requests in its latest window."""
+    throughput_per_s: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    queue_wait_p95_ms: float
+    """p95 over requests of the time a request's nodes waited for VRAM admission."""
+    in_flight_mean: float
+    """Requests in flight, time-averaged over the window."""
+    gpu_util_mean: float
+    """Share of the GPU's compute asked for, time-averaged."""
+    slo_ms: float | None = None
+    slo_attainment: float | None = None
+    """Share of requests within ``slo_ms`` (None without a target)."""
+
+
+Observation = LastRound | Execution | Infeasible | NodeLatency | ProbeResult | Unmeasured | Budget | LoadWindow
 """Every record type the monitor emits."""
 
-OBSERVATION_TYPES: tuple[type, ...] = (LastRound, Execution, Infeasible, NodeLatency, ProbeResult, Unmeasured, Budget)
+OBSERVATION_TYPES: tuple[type, ...] = (LastRound, Execution, Infeasible, NodeLatency, ProbeResult, Unmeasured, Budget,
+                                       LoadWindow)
 
 
 def to_json(record: Observation) -> dict[str, Any]:
@@ -253,6 +281,17 @@ def render(
             )
     else:
         lines.append("Measured mappings: none yet.")
+    windows: list[LoadWindow] = by_kind.get("load", [])
+    if windows:
+        shown_w = sorted(windows, key=lambda w: (w.p95_ms, w.code))[:max_executions]
+        lines.append(f"Under load (each run is a window of {windows[0].requests} requests; E2E above = the window's "
+                     f"p95 latency; {len(shown_w)} of {len(windows)} listed, lowest p95 first, means over windows):")
+        for w in shown_w:
+            slo = ("" if w.slo_ms is None or w.slo_attainment is None
+                   else f"; {100 * w.slo_attainment:.0f}% within {w.slo_ms:g} ms")
+            lines.append(f"- {w.code}: p50 {w.p50_ms:.1f} / p95 {w.p95_ms:.1f} / p99 {w.p99_ms:.1f} ms, "
+                         f"{w.throughput_per_s:.3g} requests/s, queue wait p95 {w.queue_wait_p95_ms:.1f} ms, "
+                         f"{w.in_flight_mean:.1f} in flight, GPU {100 * w.gpu_util_mean:.0f}% busy{slo}")
     infeasible: list[Infeasible] = by_kind.get("infeasible", [])
     if infeasible and max_infeasible > 0:
         recent = sorted(infeasible, key=lambda i: (-i.round, i.code))[:max_infeasible]

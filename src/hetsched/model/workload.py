@@ -164,7 +164,10 @@ class Workload(BaseModel):
     def describe(self) -> str:
         """One line: ``closed loop, 4 clients, 100 requests``."""
         if self.arrivals is Arrivals.CLOSED:
-            what = f"closed loop, {self.clients} clients" + (f", think {self.think_ms:g} ms" if self.think_ms else "")
+            plural = "" if self.clients == 1 else "s"
+            what = f"closed loop, {self.clients} client{plural}"
+            if self.think_ms:
+                what += f", think {self.think_ms:g} ms"
         elif self.arrivals is Arrivals.OPEN:
             what = f"open loop, Poisson {self.rate_per_s:g}/s"
         else:

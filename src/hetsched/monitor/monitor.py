@@ -69,6 +69,7 @@ from hetsched.model.observations import (
     Execution,
     Infeasible,
     LastRound,
+    LoadWindow,
     NodeLatency,
     Observation,
     Pairs,
@@ -124,6 +125,26 @@ class Observations:
     """This round's probes (executed by the loop before the decision)."""
     probes_spent_run: int
     """Probes executed in the run so far, these included."""
+
+
+def _load_window(pairs: Pairs, code: str, group: _Group) -> LoadWindow | None:
+    """Under a workload: the mean figures of a mapping's windows (None when its runs were single requests)."""
+    loads = [r.trace.load for r in group.runs if r.trace.load is not None]
+    if not loads:
+        return None
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values)
+
+    slo = [m.slo_attainment for m in loads if m.slo_attainment is not None]
+    return LoadWindow(
+        mapping=pairs, code=code, runs=len(loads), requests=loads[-1].requests,
+        throughput_per_s=mean([m.throughput_per_s for m in loads]), p50_ms=mean([m.p50_ms for m in loads]),
+        p95_ms=mean([m.p95_ms for m in loads]), p99_ms=mean([m.p99_ms for m in loads]),
+        queue_wait_p95_ms=mean([m.queue_wait_p95_ms for m in loads]),
+        in_flight_mean=mean([m.in_flight_mean for m in loads]), gpu_util_mean=mean([m.gpu_util_mean for m in loads]),
+        slo_ms=loads[-1].slo_ms, slo_attainment=mean(slo) if slo else None,
+    )
 
 
 def _change(node: str, old: Placement, new: Placement) -> str:
@@ -636,6 +657,9 @@ class Monitor:
                     probe_runs=sum(1 for r in group.runs if r.probe),
                 )
             )
+            window = _load_window(self._pairs(codes), self._code(codes), group)
+            if window is not None:
+                records.append(window)
         if cfg.feasibility:
             for codes, run in seen.infeasible.items():
                 records.append(

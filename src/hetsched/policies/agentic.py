@@ -37,6 +37,10 @@ from hetsched.monitor import Monitor, MonitorConfig, Observations
 from hetsched.policies.base import Policy, PolicyContext
 from hetsched.policies.decider_registry import LLM_DECIDERS, make_decider
 
+RANKING_SEEDS = 4
+"""In a space too large to rank whole, the model ranks the best measured mappings (lowest median) and
+their one-node moves: this many of them (bounds the cost to about 2 x nodes x this many estimates)."""
+
 
 class Agentic(Policy):
     """Monitor + decider. See the module docstring.
@@ -126,14 +130,15 @@ class Agentic(Policy):
     def ranking(self, history: Sequence[RoundRecord]) -> Ranked:
         """The model's ranking after ``history``: the cards as the run's measurements left them
         (:meth:`LearnedCards.scenario <hetsched.model.learned.LearnedCards.scenario>`) through the
-        contention model, every mapping of a small space, else around the mappings measured (a cache
-        per history: decisions stay a function of the history)."""
+        contention model, every mapping of a small space, else around the ``RANKING_SEEDS`` best
+        measured mappings (a cache per history: decisions stay a function of the history)."""
         key = (len(history), id(history[-1]) if history else None)
         if self._ranking is not None and self._ranking[0] == key:
             return self._ranking[1]
         sc = self.ctx.scenario
         model = learned_cards(sc, history).scenario(sc)
-        seeds = [m.mapping for m in measured_mappings(executions(history))]
+        measured = sorted(measured_mappings(executions(history)), key=lambda m: m.median_ms)
+        seeds = [m.mapping for m in measured[:RANKING_SEEDS]]
         ranked = model_ranking(model, seeds)
         self._ranking = (key, ranked, history[-1] if history else None)  # keeps the key's object alive
         return ranked

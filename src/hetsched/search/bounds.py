@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hetsched.model import Scenario, ToolCard
+from hetsched.model import Scenario
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
@@ -148,34 +148,34 @@ class BoundModel:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        wf = scenario.workflow
-        ids = wf.node_ids
-        index = {n: i for i, n in enumerate(ids)}
-        m = scenario.machine
-        self.budget_mb = m.vram_budget_mb
-        self.n = n = len(ids)
-        self.order: tuple[int, ...] = tuple(index[v] for v in wf.topo_order)
+        c = scenario.compiled  # the kernel's compile: figures, tools, edges, allowed codes
+        self.compiled = c
+        self.budget_mb = c.budget
+        self.n = n = c.n
+        self.order: tuple[int, ...] = tuple(c.index[v] for v in scenario.workflow.topo_order)
         """Node index (workflow node order) of each assignment position."""
-        pos = {v: p for p, v in enumerate(self.order)}
+        order = self.order
+        pos = {v: p for p, v in enumerate(order)}
         self.position: NDArray[np.intp] = np.array([pos[i] for i in range(n)], dtype=np.intp)
         """Assignment position of each node index (the inverse of ``order``)."""
-        cards = [scenario.card_of(ids[i]) for i in self.order]
-        tools = wf.tools
-        tindex = {t: i for i, t in enumerate(tools)}
-        self.tool: tuple[int, ...] = tuple(tindex[wf.tool_of[ids[i]]] for i in self.order)
-        self.tool_vram: Floats = np.array([scenario.cards[t].vram_mb for t in tools], dtype=np.float64)
-        allowed = []
-        for i, c in zip(self.order, cards, strict=True):
-            codes = [p.code for p in scenario.allowed(ids[i])]
-            if c.vram_mb > self.budget_mb and QUEUE in codes:  # never admissible: not a candidate
-                codes.remove(QUEUE)
-            allowed.append(tuple(codes))
-        self.allowed: tuple[tuple[int, ...], ...] = tuple(allowed)
+        self.tool: tuple[int, ...] = tuple(c.tool_idx[i] for i in order)
+        self.tool_vram: Floats = np.array(c.tool_vram, dtype=np.float64)
+        self.allowed: tuple[tuple[int, ...], ...] = tuple(
+            tuple(k for k in c.allowed[i] if not (k == QUEUE and c.vram[i] > self.budget_mb)) for i in order
+        )
         """Placement codes each position may take (a queue node larger than the budget never runs)."""
-        cores = m.cpu_cores
-        cpu_ms = np.array([c.cpu_ms * max(1.0, c.cores_busy / cores) for c in cards])
-        gpu_ms = np.array([c.gpu_ms if c.gpu_ms is not None else _INF for c in cards])
-        load_ms = np.array([c.load_ms for c in cards])
+        cores = c.cores
+        demand = np.array([c.demand[i] for i in order])
+        self._demand: Floats = demand
+        cpu_raw = np.array([c.cpu_ms[i] for i in order])
+        gpu_ms = np.array([c.gpu_ms[i] for i in order])  # inf without a GPU implementation
+        gpu_or0 = np.where(np.isinf(gpu_ms), 0.0, gpu_ms)
+        load_ms = np.array([c.load_ms[i] for i in order])
+        util = np.array([c.util[i] for i in order])
+        self._util: Floats = util
+        self._cpu_raw: Floats = cpu_raw
+        self._gpu_or0: Floats = gpu_or0
+        cpu_ms = np.array([ms * max(1.0, d / cores) for ms, d in zip(cpu_raw.tolist(), demand.tolist(), strict=True)])
         self.cpu_ms: Floats = cpu_ms
         self.gpu_ms: Floats = gpu_ms
         dur = np.full((n, 3), _INF)
@@ -184,23 +184,25 @@ class BoundModel:
         dur[:, QUEUE] = gpu_ms + load_ms
         self.dur: Floats = dur
         """Isolated time per position and code (queue: load + compute)."""
-        kappa = m.gpu_kappa
-        self.gpu_w: Floats = np.array([(c.gpu_ms or 0.0) * min(1.0, (1.0 + kappa) * c.gpu_util) for c in cards])
+        kappa = c.kappa
+        self.gpu_w: Floats = np.array([g * min(1.0, (1.0 + kappa) * u)
+                                       for g, u in zip(gpu_or0.tolist(), util.tolist(), strict=True)])
         """GPU work per position: gpu_ms * min(1, (1 + kappa) gpu_util) (see the module docstring)."""
-        self.cpu_w: Floats = np.array([c.cpu_ms * c.cores_busy / cores if c.cores_busy >= 1.0 else 0.0
-                                       for c in cards])
+        self.cpu_w: Floats = np.array([ms * d / cores if d >= 1.0 else 0.0
+                                       for ms, d in zip(cpu_raw.tolist(), demand.tolist(), strict=True)])
         """CPU work per position: cpu_ms * d / cpu_cores, 0 below one core (see the module docstring)."""
-        self.queue_mem: Floats = np.array([c.vram_mb * (c.load_ms + (c.gpu_ms or 0.0)) for c in cards])
-        pcie = m.pcie_mb_per_ms
+        self.vram_pos: Floats = np.array([c.vram[i] for i in order])
+        self.queue_mem: Floats = np.array([v * (ld + g) for v, ld, g in zip(
+            self.vram_pos.tolist(), load_ms.tolist(), gpu_or0.tolist(), strict=True)])
         preds: list[list[tuple[int, float]]] = [[] for _ in range(n)]
         succs: list[list[int]] = [[] for _ in range(n)]
-        for e in wf.edges:
-            u, v = pos[index[e.src]], pos[index[e.dst]]
-            preds[v].append((u, e.data_mb / pcie))
-            succs[u].append(v)
+        for i in order:
+            for w, delay in c.succs[i]:
+                preds[pos[w]].append((pos[i], delay))
+                succs[pos[i]].append(pos[w])
         self.preds: tuple[tuple[tuple[int, float], ...], ...] = tuple(tuple(p) for p in preds)
         self.succs: tuple[tuple[int, ...], ...] = tuple(tuple(s) for s in succs)
-        mind = np.array([min(dur[p, c] for c in self.allowed[p]) for p in range(n)])
+        mind = np.array([min(dur[p, k] for k in self.allowed[p]) for p in range(n)])
         self.min_dur: Floats = mind
         # longest path from a node's start to the end, every node at its smallest time, no transfers
         from_start = np.zeros(n)
@@ -209,25 +211,21 @@ class BoundModel:
         self.tail: Floats = np.array([max((from_start[w] for w in self.succs[p]), default=0.0) for p in range(n)])
         """Static tail: smallest time from a node's end to the end of the workflow."""
         self._from_start = from_start
-        minw = np.array([min(self.gpu_w[p] if c != CPU else self.cpu_w[p] for c in self.allowed[p]) for p in range(n)])
+        minw = np.array([min(self.gpu_w[p] if k != CPU else self.cpu_w[p] for k in self.allowed[p]) for p in range(n)])
         self._mix_rest = np.concatenate([np.cumsum(minw[::-1])[::-1], [0.0]])
         forced = np.array([self.cpu_w[p] if self.allowed[p] == (CPU,) else 0.0 for p in range(n)])
         self._forced_cpu_rest = np.concatenate([np.cumsum(forced[::-1])[::-1], [0.0]])
         self._cp_cols: dict[int, tuple[NDArray[np.intp], Floats, float]] = {}
-        self.vram_pos: Floats = np.array([c.vram_mb for c in cards])
         all_tools = float(self.tool_vram.sum())
         self._queue_binds = any(
             QUEUE in a and all_tools + v > self.budget_mb for a, v in zip(self.allowed, self.vram_pos, strict=True)
         )
-        self.cores = float(m.cpu_cores)
-        self.kappa = float(m.gpu_kappa)
+        self.cores = float(cores)
+        self.kappa = float(kappa)
         self._deadlock_checks: list[tuple[int, float, Floats, Floats]] = []
         if n <= DEADLOCK_CHECK_MAX_NODES:  # quadratic set-up; the exact searches it serves stop far below
-            below: list[set[int]] = [set() for _ in range(n)]
-            for p in range(n - 1, -1, -1):
-                for w in self.succs[p]:
-                    below[p].add(w)
-                    below[p] |= below[w]
+            masks = scenario.descendant_masks  # per node (workflow order), its descendants as bits
+            below = [[pos[j] for j in range(n) if masks[i] >> j & 1] for i in order]
             for q in range(n):
                 if QUEUE not in self.allowed[q]:
                     continue
@@ -249,9 +247,9 @@ class BoundModel:
         self._comp3: Floats = np.stack([cpu_ms, gpu_ms, gpu_ms], axis=1)
         self._tailg3: Floats = np.where(on_gpu > 0, self.tail[:, None], _INF)
         self._tailc3: Floats = np.where(on_gpu > 0, _INF, self.tail[:, None])
-        self._sibling_groups = self._find_groups(cards)
+        self._sibling_groups = self._find_groups()
 
-    def _find_groups(self, cards: list[ToolCard]) -> list[_Group]:
+    def _find_groups(self) -> list[_Group]:
         """Nodes with the same set of predecessors (sources included), per device they may share."""
         by_preds: dict[tuple[int, ...], list[int]] = {}
         for p in range(self.n):
@@ -264,14 +262,13 @@ class BoundModel:
             for code in (CPU, NOW):
                 # a CPU node of d < 1 progresses faster than its siblings when the cores are
                 # oversubscribed: it is left out (it only ever adds to the others' slowdown)
-                pos = [p for p in members if code in self.allowed[p] and (code != CPU or cards[p].cores_busy >= 1.0)]
+                pos = [p for p in members if code in self.allowed[p] and (code != CPU or self._demand[p] >= 1.0)]
                 if len(pos) < 2:
                     continue
-                work = np.array([cards[p].cpu_ms if code == CPU else float(cards[p].gpu_ms or 0.0) for p in pos])
+                work = (self._cpu_raw if code == CPU else self._gpu_or0)[np.array(pos, dtype=np.intp)]
                 order = np.argsort(work, kind="stable")
                 pos_sorted = np.array(pos, dtype=np.intp)[order]
-                weight = np.array([cards[p].cores_busy if code == CPU else cards[p].gpu_util for p in pos_sorted],
-                                  dtype=np.float64)
+                weight = (self._demand if code == CPU else self._util)[pos_sorted].astype(np.float64)
                 comp = self._comp3[pos_sorted, code]
                 devices.append(_Device(code, pos_sorted, work[order], weight, comp))
             if devices:

@@ -135,16 +135,15 @@ class _Search:
         self.deadline = deadline
         self.max_evals = max_evals
         self.keep = keep
-        wf = scenario.workflow
-        self.ids = wf.node_ids
-        self.n = len(self.ids)
-        self.allowed = [tuple(p.code for p in scenario.allowed(v)) for v in self.ids]
-        index = {v: i for i, v in enumerate(self.ids)}
-        self.nbrs = [sorted({index[u] for u in (*wf.preds(v), *wf.succs(v))}) for v in self.ids]
-        self.topo = [index[v] for v in wf.topo_order]
-        by_tool: dict[str, list[int]] = {}
-        for i, v in enumerate(self.ids):
-            by_tool.setdefault(wf.tool_of[v], []).append(i)
+        c = ev.compiled  # the kernel's compile: allowed codes, edges, tools
+        self.ids = c.names
+        self.n = c.n
+        self.allowed = list(c.allowed)
+        self.nbrs = [sorted({*c.preds[i], *(w for w, _ in c.succs[i])}) for i in range(self.n)]
+        self.topo = [c.index[v] for v in scenario.workflow.topo_order]
+        by_tool: dict[int, list[int]] = {}
+        for i in range(self.n):
+            by_tool.setdefault(c.tool_idx[i], []).append(i)
         self.tool_nodes = [nodes for nodes in by_tool.values() if len(self.allowed[nodes[0]]) > 1 and len(nodes) > 1]
         self.best: tuple[int, ...] = tuple(CPU for _ in self.ids)
         self.best_e = math.inf

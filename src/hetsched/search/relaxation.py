@@ -10,15 +10,18 @@ arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hol
 
 - **budget**: ``x[i, gpu_now] <= y[tool(i)]`` and the ``gpu_now`` tools fit together;
 - **precedence**: ``s[w] >= f[v] + transfer`` (the transfer only when the edge crosses between
-  the CPU and the GPU), ``f[i] >= s[i] + isolated time`` (CPU: ``cpu_ms * max(1, threads /
-  cores)``; ``gpu_now``: ``gpu_ms``; ``gpu_queue``: ``load_ms + gpu_ms``), ``T >= f[i]``;
+  the CPU and the GPU), ``f[i] >= s[i] + isolated time`` (CPU: ``cpu_ms * max(1, d / cores)``,
+  d the cores it keeps busy; ``gpu_now``: ``gpu_ms``; ``gpu_queue``: ``load_ms + gpu_ms``),
+  ``T >= f[i]``;
 - **device work** (:mod:`hetsched.search.bounds`): the GPU completes at most 1 ms of
-  ``gpu_ms * min(1, (1 + kappa) gpu_util)`` per ms, the cores at most 1 ms of ``cpu_ms *
-  threads / cores``: ``T >=`` each device's total work;
+  ``gpu_ms * min(1, (1 + kappa) gpu_util)`` per ms (loads count none), the cores at most 1 ms of
+  ``cpu_ms * d / cores`` over the CPU nodes of d >= 1: ``T >=`` each device's total work;
 - **energy before and after a node** (what makes this stronger than the terms taken apart):
   every ancestor of i ends before i does, so ``f[i] >=`` the work of i and its ancestors on each
   device; none of i's descendants, nor i, starts before ``s[i]``, so ``T >= s[i] +`` the work of
   i and its descendants on each device;
+- **no sure queue deadlock** (``Scenario.queue_deadlock``): a ``gpu_queue`` node fits beside
+  the ``gpu_now`` tools with a node below it (they hold their memory until it has run);
 - **VRAM x time**: ``budget * T >= sum over gpu_queue nodes of vram_mb (load_ms + gpu_ms) + sum
   over tools of vram_mb * E[t]``, with ``E[t] >= f[i]`` for each ``gpu_now`` node of tool t.
 
@@ -26,7 +29,8 @@ Times are scaled to integers of ``u = upper_ms / 2^20`` ms: every duration and w
 down and every image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints
 still hold for every feasible mapping and ``(proven objective bound - 1) * u`` is below the
 optimum. CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
-one worker with a deterministic time limit, so the bound is the same on every machine.
+one worker with a deterministic time limit, so the bound is the same on every machine unless
+its wall-clock cap (for a loaded machine) ends it first.
 
 OR-Tools is the optional ``[search]`` extra: without it :func:`available` is False and
 :func:`relaxation_bound_ms` returns None (the reference then keeps the bounds of
@@ -68,9 +72,14 @@ class RelaxationBound:
     """True when the solver solved the relaxation exactly (the bound is the relaxation's optimum)."""
     seconds: float
     """Wall time, building the model included."""
+    codes: tuple[int, ...] | None = None
+    """The placements of the relaxation's best solution (node order), None if it found none: a
+    mapping whose relaxed makespan is small, a good start for the best-known search (it may be
+    slower or infeasible under the real model: admission waits and contention are relaxed)."""
 
 
-def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: float = 2.0) -> RelaxationBound | None:
+def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: float = 2.0,
+                        wall_seconds: float | None = None) -> RelaxationBound | None:
     """The relaxation's proven bound (see the module docstring); None without OR-Tools or when the
     workflow is longer than :data:`RELAXATION_MAX_NODES`.
 
@@ -78,6 +87,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
         max_seconds: the solver's deterministic time limit (about seconds of one core).
+        wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
+            is then the same on every machine only when the cap does not bind.
     """
     c = scenario.compiled
     n = c.n
@@ -109,7 +120,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
 
     def isolated(i: int, k: int) -> float:
         if k == CPU:
-            return c.cpu_ms[i] * max(1.0, c.threads[i] / c.cores)
+            return c.cpu_ms[i] * max(1.0, c.demand[i] / c.cores)
         return c.gpu_ms[i] + (c.load_ms[i] if k == QUEUE else 0.0)
 
     s = [model.new_int_var(0, top, f"s{i}") for i in range(n)]
@@ -132,7 +143,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
             else:
                 model.add(s[w] >= f[v])
     gpu_w = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * min(1.0, (1.0 + c.kappa) * c.util[i]) for i in range(n)]
-    cpu_w = [c.cpu_ms[i] * c.threads[i] / c.cores for i in range(n)]
+    cpu_w = [c.cpu_ms[i] * c.demand[i] / c.cores if c.demand[i] >= 1.0 else 0.0 for i in range(n)]
 
     def gpu_work(nodes: list[int]) -> Any:
         return sum(units(gpu_w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU)
@@ -143,7 +154,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     everything = list(range(n))
     model.add(makespan >= gpu_work(everything))
     model.add(makespan >= cpu_work(everything))
-    below = _descendants(c.succs, n)
+    masks = scenario.descendant_masks  # per node, its descendants as bits (workflow node order)
+    below = [{j for j in range(n) if masks[v] >> j & 1} for v in range(n)]
     above: list[set[int]] = [set() for _ in range(n)]
     for v in range(n):
         for w in below[v]:
@@ -155,6 +167,19 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         before = sorted(above[v] | {v})
         model.add(f[v] >= gpu_work(before))
         model.add(f[v] >= cpu_work(before))
+    for q in range(n):  # Scenario.queue_deadlock: a queued node fits beside the gpu_now tools below it
+        if QUEUE not in x[q]:
+            continue
+        held: dict[int, Any] = {}
+        for v in sorted(below[q]):
+            if NOW in x[v]:
+                t = c.tool_idx[v]
+                if t not in held:
+                    held[t] = model.new_bool_var(f"h{q}_{t}")
+                model.add_implication(x[v][NOW], held[t])
+        if held and c.vram[q] + sum(c.tool_vram[t] for t in held) > budget:
+            room = budget_units - math.ceil(c.vram[q] * _VRAM_SCALE)
+            model.add(sum(vram_units[t] * h for t, h in held.items()) <= room).only_enforce_if(x[q][QUEUE])
     ends = [model.new_int_var(0, top, f"E{t}") for t in range(ntools)]
     for i in range(n):
         if NOW in x[i]:
@@ -169,30 +194,18 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_deterministic_time = max_seconds
+    # a loaded machine: the wall clock caps it too (what is left of it after building the model)
+    cap = 4 * max_seconds if wall_seconds is None else wall_seconds - (time.perf_counter() - t0)
+    solver.parameters.max_time_in_seconds = max(0.05, cap)
     status = solver.solve(model)
-    proven = solver.best_objective_bound if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
+    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    # the proven bound holds whether or not a solution was found (UNKNOWN: stopped by the limit)
+    proven = solver.best_objective_bound if solved or status == cp_model.UNKNOWN else 0.0
+    if not math.isfinite(proven):
+        proven = 0.0
     lower = max(0.0, (proven - 1.0) * u)
-    return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0)
-
-
-def _descendants(succs: tuple[tuple[tuple[int, float], ...], ...], n: int) -> list[set[int]]:
-    """Per node, every node that depends on it (transitively)."""
-    indeg = [0] * n
-    for v in range(n):
-        for w, _ in succs[v]:
-            indeg[w] += 1
-    order = [v for v in range(n) if indeg[v] == 0]
-    for v in order:  # Kahn's order grows while it is read
-        for w, _ in succs[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                order.append(w)
-    below: list[set[int]] = [set() for _ in range(n)]
-    for v in reversed(order):
-        for w, _ in succs[v]:
-            below[v].add(w)
-            below[v] |= below[w]
-    return below
+    codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
+    return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
 
 
 __all__ = ["RELAXATION_MAX_NODES", "RelaxationBound", "available", "relaxation_bound_ms"]

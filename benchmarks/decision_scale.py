@@ -1,0 +1,136 @@
+"""The ``rules`` decider at 10-100 tools: decision time per round and quality, two checkouts side by side.
+
+For each generated workflow (``hetsched.bench.generate``: families, sizes, both modes, seeds given
+on the command line) each checkout runs, in a fresh subprocess, ``agentic`` with the ``rules``
+decider on the simulator for ``--rounds`` rounds (rounds 0..5 by default) and reports:
+
+- the decider's process time per round (``RulesDecider.decide``, the model search and the
+  calibration; the monitor and the simulator are not in it), median and max over the rounds;
+- the noise-free E2E of the best mapping played in those rounds (best of rounds 0..5).
+
+The best known mapping of a workflow is the lowest noise-free E2E among the search room's
+``best_known`` (a seeded iterated local search of ``--reference-evals`` simulations plus its lower
+bound's search, the same on every machine) and every mapping either checkout played; the table gives
+each checkout's best of the rounds over it. Checkouts alternate (old, new) per workflow so a shared
+machine's load hits both alike.
+
+Run: python benchmarks/decision_scale.py --old /path/to/old/checkout [--new .] [--sizes 10 50 100]
+     [--families layered random forkjoin] [--seeds 11] [--rounds 6] [--reference-evals 20000] [--out F.json]
+(an old checkout: ``git worktree add --detach /tmp/base COMMIT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+CHILD = r"""
+import json, sys, time
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.loop import LoopConfig, run_rounds
+from hetsched.model import Mode
+from hetsched.policies import make_policy
+from hetsched.sim import Simulator
+try:
+    from hetsched.deciders import rules
+except ImportError:
+    from hetsched.llm import rules
+
+family, n, mode, seed, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
+ms = []
+decide = rules.RulesDecider.decide
+def timed(self, ctx):
+    t0 = time.process_time()
+    try:
+        return decide(self, ctx)
+    finally:
+        ms.append((time.process_time() - t0) * 1000.0)
+rules.RulesDecider.decide = timed
+result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=rounds, seed=0))
+exact = Simulator(sc, noise=False)
+played = [(exact.run(r.mapping).e2e_ms, r.mapping.to_dict()) for r in result.rounds]
+best = min(played, key=lambda p: p[0])
+print(json.dumps({"ms": ms, "best_ms": best[0], "best_mapping": best[1]}))
+"""
+
+
+def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: int) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
+    res = subprocess.run([sys.executable, "-c", CHILD, family, str(n), mode, str(seed), str(rounds)],
+                         env=env, capture_output=True, text=True, check=True, cwd=checkout)
+    return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def best_known_ms(family: str, n: int, mode: str, seed: int, evals: int) -> float:
+    from hetsched.bench.generate import WorkflowSpec, random_scenario
+    from hetsched.model import Mode
+    from hetsched.search.reference import best_known
+
+    sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
+    return best_known(sc, seed=0, max_seconds=None, max_evals=evals).e2e_ms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--old", type=Path, required=True, help="checkout of the code before the change")
+    ap.add_argument("--new", type=Path, default=HERE.parent, help="checkout of the code after (default: this one)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 100])
+    ap.add_argument("--families", nargs="+", default=["layered", "random", "forkjoin"])
+    ap.add_argument("--modes", nargs="+", default=["binary", "three_way"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[11])
+    ap.add_argument("--rounds", type=int, default=6, help="rounds per run (6: rounds 0..5)")
+    ap.add_argument("--reference-evals", type=int, default=20000)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.new.resolve() / "src"))
+    rows: list[dict[str, Any]] = []
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"agentic:rules, {args.rounds} rounds, decision = process time of RulesDecider.decide")
+    print("| n | workflow | old ms/round median (max) | new ms/round median (max) | old / new "
+          "| old best / best known | new best / best known |")
+    print("|---|---|---|---|---|---|---|")
+    for n in args.sizes:
+        for family in args.families:
+            for mode in args.modes:
+                for seed in args.seeds:
+                    got = {side: run_side(path.resolve(), family, n, mode, seed, args.rounds)
+                           for side, path in (("old", args.old), ("new", args.new))}
+                    ref = best_known_ms(family, n, mode, seed, args.reference_evals)
+                    known = min(ref, got["old"]["best_ms"], got["new"]["best_ms"])
+                    row: dict[str, Any] = {"n": n, "family": family, "mode": mode, "seed": seed,
+                                           "best_known_ms": known, "reference_ms": ref}
+                    for side in ("old", "new"):
+                        row[side] = {"median_ms": statistics.median(got[side]["ms"]), "max_ms": max(got[side]["ms"]),
+                                     "ms": got[side]["ms"], "best_ms": got[side]["best_ms"],
+                                     "ratio": got[side]["best_ms"] / known}
+                    rows.append(row)
+                    o, w = row["old"], row["new"]
+                    tag = "3w" if mode == "three_way" else "bin"
+                    print(f"| {n} | {family}-{tag}-s{seed} | {o['median_ms']:.0f} ({o['max_ms']:.0f}) "
+                          f"| {w['median_ms']:.0f} ({w['max_ms']:.0f}) | {o['median_ms'] / w['median_ms']:.1f}x "
+                          f"| {o['ratio']:.4f} | {w['ratio']:.4f} |", flush=True)
+    print("\nper size: median decision ms per round (median over workflows) and worst best / best known")
+    print("| n | old ms | new ms | old worst ratio | new worst ratio | new median ratio |")
+    print("|---|---|---|---|---|---|")
+    for n in args.sizes:
+        sub = [r for r in rows if r["n"] == n]
+        print(f"| {n} | {statistics.median(r['old']['median_ms'] for r in sub):.0f} "
+              f"| {statistics.median(r['new']['median_ms'] for r in sub):.0f} "
+              f"| {max(r['old']['ratio'] for r in sub):.4f} | {max(r['new']['ratio'] for r in sub):.4f} "
+              f"| {statistics.median(r['new']['ratio'] for r in sub):.4f} |")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
