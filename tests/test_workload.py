@@ -419,3 +419,18 @@ def test_a_scenario_with_a_workload_refuses_what_a_window_cannot_serve_staticall
         assert around.kind(changes) == (None if why is None else why.kind)
     result = hs.run(loaded, "agentic", rounds=6, store=False, reference="none")
     assert all(r.trace.feasible for r in result.rounds)  # nothing it cannot serve is proposed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_closed_loop_keeps_every_client_busy_until_the_window_ends(seed: int) -> None:
+    """Noisy requests can be faster than the isolated figures the plan sizes a duration with: the
+    simulator plans more until no client would have sent another request before the end."""
+    sc = make_scenario(make_workflow([("a", "t")]), [make_card("t", cpu_ms=100.0, gpu_ms=None)], cpu_cores=8,
+                       noise_cv=1.0)
+    trace = Simulator(sc).run_workload(sc.uniform(Placement.CPU), Workload.closed(2, duration_s=2, think_ms=5),
+                                       seed=seed)
+    last: dict[int, float] = {}
+    for r in trace.requests:
+        assert r.release_ms < 2000.0
+        last[r.client] = max(last.get(r.client, 0.0), r.end_ms)
+    assert sorted(last) == [0, 1] and all(end + 5.0 >= 2000.0 for end in last.values())
