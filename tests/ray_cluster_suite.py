@@ -216,6 +216,10 @@ def test_a_window_of_overlapping_requests_shares_one_resident_actor_and_keeps_ev
         # the composite trace keeps every Ray invariant: precedence, each node's VRAM within its budget
         check_ray_trace(window_scenario(sc, count), run.trace)
         assert run.resident_loads == {"embed": 1}, "one actor, loaded once, serves every request"
+        # queued nodes: FIFO across requests, never over the cluster's budget, from the driver's own records
+        assert sorted(run.enqueued) == sorted(instance_id("C", r) for r in range(count))
+        assert [a.node for a in run.admissions] == list(run.enqueued)
+        assert all(a.held_mb <= HEAD_VRAM + WORKER_VRAM + 1e-6 for a in run.admissions)
         embed_hosts = {nt.host for cid, nt in run.trace.nodes.items() if split_id(cid)[0] == "B"}
         assert len(embed_hosts) == 1
         rel = [t for t in run.release_ms if t is not None]

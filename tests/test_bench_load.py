@@ -89,3 +89,27 @@ def test_cli_load_suite_refuses_options_it_does_not_take(tmp_path, capsys) -> No
     code, _, err = run_cli(capsys, "bench", "--suite", "load", "--store", str(tmp_path / "s.sqlite"),
                            "--out", str(tmp_path))
     assert code == 2 and "--suite load" in err and "Traceback" not in err
+
+
+def test_cli_oracle_under_load_names_the_loaded_optimum(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from hetsched.search.load import load_optimum
+
+    code, out, err = run_cli(capsys, "oracle", "fanout_light", "--clients", "4", "--requests", "24", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    best = load_optimum(load_scenario("fanout_light"), Workload.closed(4, requests=24))
+    assert best is not None and got["p95_ms"] == best.value and got["exact"]
+    assert got["mapping"] == best.mapping.to_dict()
+    assert got["single_request_optimum"]["p95_ms"] > got["p95_ms"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--objective", "throughput"), "apply under load"),
+    (("--clients", "2", "--objective", "speed"), "accepted: p95, throughput"),
+    (("--clients", "2", "--objective", "throughput"), "--slo-ms"),
+])
+def test_cli_oracle_load_flags_are_checked(capsys, args, message) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = run_cli(capsys, "oracle", "S6", *args)
+    assert code == 2 and message in err and "Traceback" not in err

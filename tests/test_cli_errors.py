@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import pickle
 import socket
 import sys
 import textwrap
@@ -322,6 +323,14 @@ def test_library_errors_name_the_parameter_and_the_cli_its_flag(capsys: pytest.C
     code, _, err = cli(capsys, "bench", "--reference", "none", "--scenario", "S2", "--out", "/nonexistent/x")
     assert code == 2 and "--reference none: the bench's tables compare" in err
     assert error_text(ParameterError("not_a_flag", "must be odd")) == "not_a_flag must be odd"
+    # an LLM hint names settings ('the LLM setting base_url'); the CLI shows their flags
+    from hetsched.llm.base import LLMUnreachableError
+
+    hint = LLMUnreachableError("no answer; check the LLM setting base_url, or raise the LLM setting timeout_s")
+    assert error_text(hint) == "no answer; check --llm-base-url, or raise --llm-timeout"
+    # it crosses process boundaries (bench workers) whole
+    back = pickle.loads(pickle.dumps(ParameterError("rounds", "must be >= 1, got 0")))
+    assert (back.param, back.problem, str(back)) == ("rounds", "must be >= 1, got 0", "rounds must be >= 1, got 0")
 
 
 def test_no_library_error_message_starts_with_a_cli_flag() -> None:

@@ -28,6 +28,7 @@ from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InfeasibleKind, InputError, Mapping, Placement
 from hetsched.model.workload import Workload, percentile
 from hetsched.policies import make_policy
+from hetsched.store import RunStore
 from hetsched.tools import register_tool, unregister_tool
 
 C, G, Q = Placement.CPU, Placement.GPU_NOW, Placement.GPU_QUEUE
@@ -181,6 +182,29 @@ def test_any_small_window_keeps_the_invariants(ex: LocalExecutor, times: list[in
 
 
 # ---------------------------------------------------------------------------- the Workload contract
+def test_a_failing_request_ends_the_window_typed_keeping_what_finished_and_the_next_window_runs(
+        tools: None, tmp_path: Path) -> None:
+    flag = tmp_path / "fail"
+    register_tool(Worker("wflaky", ms=3, mem_mb=1, value=5, fail_flag=str(flag)), replace=True)
+    try:
+        sc = scenario([("A", "wprep"), ("B", "wflaky")], [("A", "B")],
+                      [card("wprep", 3, has_gpu=False), card("wflaky", 3, 2)], budget_mb=10)
+        mapping = Mapping({"A": C, "B": G})
+        with LocalExecutor(sc, device="standin") as ex:
+            ok = ex.run_workload(mapping, Workload.trace([0.0, 0.0]))
+            assert ok.feasible and ok.load is not None and ok.load.requests == 2
+            flag.touch()
+            bad = ex.run_workload(mapping, Workload.trace([0.0, 0.0, 500.0]))
+            assert bad.kind is InfeasibleKind.TOOL_ERROR and "injected failure" in bad.reason
+            assert "B@" in bad.reason, "the reason names the request's node"
+            assert bad.load is None and all(r.end_ms >= r.release_ms for r in bad.requests)
+            flag.unlink()
+            again = ex.run_workload(mapping, Workload.trace([0.0, 0.0]))
+            assert again.feasible and again.load is not None and again.load.requests == 2
+    finally:
+        unregister_tool("wflaky")
+
+
 def test_run_workload_returns_the_window_trace_every_executor_returns(ex: LocalExecutor) -> None:
     wl = Workload.closed(2, requests=5)
     tr = ex.run_workload(MAPPING, wl)
@@ -218,6 +242,89 @@ def test_rounds_of_a_policy_under_load_run_windows_for_real(ex: LocalExecutor) -
         assert tr.e2e_ms == tr.load.p95_ms
 
 
+def test_a_worker_drops_a_kept_output_after_its_last_reader_on_that_worker() -> None:
+    # a window keeps every request's outputs for their successors: without the drop they pile up in memory
+    from hetsched.exec.worker import _Child
+    from hetsched.tools.base import Device, DeviceKind
+
+    child = _Child(None, Device(DeviceKind.CPU, 0, 1), sample_ms=0.0)
+    assert child.finish("A@0", [1, 2], keep=2, export=False) is None
+    assert child.inputs([("ref", "A@0")]) == [[1, 2]]
+    assert "A@0" in child.outputs
+    assert child.inputs([("ref", "A@0")]) == [[1, 2]]
+    assert "A@0" not in child.outputs and not child.readers
+    child.finish("B@0", 5, keep=0, export=True)
+    assert "B@0" not in child.outputs
+
+
+def test_a_worker_process_starts_with_its_thread_budget_in_its_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # spawn re-imports the parent's script (numpy, torch at module level) before the worker can limit
+    # threads: the limit must already be in the environment the process starts with
+    import os
+
+    from hetsched.exec.worker import THREAD_ENV
+    from hetsched.exec.worker import Worker as Proc
+    from hetsched.tools.base import Device, DeviceKind
+
+    for k in THREAD_ENV:
+        monkeypatch.setenv(k, "7")  # the parent's own setting (a machine-wide default, say)
+    before = {k: os.environ.get(k) for k in THREAD_ENV}
+    w = Proc(Device(DeviceKind.CPU, 0, 1), sample_ms=0.0)
+    try:
+        w.start()
+        assert w.pid is not None
+        env = dict(e.split("=", 1) for e in Path(f"/proc/{w.pid}/environ").read_text().split("\0") if "=" in e)
+        assert {k: env.get(k) for k in THREAD_ENV} == dict.fromkeys(THREAD_ENV, "1")
+    finally:
+        w.close()
+    assert {k: os.environ.get(k) for k in THREAD_ENV} == before, "the parent's environment is restored"
+
+
+CHAIN_YAML = """
+name: load_chain
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 100}
+cards:
+  slow_a: {cpu_ms: 400, gpu_ms: 400, load_ms: 5, vram_mb: 2}
+  slow_b: {cpu_ms: 400, gpu_ms: 400, load_ms: 5, vram_mb: 2}
+nodes: [{id: A, tool: slow_a}, {id: B, tool: slow_b}]
+edges: [A -> B]
+"""
+
+
+def test_hetsched_run_under_load_on_the_local_executor_records_the_percentiles(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "chain.yaml"
+    path.write_text(CHAIN_YAML)
+    store = tmp_path / "runs.sqlite"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    proc = subprocess.run([sys.executable, "-m", "hetsched", "run", str(path), "--executor", "local", "-X",
+                           'tool_modules=["tests.slowtools"]', "--policy", "all-gpu", "--rounds", "1", "--clients", "2",
+                           "--requests", "4", "--store", str(store), "--trace", str(tmp_path / "t.json"), "--json"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    [rnd] = data["rounds"]
+    load = rnd["load"]
+    assert rnd["feasible"] and load["requests"] == 4 and len(load["latency_ms"]) == 4
+    assert rnd["e2e_ms"] == load["p95_ms"] and load["p50_ms"] <= load["p95_ms"] <= load["p99_ms"]
+    assert data["executor"] == "local"
+    # the trace file has a lane per request of the window (Perfetto)
+    events = json.loads((tmp_path / "t.json").read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    lanes = {e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    assert {f"request {r}" for r in range(4)} <= lanes
+    with RunStore(store) as st:
+        [info] = st.runs()
+        [stored] = st.rounds(info.id)
+        assert stored.trace.load is not None and stored.trace.load.p95_ms == load["p95_ms"]
+
+
 # ---------------------------------------------------------------------------- the plan (no workers)
 def test_the_window_is_copies_of_the_workflow_with_request_ids(tools: None) -> None:
     sc = flow()
@@ -242,6 +349,49 @@ def test_the_release_clock_follows_a_closed_loop_and_the_horizon() -> None:
     h = ReleaseClock([0.0, 5.0, 50.0, 0.0], follows=[-1, -1, -1, 2], horizon_ms=20.0)
     assert h.due(10.0) == ([0, 1], [2, 3])
     assert not h.pending and h.next_ms() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_release_clock_sends_each_request_once_in_time_and_as_its_plan_says(data: st.DataObject) -> None:
+    # a pure simulation of the executor's loop: requests take a drawn time to return
+    closed = data.draw(st.booleans())
+    count = data.draw(st.integers(1, 12))
+    if closed:
+        clients = data.draw(st.integers(1, 4))
+        think = data.draw(st.floats(0, 50))
+        plan = Workload.closed(clients, requests=count, think_ms=think).plan()
+    else:
+        plan = Workload.trace(data.draw(st.lists(st.floats(0, 500), min_size=count, max_size=count))).plan()
+    horizon = data.draw(st.sampled_from([math.inf, 100.0, 300.0]))
+    clock = ReleaseClock(plan.releases_ms, plan.follows, horizon)
+    service = data.draw(st.lists(st.floats(1, 200), min_size=count, max_size=count))
+    now, running = 0.0, {}  # request -> when it returns
+    for _ in range(10 * count + 10):
+        sent, _ = clock.due(now)
+        for r in sent:
+            running[r] = now + service[r]
+        nxt = [t for t in [clock.next_ms(), *running.values()] if t is not None]
+        if not nxt:
+            break
+        now = max(now, min(nxt))
+        for r, t in list(running.items()):
+            if t <= now:
+                del running[r]
+                clock.completed(r, t)
+    assert not clock.pending and not running, "every request was either sent and returned, or skipped"
+    assert set(clock.sent).isdisjoint(clock.skipped) and len(clock.sent) + len(clock.skipped) == count
+    for r, t in clock.sent.items():
+        assert t < horizon
+        f = -1 if plan.follows is None else plan.follows[r]
+        if f < 0:
+            assert t == plan.releases_ms[r]
+        else:
+            assert f in clock.sent and t == clock.returned[f] + plan.releases_ms[r], f"{r} sent off its plan"
+    for r in clock.skipped:
+        f = -1 if plan.follows is None else plan.follows[r]
+        assert f in clock.skipped or (f < 0 and plan.releases_ms[r] >= horizon) or \
+            (f >= 0 and clock.returned[f] + plan.releases_ms[r] >= horizon)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from tests.factories import decision_info
 
+from hetsched.cli.app import error_text
 from hetsched.deciders import check_mapping
 from hetsched.llm import LLMConfig, resolve_llm_config
 from hetsched.llm.base import LLMUnreachableError
@@ -287,15 +288,17 @@ def test_nothing_listening_stops_the_run_with_the_fix(tmp_path: Path) -> None:
             run_recorded(key, Agentic(decider=decider(url, retries=1)), store=store)
         (info,) = store.runs()
         assert (info.status, info.rounds_done) == ("interrupted", 0)
-    message = str(exc.value)
-    assert url in message and "cannot connect" in message and "start the server, or check --llm-base-url" in message
-    assert "--llm-model" not in message
+    message = str(exc.value)  # the library names the setting, the CLI its flag
+    assert url in message and "cannot connect" in message
+    assert "start the server, or check the LLM setting base_url" in message and "--llm" not in message
+    assert "start the server, or check --llm-base-url (or HETSCHED_LLM_BASE_URL" in error_text(exc.value)
+    assert "--llm-model" not in error_text(exc.value)
 
 
 @pytest.mark.parametrize("where", ["everywhere", "completions only"])
 def test_a_hanging_server_costs_one_timeout_then_stops_the_run(server: FakeServer, where: str) -> None:
     server.script(hang, models=hang if where == "everywhere" else None)
-    with pytest.raises(LLMUnreachableError, match=r"no answer within 1 s.*raise --llm-timeout"):
+    with pytest.raises(LLMUnreachableError, match=r"no answer within 1 s.*raise the LLM setting timeout_s"):
         run(server.url, rounds=3, timeout_s=1.0, retries=2)
     # a timed-out request is not retried, whatever --llm-retries says
     assert server.completions <= 1 and len(server.requests) <= 2
@@ -319,7 +322,7 @@ def test_a_dripping_reply_is_cut_at_the_timeout(server: FakeServer) -> None:
 
 @pytest.mark.parametrize(
     ("status", "fix"),
-    [(404, "check --llm-base-url"), (401, "check --llm-api-key"), (500, "the server failed"),
+    [(404, "check the LLM setting base_url"), (401, "check the LLM setting api_key"), (500, "the server failed"),
      (400, "the server refused the request")],
 )
 def test_http_errors_before_any_answer_stop_the_run_naming_the_fix(server: FakeServer, status: int, fix: str) -> None:
@@ -340,13 +343,13 @@ def test_http_errors_after_an_answer_fall_back_and_5xx_is_retried(server: FakeSe
 
 def test_model_not_found_names_the_model_fix(server: FakeServer) -> None:
     server.script(send_json({"error": {"message": "model 'x' not found"}}, status=404))
-    with pytest.raises(LLMUnreachableError, match="check --llm-model"):
+    with pytest.raises(LLMUnreachableError, match="check the LLM setting model"):
         run(server.url, rounds=1)
 
 
 def test_no_model_given_and_none_listed_says_give_llm_model(server: FakeServer) -> None:
     server.script(models=send_json({"object": "list", "data": []}))
-    with pytest.raises(LLMUnreachableError, match="lists no model; give --llm-model"):
+    with pytest.raises(LLMUnreachableError, match="lists no model; give the LLM setting model"):
         run(server.url, rounds=1, model=None)
     server.script(models=send_json({"object": "list", "data": [{"id": "first"}, {"id": "second"}]}))
     _, d = run(server.url, rounds=1, model=None)

@@ -20,6 +20,7 @@ from tests.test_sim import instances
 
 from hetsched.cli import main
 from hetsched.model import InfeasibleKind, InputError, Mapping, Mode, Placement, ReferenceKind, Scenario
+from hetsched.model.files import load_scenario
 from hetsched.search.bounds import BoundModel
 from hetsched.search.local_search import local_search
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
@@ -217,3 +218,19 @@ def test_run_reports_a_best_known_reference_with_its_gap(capsys: pytest.CaptureF
     assert "best-known (within " in text and "% of the lower bound)" in text
     code, text = cli(capsys, "run", "S5", "--policy", "all-gpu", "--rounds", "1", "--no-store", "--max-seconds", "0")
     assert code == 2 and "--max-seconds must be > 0" in text
+
+
+def test_reference_command_prints_the_oracle_or_a_labelled_best_known(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    code, text = cli(capsys, "reference", "S13", "--json")
+    data = json.loads(text)
+    assert code == 0 and data["kind"] == "oracle" and data["gap"] == 0.0 and data["e2e_ms"] == solve(
+        load_scenario("S13")).e2e_ms
+    path = tmp_path / "big.yaml"
+    write_scenario_file(big_fanout(40), path)
+    code, text = cli(capsys, "reference", str(path), "--kind", "best-known", "--max-seconds", "1")
+    assert code == 0 and "best-known (within " in text and "lower bound" in text
+    code, text = cli(capsys, "oracle", str(path), "--max-seconds", "1")
+    assert code == 2 and "hetsched reference" in text and "Traceback" not in text
+    code, text = cli(capsys, "reference", "S13", "--kind", "none")
+    assert code == 2 and "accepted: auto, oracle, best-known" in text

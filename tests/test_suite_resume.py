@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from hetsched.cli.app import EXIT_INTERRUPTED
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see a process stopped")
 
 RANDOM = ["--suite", "random", "--quick", "--policy", "agentic:rules", "--policy", "greedy-mem", "--rounds", "4"]
@@ -30,12 +32,12 @@ WALL_CLOCK_TABLES = {"scale_time.csv"}
 """Tables of wall-clock figures (decision time), which differ between any two runs."""
 
 
-def _bench(out: Path, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "hetsched", "bench", *args, "--out", str(out), "--jobs", "1", "--no-progress"]
+def _bench(out: Path, args: list[str], jobs: int = 1) -> list[str]:
+    return [sys.executable, "-m", "hetsched", "bench", *args, "--out", str(out), "--jobs", str(jobs), "--no-progress"]
 
 
-def _run(out: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(_bench(out, args), capture_output=True, text=True, timeout=600)
+def _run(out: Path, args: list[str], jobs: int = 1) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(_bench(out, args, jobs), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -60,37 +62,78 @@ def _peek(store: Path, sql: str) -> list[tuple[object, ...]]:
         raise
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[-1].split()[0] in (b"T", b"t")
+def _state(pid: int) -> bytes:
+    """The process's state letter (b"" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return bytes(f.read().rsplit(b")", 1)[-1].split()[0])
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
-def _kill_mid_run(out: Path, args: list[str]) -> None:
-    """Start the suite and SIGKILL it while, frozen, it has finished runs and a partly recorded one."""
+def _children(pid: int) -> set[int]:
+    """Processes the suite started (its worker processes)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out |= {int(c) for c in (task / "children").read_text().split()}
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def _kill_mid_run(out: Path, args: list[str], jobs: int, sig: signal.Signals = signal.SIGKILL) -> set[int]:
+    """Start the suite and send ``sig`` to it (the CLI process alone, as ``kill -9 PID`` does) while, frozen
+    with its workers, it has finished runs and a partly recorded one; returns the workers it had."""
     store = out / "runs.sqlite"
-    proc = subprocess.Popen(_bench(out, args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(_bench(out, args, jobs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    workers: set[int] = set()
     try:
         while True:
             assert proc.poll() is None, f"the suite ended before it could be killed mid-run: {proc.stderr!r}"
-            os.kill(proc.pid, signal.SIGSTOP)
-            while not _stopped(proc.pid):
+            os.killpg(proc.pid, signal.SIGSTOP)  # the CLI and its workers
+            group = {proc.pid} | _children(proc.pid)
+            while not all(_state(p) in (b"T", b"t", b"", b"Z") for p in group):
                 time.sleep(0.001)
             states = _peek(store, "SELECT r.status, r.rounds_planned, (SELECT COUNT(*) FROM rounds x WHERE "
                                   "x.run_id = r.id) FROM runs r")
             finished = sum(1 for s, _, _ in states if s == "finished")
             partial = [n for s, planned, n in states if s == "running" and 0 < int(str(n)) < int(str(planned))]
             if finished and partial:
-                os.kill(proc.pid, signal.SIGKILL)
+                workers = _children(proc.pid)
+                os.kill(proc.pid, sig)
+                os.killpg(proc.pid, signal.SIGCONT)
                 break
-            os.kill(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGCONT)
             time.sleep(0.02)
-        assert proc.wait(timeout=60) == -signal.SIGKILL
+        code = proc.wait(timeout=120)
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+        if sig is signal.SIGKILL:
+            assert code == -signal.SIGKILL
+        else:  # Ctrl-C: the CLI says what was kept and how to resume, and exits 130
+            assert code == EXIT_INTERRUPTED and "interrupted: every finished run and every recorded round is kept" \
+                in said and "Traceback" not in said, said
+        return workers
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         assert proc.stderr is not None
         proc.stderr.close()
+
+
+def _reap(workers: set[int]) -> list[int]:
+    """Wait (up to a minute) for the killed suite's workers to end; the ones still alive are killed and returned."""
+    deadline = time.monotonic() + 60
+    alive = set(workers)
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if _state(p) not in (b"", b"Z")}
+        time.sleep(0.05)
+    for p in alive:  # never leave them running, whatever the test finds
+        os.kill(p, signal.SIGKILL)
+    return sorted(alive)
 
 
 ROUNDS_SQL = ("SELECT r.scenario_name, r.policy, r.options_json, r.seed, x.round, x.mapping_code, x.feasible, "
@@ -107,8 +150,11 @@ def _without_wall_clock(csv: str) -> list[list[str]]:
     return [[c for i, c in enumerate(row) if i not in drop] for row in rows]
 
 
-@pytest.mark.parametrize("args", [RANDOM, SCALE], ids=["random", "scale"])
-def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str]) -> None:
+@pytest.mark.parametrize(("args", "jobs", "sig"), [(RANDOM, 1, signal.SIGKILL), (SCALE, 1, signal.SIGKILL),
+                                                   (RANDOM, 2, signal.SIGKILL), (RANDOM, 1, signal.SIGINT)],
+                         ids=["random", "scale", "random-2-workers", "random-ctrl-c"])
+def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str], jobs: int,
+                                                           sig: signal.Signals) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _run(whole, args)
     if "scale" in args:
@@ -116,13 +162,15 @@ def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args
         # same references (a recorded reference is reused), so its tables can be compared with the whole one's
         killed.mkdir()
         _seed_references(whole / "runs.sqlite", killed / "runs.sqlite")
-    _kill_mid_run(killed, args)
+    workers = _kill_mid_run(killed, args, jobs, sig)
+    assert bool(workers) == (jobs > 1)
+    assert _reap(workers) == []  # the workers died with the suite: none goes on driving a run
     store = killed / "runs.sqlite"
     before = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
-    stale = _read(store, "SELECT id FROM runs WHERE status = 'running'")
+    stale = _read(store, "SELECT id FROM runs WHERE status <> 'finished'")  # running (killed) or interrupted
     assert before and stale  # the kill left a run partly recorded
 
-    again = _run(killed, args)
+    again = _run(killed, args, jobs)
     assert "resumed" in again.stdout and "resumed 0" not in again.stdout, again.stdout
     after = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
     assert len(after) == len(_read(store, ROUNDS_SQL))  # no round recorded twice

@@ -213,7 +213,7 @@ def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
         return
     ref = reference(result.scenario, choice, max_seconds=max_seconds)
     if ref is not None and ex is not None and ex.name != "sim" and result.rounds:
-        ref = measure_reference(ex, ref, result.rounds)
+        ref = measure_reference(ex, ref, result.rounds, workload=result.scenario.workload)
     result.reference = ref
     if result.run_id is not None and ref is not None and store is not False:
         st, own = _store(store)

@@ -28,11 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetsched.exec import Executor, make_executor
+from hetsched.exec.base import run_window
 from hetsched.model import (
     SIM,
     ExecutorSpec,
-    Infeasibility,
-    InfeasibleKind,
     InputError,
     LoopConfig,
     Mapping,
@@ -266,13 +265,7 @@ def _execute(scenario: Scenario, executor: Executor, mapping: Mapping, seed: int
     t0 = time.perf_counter()
     try:
         if scenario.workload is not None:  # a round is a window of requests under the mapping
-            run_workload = getattr(executor, "run_workload", None)
-            if run_workload is None:
-                why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
-                return Trace.refused(mapping, why, vram_budget_mb=scenario.machine.vram_budget_mb, seed=seed,
-                                     executor=executor.name)
-            trace: Trace = run_workload(mapping, scenario.workload, seed=seed)
-            return trace
+            return run_window(executor, mapping, scenario.workload, seed=seed)
         return executor.run(mapping, seed=seed)
     finally:
         executing[0] += time.perf_counter() - t0

@@ -2,13 +2,15 @@
 
 For each scenario and each load (a closed loop of K clients, K in :data:`LOAD_CLIENTS`), every
 policy runs ``rounds`` rounds, each round a window of requests (:mod:`hetsched.model.workload`);
-its last round's mapping is what it would deploy at that load. Two references come from the
+its mapping to deploy (the lowest median measured window p95 over its rounds) is its answer at
+that load. Two references come from the
 model, noise-free (:mod:`hetsched.search.load`): the **single-request optimum** (the mapping the
 one-request reference picks, run at every load) and the **loaded optimum** (the best mapping for
 the window's p95 at that load). The report has
 
-- per policy and load, the p50/p95/p99 latency and throughput its mapping measured (its last
-  window, with the simulator's noise, or on a real executor) and the model's noise-free p95;
+- per policy and load, the p50/p95/p99 latency and throughput its mapping to deploy measured (its
+  last window of that mapping, with the simulator's noise, or on a real executor) and the model's
+  noise-free p95;
 - which mapping wins at each load, and how far the single-request optimum is from it (p95);
 - latency-throughput curves (x: throughput, y: p95, one point per load) with each curve's knee
   marked: the load of highest *power*, throughput / p95 latency (Kleinrock, "Power and
@@ -53,6 +55,8 @@ REAL_LOAD_CLIENTS = (1, 2, 4)
 REQUESTS_PER_CLIENT = 8
 MIN_REQUESTS = 24
 LOAD_ROUNDS = 6
+REAL_LOAD_ROUNDS = 3
+"""Windows per mapping and load on a real executor (the median is reported)."""
 SINGLE = "single-request optimum"
 LOADED = "loaded optimum"
 
@@ -89,6 +93,8 @@ class LoadPoint:
     """p50_ms, p95_ms, p99_ms, throughput_per_s of its last window (empty when it could not run)."""
     predicted_p95_ms: float = math.inf
     predicted_throughput_per_s: float = 0.0
+    note: str = ""
+    """Why its window did not run or failed (the trace's reason, e.g. an OOM measured on a real executor)."""
 
 
 @dataclass
@@ -115,8 +121,11 @@ def _point(sc: Scenario, wl: Workload, k: int, label: str, mapping: Mapping | No
         return LoadPoint(sc.name, k, label, "-", False)
     pred = predict_window(sc, mapping, wl)
     measured = {} if trace is None else _measured(trace)
+    note = "" if trace is None or trace.feasible else trace.reason
+    if not pred.feasible:
+        note = note or f"model: {pred.reason}"
     return LoadPoint(sc.name, k, label, _letters(sc, mapping), pred.feasible and (trace is None or bool(measured)),
-                     measured, pred.p95_ms, pred.throughput_per_s)
+                     measured, pred.p95_ms, pred.throughput_per_s, note)
 
 
 def run_load_suite(config: LoadSuiteConfig, tick: Callable[[str], None] | None = None) -> LoadSuiteResult:
@@ -147,8 +156,11 @@ def run_load_suite(config: LoadSuiteConfig, tick: Callable[[str], None] | None =
             for spec in config.specs:
                 res = api_run(sc, spec.policy, rounds=config.rounds, seed=config.seed, store=False,
                               options=dict(spec.options), executor=config.executor, workload=wl)
-                last = res.rounds[-1]
-                points.append(_point(sc, wl, k, spec.label, last.proposal.mapping, last.trace))
+                dep = res.deploy  # what it would deploy: its lowest median measured window p95
+                mapping = dep.mapping if dep is not None else res.rounds[-1].proposal.mapping
+                trace = next((r.trace for r in reversed(res.rounds) if r.trace.feasible and r.trace.mapping == mapping),
+                             res.rounds[-1].trace)
+                points.append(_point(sc, wl, k, spec.label, mapping, trace))
                 if tick:
                     tick(f"{sc.name} K={k} {spec.label}")
     return LoadSuiteResult(config, points, time.perf_counter() - t0)
@@ -187,18 +199,20 @@ def knee(points: Sequence[LoadPoint], predicted: bool = True) -> LoadPoint | Non
 def percentiles_table(result: LoadSuiteResult) -> Table:
     real = result.config.executor != "sim"
     where = f"measured on {result.config.executor}" if real else "simulated (with noise)"
-    t = Table("load_percentiles", f"Latency percentiles per policy and load ({where}, last window)",
+    t = Table("load_percentiles", f"Latency percentiles per policy and load ({where}, mapping to deploy)",
               ["scenario", "clients", "policy", "mapping", "p50 ms", "p95 ms", "p99 ms", "throughput /s",
-               "model p95 ms"])
+               "model p95 ms", "note"])
     for p in result.points:
         m = p.measured
+        note = p.note if len(p.note) <= 140 else p.note[:139] + "…"
         t.rows.append([p.scenario, str(p.clients), p.policy, p.mapping, _fmt(m.get("p50_ms")), _fmt(m.get("p95_ms")),
-                       _fmt(m.get("p99_ms")), _fmt(m.get("throughput_per_s"), 2), _fmt(p.predicted_p95_ms)])
+                       _fmt(m.get("p99_ms")), _fmt(m.get("throughput_per_s"), 2), _fmt(p.predicted_p95_ms), note])
     t.notes += [f"Each load is a closed loop of K clients; a window sends max({MIN_REQUESTS}, "
                 f"{REQUESTS_PER_CLIENT} x K) requests.",
                 "model p95 ms: the contention model's noise-free p95 of the same mapping at the same load.",
-                "'-': the mapping cannot serve the window (a gpu_queue node that never fits beside the resident "
-                "gpu_now tools, or over the VRAM budget)."]
+                "'-': the mapping cannot serve the window or its window failed; the note says why (the model's "
+                "reason, or what the executor measured: an OOM on a real device means the cards under-state the "
+                "memory of concurrent calls)."]
     return t
 
 
@@ -222,7 +236,7 @@ def winners_table(result: LoadSuiteResult) -> Table:
     t.notes += ["Mappings as letters in node order: C cpu, N gpu_now, Q gpu_queue.",
                 "single / loaded: how much higher the single-request optimum's p95 is than the loaded optimum's at "
                 "that load ('cannot serve': its gpu_queue nodes never fit beside its resident gpu_now tools).",
-                "best policy: the policy whose last mapping has the lowest model p95 at that load."]
+                "best policy: the policy whose mapping to deploy has the lowest model p95 at that load."]
     return t
 
 
@@ -322,8 +336,10 @@ def _summary(result: LoadSuiteResult) -> list[str]:
         if not (lo and si and lo.feasible):
             continue
         if not si.feasible:
-            lines.append(f"{scen}, {k} clients: the single-request optimum cannot serve the window; the loaded "
-                         f"optimum {lo.mapping} has p95 {_fmt(lo.predicted_p95_ms)} ms.")
+            why = f" ({si.note})" if si.note else ""
+            got = f", {seen} {_fmt(lo.measured['p95_ms'])} ms" if lo.measured else ""
+            lines.append(f"{scen}, {k} clients: the single-request optimum {si.mapping} cannot serve the window{why}; "
+                         f"the loaded optimum {lo.mapping} has p95 {_fmt(lo.predicted_p95_ms)} ms{got}.")
         elif si.predicted_p95_ms > lo.predicted_p95_ms * 1.02:
             meas = ""
             if si.measured and lo.measured:

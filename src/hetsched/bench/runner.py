@@ -18,7 +18,10 @@ the CLI.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -157,6 +160,30 @@ def _close_executors() -> None:
         _EXECUTORS.pop(ident).close()
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux ``prctl`` option: the signal a process gets when its parent dies."""
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A bench worker's initializer: on Linux the kernel kills the worker (SIGKILL) the moment the bench
+    process dies, ``kill -9`` included, so no orphan goes on driving a run that the rerun means to continue
+    (an orphan holding a run's lock makes the rerun start a second run of that key). Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the worker ends when it next reads from the dead parent
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def worker_pool(jobs: int) -> ProcessPoolExecutor:
+    """The bench's worker processes: ``jobs`` of them, each dying with this process (:func:`die_with_parent`)."""
+    return ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),))
+
+
 def run_job(job: Job) -> JobResult:
     """Run (or reuse, or continue) one run in the store; safe to call in a worker process."""
     t0 = time.perf_counter()
@@ -211,7 +238,7 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
         finally:
             _close_executors()
     else:
-        with ProcessPoolExecutor(max_workers=min(config.jobs, len(jobs))) as pool:
+        with worker_pool(min(config.jobs, len(jobs))) as pool:
             pending: dict[Future[JobResult], int] = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
             while pending:
                 complete, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from hetsched.sim import Simulator
 from hetsched.store import RunStore
 
 from .generate import FAMILIES, SMALL_SIZES, WorkflowSpec, random_scenario
-from .runner import EXPERIMENT, close_stores, ensure_reference, open_store
+from .runner import EXPERIMENT, close_stores, ensure_reference, open_store, worker_pool
 from .spec import PolicySpec, default_specs
 from .tables import Table
 
@@ -211,7 +210,7 @@ def _pool_map(fn: Callable[[Any], dict[str, Any]], items: Sequence[Any], jobs: i
         for item in items:
             done(fn(item))
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    with worker_pool(min(jobs, len(items))) as pool:
         pending: set[Future[dict[str, Any]]] = {pool.submit(fn, item) for item in items}
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -346,14 +345,6 @@ def read_suite_runs(out: Path) -> list[dict[str, Any]]:
             exact = Simulator(store.scenario(run_id), noise=False)
             runs.append(read_run(store, run_id, workflow, PolicySpec(info.policy, info.options), info.seed, exact))
     return runs
-
-
-def default_jobs() -> int:
-    """Worker processes by default: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 # ---------------------------------------------------------------------------- metrics

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if _is(exc, "hetsched.llm.base", "LLMUnreachableError"):  # the server never answered: not bad input
-            err.print(f"[bold red]error:[/] {safe(exc)}")
+            err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
             sys.exit(EXIT_LLM_UNREACHABLE)
         if _is(exc, "hetsched.model.errors", "HetschedError"):
             err.print(f"[bold red]error:[/] {safe(error_text(exc))}")

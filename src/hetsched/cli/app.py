@@ -51,13 +51,24 @@ PARAMETER_FLAGS: dict[str, str] = {
 (:class:`~hetsched.model.errors.ParameterError`), the CLI shows its flag."""
 
 
+LLM_SETTING_FLAGS: dict[str, str] = {"timeout_s": "--llm-timeout"}
+"""LLM settings whose flag is not ``--llm-`` + the setting's name with dashes."""
+_LLM_SETTING = re.compile(r"\bthe LLM setting ([a-z][a-z_]*)\b")
+
+
+def llm_setting_flag(name: str) -> str:
+    """The flag that sets an LLM setting (an :class:`~hetsched.llm.LLMConfig` field)."""
+    return LLM_SETTING_FLAGS.get(name, "--llm-" + name.replace("_", "-"))
+
+
 def error_text(exc: BaseException) -> str:
-    """An error's message as the CLI shows it: a parameter named by the flag that sets it."""
+    """An error's message as the CLI shows it: a parameter named by the flag that sets it, and each
+    "the LLM setting NAME" a library hint names (:mod:`hetsched.llm`) as its ``--llm-`` flag."""
     param = getattr(exc, "param", None)
     named = getattr(exc, "named", None)
     if isinstance(param, str) and param in PARAMETER_FLAGS and callable(named):
         return str(named(PARAMETER_FLAGS[param]))
-    return str(exc)
+    return _LLM_SETTING.sub(lambda m: llm_setting_flag(m[1]), str(exc))
 
 
 def _version(value: bool) -> None:
@@ -118,6 +129,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "from."),
     "oracle": ("hetsched.cli.inspect", "Find the best feasible mappings on the noise-free simulator by exact "
                "branch-and-bound."),
+    "reference": ("hetsched.cli.inspect", "The mapping reports compare against: the exact oracle, or a best-known "
+                  "mapping with a lower bound."),
     "validate": ("hetsched.cli.inspect", "Check a file; print what it holds, or one clear error and exit 2."),
     "scenarios": ("hetsched.cli.inspect", "List the bundled scenarios (the examples and the paper's suite S1-S13)."),
     "schema": ("hetsched.cli.inspect", "Print the JSON Schema of a file format (or write them all with --write)."),

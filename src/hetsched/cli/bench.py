@@ -253,17 +253,25 @@ def _run_suite(
     err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
               f"results in {safe(out_dir)}, store {safe(config.store_path)}", soft_wrap=True)
-    if progress:
-        with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=False) as bar:
-            task = bar.add_task("", total=None)
+    try:
+        if progress:
+            with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                          transient=False) as bar:
+                task = bar.add_task("", total=None)
 
-            def tick(what: str, done: int, of: int) -> None:
-                bar.update(task, completed=done, total=of, description=safe(what))
+                def tick(what: str, done: int, of: int) -> None:
+                    bar.update(task, completed=done, total=of, description=safe(what))
 
-            result = run_suite(config, tick)
-    else:
-        result = run_suite(config)
+                result = run_suite(config, tick)
+        else:
+            result = run_suite(config)
+    except KeyboardInterrupt:
+        again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
+                 else f"the same hetsched bench --suite {name} command")
+        err.print(f"interrupted: every finished run and every recorded round is kept in {safe(config.store_path)}; "
+                  f"resume with {safe(again)} (finished runs are reused, interrupted ones continued)", soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     paths = write_suite_report(result)
     for table in scale_tables(result) if name == "scale" else [random_table(result)]:
         out.print(table.to_markdown(), markup=False, soft_wrap=True)
@@ -282,6 +290,7 @@ def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, 
         QUICK_LOAD_CLIENTS,
         QUICK_LOAD_SCENARIOS,
         REAL_LOAD_CLIENTS,
+        REAL_LOAD_ROUNDS,
         REAL_LOAD_SCENARIOS,
         LoadSuiteConfig,
         load_specs,
@@ -298,7 +307,8 @@ def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, 
     scenarios = tuple(load_scenarios(refs, None))
     clients = REAL_LOAD_CLIENTS if real else QUICK_LOAD_CLIENTS if quick else LOAD_CLIENTS
     specs = load_specs(parse_specs(policy) if policy else None, spec.name)
-    config = LoadSuiteConfig(scenarios, clients, specs, rounds or LOAD_ROUNDS, 0, spec.name, out_dir)
+    config = LoadSuiteConfig(scenarios, clients, specs, rounds or (REAL_LOAD_ROUNDS if real else LOAD_ROUNDS), 0,
+                             spec.name, out_dir)
     err.print(f"bench --suite load: {len(specs)} policies + 2 references x {len(scenarios)} scenarios x "
               f"{len(clients)} loads on {spec.name}; results in {safe(out_dir)}", soft_wrap=True)
     total = (len(specs) + 2) * len(scenarios) * len(clients)

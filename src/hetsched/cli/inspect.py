@@ -1,4 +1,4 @@
-"""``hetsched show``, ``oracle`` and ``validate``: look at scenarios, cards and the optimum."""
+"""``hetsched show``, ``oracle``, ``reference`` and ``validate``: look at scenarios, cards and the optimum."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, err, examples, fail, out, plain_table, safe
+from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Mapping, Scenario
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
@@ -92,6 +92,8 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
 
 
 @app.command(epilog=examples("hetsched oracle S13", "hetsched oracle fanout --top 3 --json",
+                             "hetsched oracle fanout_light --clients 8",
+                             "hetsched oracle S6 --rate 0.5 --objective throughput --slo-ms 5000",
                              "hetsched oracle my_flow.yaml --max-seconds 120", "hetsched oracle S13 --all"))
 def oracle(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
@@ -111,12 +113,42 @@ def oracle(
         help="Processes; the result does not depend on it.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+    clients: int | None = typer.Option(None, "--clients", min=1, max=10_000, metavar="K", rich_help_panel="Under load",
+                                       help="The best mapping for a window of requests from K clients (closed loop)."),
+    rate: float | None = typer.Option(None, "--rate", metavar="PER_S", rich_help_panel="Under load",
+                                      help="... for a window of Poisson arrivals at this rate (open loop)."),
+    arrivals: Path | None = typer.Option(None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
+                                         help="... for requests sent at the times in FILE (ms)."),
+    requests: int | None = typer.Option(None, "--requests", min=1, max=100_000, metavar="N",
+                                        rich_help_panel="Under load", show_default="100 with --clients or --rate",
+                                        help="Requests in the window."),
+    duration: float | None = typer.Option(None, "--duration", metavar="SECONDS", rich_help_panel="Under load",
+                                          help="Send requests for this long (instead of --requests)."),
+    think_ms: float | None = typer.Option(None, "--think-ms", metavar="MS", rich_help_panel="Under load",
+                                          help="--clients: wait after a response before the next request."),
+    slo_ms: float | None = typer.Option(None, "--slo-ms", metavar="MS", rich_help_panel="Under load",
+                                        help="p95 target of --objective throughput."),
+    objective: str = typer.Option("p95", "--objective", metavar="NAME", rich_help_panel="Under load",
+                                  help="p95: the lowest p95 latency at the load; throughput: the highest Poisson rate "
+                                  "whose p95 meets --slo-ms."),
 ) -> None:
-    """Find the best feasible mappings on the noise-free simulator by exact branch-and-bound."""
+    """Find the best feasible mappings on the noise-free simulator by exact branch-and-bound.
+    With --clients, --rate or --arrivals (or a scenario with a workload): the best mapping under
+    that load (lowest window p95, or with --objective throughput the highest rate meeting --slo-ms)."""
+    from hetsched.cli.run import workload_from_flags
+    from hetsched.search.load import parse_objective
     from hetsched.search.oracle import solve
     from hetsched.search.reference import check_max_seconds
 
     sc = load(scenario)
+    goal = parse_objective(objective)
+    wl = workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals, requests=requests,
+                             duration=duration, think_ms=think_ms, slo_ms=slo_ms)
+    if wl is None and (goal.value != "p95" or slo_ms is not None):
+        raise fail("--objective and --slo-ms apply under load: give --clients K, --rate PER_S or --arrivals FILE")
+    if wl is not None:
+        _oracle_under_load(sc, wl, goal.value, as_json)
+        return
     check_max_seconds(max_seconds)
     t0 = time.perf_counter()
     res = solve(sc, ranking=full, top=top, max_seconds=max_seconds, workers=jobs)
@@ -180,7 +212,9 @@ def validate(
         sc = load_scenario(file)
         out.print(
             f"ok: scenario {safe(sc.name)} ({sc.mode.value}, {len(sc.workflow.nodes)} nodes, "
-            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB)"
+            f"{len(sc.workflow.edges)} edges, budget {sc.machine.vram_budget_mb:g} MB"
+            + (f"; workload: {safe(sc.workload.describe())}" if sc.workload is not None else "") + ")",
+            soft_wrap=True,
         )
     else:
         mapping = load_mapping(file)
@@ -277,6 +311,40 @@ def schema(
     typer.echo(json.dumps(SCHEMAS[kind](), indent=2, sort_keys=True))
 
 
+@app.command("reference", epilog=examples("hetsched reference S13", "hetsched reference my_flow.yaml --max-seconds 30",
+                                          "hetsched reference big.yaml --kind best-known --json"))
+def reference_command(
+    scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
+    kind: str = typer.Option(
+        "auto", "--kind", metavar="KIND", help="auto (the oracle when the exact search proves it in --max-seconds, "
+        "else a best-known mapping with its gap to a lower bound), oracle, or best-known."
+    ),
+    max_seconds: float = typer.Option(10.0, "--max-seconds", metavar="SECONDS", help="Time budget of the search."),
+    seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Seeds the searches."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+) -> None:
+    """The mapping reports compare against: the exact oracle, or a best-known mapping with a lower bound."""
+    from hetsched.search.reference import check_max_seconds, parse_reference_choice, reference
+
+    sc = load(scenario)
+    check_max_seconds(max_seconds)
+    choice = parse_reference_choice(kind)
+    if choice.value == "none":
+        raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
+    ref = reference(sc, choice, max_seconds=max_seconds, seed=seed)
+    assert ref is not None
+    if as_json:
+        typer.echo(json.dumps({"scenario": sc.name, **ref.to_dict(), "gap": ref.gap, "label": ref.label,
+                               "seconds": ref.seconds}))
+        return
+    out.print(f"reference for {safe(sc.name)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms")
+    if ref.exact:
+        out.print(f"oracle: the exact optimum ({ref.seconds:.1f} s)")
+    else:
+        bound = "" if ref.lower_bound_ms is None else f"; lower bound {ref.lower_bound_ms:.1f} ms"
+        out.print(f"{safe(ref.label)}{bound} ({ref.seconds:.1f} s)")
+
+
 @app.command(epilog=examples(
     "hetsched simulate S13 A=gpu_now,B=gpu_queue,C=gpu_now,D=cpu",
     "hetsched simulate fanout '{\"A\": \"cpu\", \"B\": \"gpu_now\", \"C\": \"gpu_now\", \"D\": \"cpu\"}' --no-noise",
@@ -367,6 +435,59 @@ def simulate(
     )
     if trace is not None:
         out.print(f"trace written to {safe(trace)}")
+
+
+def _oracle_under_load(sc: Scenario, wl: Workload, objective: str, as_json: bool) -> None:
+    """``hetsched oracle`` under load: the loaded optimum, and the single-request optimum beside it."""
+    from hetsched.search.load import LoadObjective, load_optimum, max_rate_per_s, predict_window
+    from hetsched.search.reference import reference
+
+    goal = LoadObjective(objective)
+    if goal is LoadObjective.THROUGHPUT and wl.slo_ms is None:
+        raise fail("--objective throughput needs its p95 target: --slo-ms MS")
+    t0 = time.perf_counter()
+    best = load_optimum(sc, wl, goal)
+    single = reference(sc.with_workload(None), "auto")
+    seconds = time.perf_counter() - t0
+    if best is None:
+        err.print(f"[bold red]no result:[/] no mapping of {safe(sc.name)} can serve {safe(wl.describe())} (every "
+                  "mapping is over the VRAM budget, or queues a node that never fits beside the resident gpu_now "
+                  "tools)")
+        raise typer.Exit(EXIT_NO_RESULT)
+    alone = None if single is None else predict_window(sc, single.mapping, wl)
+    p = best.prediction
+    if as_json:
+        typer.echo(json.dumps({
+            "scenario": sc.name, "workload": wl.model_dump(mode="json"), "objective": goal.value,
+            "mapping": best.mapping.to_dict(), "exact": best.exact, "evaluations": best.evaluations,
+            "p50_ms": p.p50_ms, "p95_ms": p.p95_ms, "p99_ms": p.p99_ms, "throughput_per_s": p.throughput_per_s,
+            "max_rate_per_s": best.value if goal is LoadObjective.THROUGHPUT else None,
+            "single_request_optimum": None if single is None or alone is None else {
+                "mapping": single.mapping.to_dict(), "feasible": alone.feasible, "reason": alone.reason,
+                "p95_ms": alone.p95_ms if alone.feasible else None},
+        }))
+        return
+    how = f"every mapping simulated ({best.evaluations:,} windows)" if best.exact else \
+        f"best-known: local search, {best.evaluations:,} windows"
+    out.print(f"loaded optimum for {safe(sc.name)} at {safe(wl.describe())}: {safe(mapping_text(best.mapping))}",
+              soft_wrap=True)
+    out.print(f"p50 {p.p50_ms:.1f} ms, p95 {p.p95_ms:.1f} ms, p99 {p.p99_ms:.1f} ms, "
+              f"{p.throughput_per_s:.2f} requests/s (noise-free; {how}; {seconds:.1f} s)")
+    if goal is LoadObjective.THROUGHPUT:
+        out.print(f"sustains {best.value:.2f} requests/s (Poisson) with p95 <= {wl.slo_ms:g} ms")
+    if single is not None and alone is not None:
+        if not alone.feasible:
+            out.print(f"the single-request optimum {safe(mapping_text(single.mapping))} cannot serve this window: "
+                      f"{safe(alone.reason)}", soft_wrap=True)
+        elif single.mapping != best.mapping and goal is LoadObjective.THROUGHPUT:
+            rate = max_rate_per_s(sc, single.mapping, float(wl.slo_ms or 0.0), seed=wl.seed)
+            out.print(f"the single-request optimum {safe(mapping_text(single.mapping))} sustains {rate:.2f} "
+                      f"requests/s with p95 <= {wl.slo_ms:g} ms", soft_wrap=True)
+        elif single.mapping != best.mapping:
+            out.print(f"the single-request optimum {safe(mapping_text(single.mapping))} has p95 {alone.p95_ms:.1f} ms "
+                      f"here ({alone.p95_ms / p.p95_ms:.2f}x)", soft_wrap=True)
+        else:
+            out.print("the single-request optimum is the same mapping")
 
 
 def _simulate_window(sc: Scenario, m: Mapping, wl: Workload, seed: int, noise: bool, as_json: bool,

@@ -24,9 +24,11 @@ from hetsched.cli.app import (
     EXIT_NO_RESULT,
     app,
     err,
+    error_text,
     escape_markup,
     examples,
     fail,
+    llm_setting_flag,
     out,
     plain_table,
     safe,
@@ -54,7 +56,6 @@ from hetsched.policies import make_policy, policy_names
 from hetsched.policies.decider_registry import LLM_DECIDERS
 from hetsched.search.reference import (
     DEFAULT_SEARCH_SECONDS,
-    ReferenceChoice,
     check_max_seconds,
     parse_reference_choice,
 )
@@ -177,14 +178,6 @@ def load_table(wl: Workload | None, rounds: Sequence[RoundRecord]) -> str:
     return escape_markup(head) + plain_table(columns, rows, right=[c for c in columns if c != "round"])
 
 
-def _load_reference(ctx: typer.Context, sc: Scenario, choice: ReferenceChoice) -> ReferenceChoice:
-    """Under a workload no reference is computed unless ``--reference`` asks for one: the searches
-    optimize one request's E2E, not a window's p95."""
-    if sc.workload is not None and not _given(ctx, "reference_choice"):
-        return ReferenceChoice.NONE
-    return choice
-
-
 def describe_executor(ex: Executor, as_json: bool) -> None:
     """For a real executor: what it runs on (one line each), before the rounds start."""
     describe = getattr(ex, "describe", None)
@@ -283,8 +276,6 @@ def _interrupted(console: Console, result: RunResult, run_id: str | None, hint: 
     return typer.Exit(EXIT_INTERRUPTED)
 
 
-LLM_FLAGS = {"timeout_s": "--llm-timeout"}
-"""LLMConfig fields whose flag is not ``--llm-`` + the field name."""
 AGENTIC_POLICIES = {"agentic"}
 """Policies that take the agentic flags (--decider, --cold-start, --llm-*, --probe-budget)."""
 
@@ -301,7 +292,7 @@ def _agentic_options(
     llm = {k: v for k, v in llm.items() if v is not None}
     given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
                                       ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
-             if value is not None] + [LLM_FLAGS.get(k, f"--llm-{k.replace('_', '-')}") for k in llm]
+             if value is not None] + [llm_setting_flag(k) for k in llm]
     if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
         if given:
             raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
@@ -530,7 +521,6 @@ def run(
             stored_key = st.key(info.id)
             state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
         sc, policy_name = stored_key.scenario, stored_key.policy
-        choice = _load_reference(ctx, sc, choice)
         with make_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
@@ -547,7 +537,6 @@ def run(
         sc = sc.with_workload(workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals,
                                                   requests=requests, duration=duration, think_ms=think_ms,
                                                   slo_ms=slo_ms))
-        choice = _load_reference(ctx, sc, choice)
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
@@ -582,14 +571,12 @@ def run(
         _exit_without_result(result)
         return
     ref = result.reference
-    if ref is None and result.scenario.workload is not None and choice is ReferenceChoice.NONE:
-        out.print("reference: none under load (the reference search optimizes one request; --reference auto "
-                  "compares each window's p95 with its one-request E2E)", soft_wrap=True)
-    elif ref is None:
+    if ref is None:
         out.print("reference: none computed (--reference none)")
     else:
         how = "noise-free" if result.executor == "sim" else "simulated from the cards, not measured"
-        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  E2E {ref.e2e_ms:.1f} ms ({how})",
+        what = "E2E" if result.scenario.workload is None else "window p95"
+        out.print(f"{safe(ref.label)}: {safe(mapping_text(ref.mapping))}  {what} {ref.e2e_ms:.1f} ms ({how})",
                   soft_wrap=True)
         if ref.measured is not None and ref.measured_kind == "best measured":
             out.print(f"the {ref.kind.value} mapping could not run on {safe(result.executor)}; ratios below are to "
@@ -635,7 +622,7 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
         partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
         raise _interrupted(console, partial, run_id, state["hint"]) from None
     except LLMUnreachableError as exc:
-        err.print(f"[bold red]error:[/] {safe(exc)}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {safe(error_text(exc))}", soft_wrap=True)
         run_id = state["run_id"]
         if run_id is not None:
             with RunStore(store) as st:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hetsched.exec.base import ClosingExecutor, Executor
+from hetsched.exec.base import ClosingExecutor, Executor, WorkloadExecutor, run_window
 from hetsched.exec.options import check_options
 from hetsched.model import SIM, ExecutorSpec, InputError, Scenario, UnknownNameError
 from hetsched.model.errors import did_you_mean
@@ -68,4 +68,5 @@ def make_executor(spec: str | ExecutorSpec, scenario: Scenario, **options: Any) 
     return executor
 
 
-__all__ = ["SIM", "ClosingExecutor", "Executor", "ExecutorSpec", "executor_class", "executor_names", "make_executor"]
+__all__ = ["SIM", "ClosingExecutor", "Executor", "ExecutorSpec", "WorkloadExecutor", "executor_class", "executor_names",
+           "make_executor", "run_window"]

@@ -7,6 +7,9 @@ back as ``Trace.refused(...)`` with a typed :class:`~hetsched.model.Infeasibilit
 input (a malformed mapping) raises. Executors hold resources (worker processes, loaded
 models, a Ray connection): ``close()`` frees them, and every executor is a context manager.
 
+Executors that run windows of requests under load (``run_workload``) also satisfy
+:class:`WorkloadExecutor`.
+
 Imports only the model.
 """
 
@@ -15,7 +18,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-from hetsched.model import Mapping, Trace
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Trace
+from hetsched.model.workload import Workload
 
 
 @runtime_checkable
@@ -38,6 +42,24 @@ class Executor(Protocol):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+@runtime_checkable
+class WorkloadExecutor(Executor, Protocol):
+    """An executor that also runs a window of requests under load (the simulator, local, Ray)."""
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run ``workload``'s window under one mapping; the window's Trace (``load``, ``requests``)."""
+        ...
+
+
+def run_window(executor: Executor, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+    """``executor.run_workload(...)``, or an ``unavailable`` trace from an executor that runs one
+    request at a time (the one way the loop runs a window)."""
+    if isinstance(executor, WorkloadExecutor):
+        return executor.run_workload(mapping, workload, seed=seed)
+    why = Infeasibility(InfeasibleKind.UNAVAILABLE, f"executor {executor.name!r} does not run workloads")
+    return Trace.refused(mapping, why, seed=seed, executor=executor.name)
 
 
 class ClosingExecutor:

@@ -412,7 +412,8 @@ class _Round:
         if ex.gpu is not None:
             self.workers["gpu"] = ex.gpu
         self.where = {n: ("gpu" if mapping[n].on_gpu else "cpu") for n in self.wf.node_ids}
-        self.keep = {n: any(self.where[s] == self.where[n] for s in self.wf.succs(n)) for n in self.wf.node_ids}
+        # how many successors on the same worker read a node's output there (it is dropped after the last)
+        self.keep = {n: sum(1 for s in self.wf.succs(n) if self.where[s] == self.where[n]) for n in self.wf.node_ids}
         self.export = {n: not self.wf.succs(n) or any(self.where[s] != self.where[n] for s in self.wf.succs(n))
                        for n in self.wf.node_ids}
         self.preds_left = {n: len(self.wf.preds(n)) for n in self.wf.node_ids}

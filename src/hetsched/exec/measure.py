@@ -18,17 +18,19 @@ from dataclasses import replace
 from hetsched.exec.base import Executor
 from hetsched.model import Reference, RoundRecord, Trace
 from hetsched.model.measured import MeasuredMapping, deploy_choice, executions, measured_mappings
+from hetsched.model.workload import Workload
 
 REFERENCE_REPEATS = 3
 """Executions of the reference mapping on a real executor (its spread over repeats is reported)."""
 
 
 def measure_reference(executor: Executor, reference: Reference, history: Sequence[RoundRecord],
-                      repeats: int = REFERENCE_REPEATS, seed: int = 0) -> Reference:
+                      repeats: int = REFERENCE_REPEATS, seed: int = 0, workload: Workload | None = None) -> Reference:
     """``reference`` with ``measured`` filled in from ``executor`` (see the module docstring).
 
     The run's own executions of the reference mapping count among the repeats, so only what is
-    missing runs. On the simulator (``executor.name == "sim"``) the reference is returned as is."""
+    missing runs. With ``workload`` each repeat is a window of requests. On the simulator
+    (``executor.name == "sim"``) the reference is returned as is."""
     if executor.name == "sim":
         return reference
     runs = executions(history)
@@ -36,7 +38,13 @@ def measure_reference(executor: Executor, reference: Reference, history: Sequenc
     extra: list[tuple[int, Trace]] = []
     failed: Trace | None = None
     for i in range(max(0, repeats - len(have))):
-        trace = executor.run(reference.mapping, seed=seed + i)
+        if workload is None:
+            trace = executor.run(reference.mapping, seed=seed + i)
+        else:  # under load the run's rounds are windows: so are the reference's repeats
+            run_workload = getattr(executor, "run_workload", None)
+            if run_workload is None:
+                break
+            trace = run_workload(reference.mapping, workload, seed=seed + i)
         if not trace.feasible:
             failed = trace
             break

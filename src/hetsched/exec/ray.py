@@ -24,8 +24,10 @@
 
 What Ray does and does not guarantee compared with the model (measured in BENCHMARKS.md,
 explained in docs/ray.md): admission by ``vram_mb`` holds; memory is not measured by Ray (the
-executor checks each GPU unit against its card); queued nodes are admitted in no particular
-order (no FIFO).
+executor checks each GPU unit against its card); within a round queued nodes are admitted in no
+particular order (no FIFO). A window of requests under load (:meth:`RayExecutor.run_window`,
+``run_workload``) submits each request at its release, keeps one actor per resident tool for the
+whole window, and keeps the FIFO itself (the driver submits a queued node at the head of its queue).
 
 Imports the model, the tool registry, the Ray plan and trace modules and (lazily) ray.
 """
@@ -33,6 +35,7 @@ Imports the model, the tool registry, the Ray plan and trace modules and (lazily
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -40,6 +43,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
@@ -57,6 +61,7 @@ from hetsched.exec.ray_remote import DeviceUnavailable, NodeSpec, ResidentTool, 
 from hetsched.exec.ray_trace import RoundFacts, TaskEvents, build_trace
 from hetsched.exec.toolset import default_size, node_timeout_s, scenario_tools
 from hetsched.exec.window import (
+    Admission,
     ReleaseClock,
     WindowRun,
     instance_id,
@@ -401,9 +406,10 @@ class RayExecutor(ClosingExecutor):
         Requests are released as in :meth:`LocalExecutor.run_window
         <hetsched.exec.local.LocalExecutor.run_window>`: each request's nodes are submitted at its
         release. Its ``gpu_now`` actors are created and loaded once, before the window, and serve
-        every request (calls run concurrently, one actor thread per node of the window); its
-        ``gpu_queue`` tasks are admitted by Ray's ``vram_mb`` resource (never over budget, but in
-        Ray's order, not FIFO: the trace's notes name the inversions)."""
+        every request (calls run concurrently, one actor thread per call that can come at once); its
+        ``gpu_queue`` nodes wait in one FIFO queue the driver keeps (submitted when at the head and
+        their card fits beside what the driver's accounting holds; Ray's ``vram_mb`` still guards each
+        node's budget): :class:`WindowRun` has the driver's records."""
         self.last_outputs = {}
         if self._closed:
             raise InputError("executor 'ray' is closed")
@@ -430,8 +436,8 @@ class RayExecutor(ClosingExecutor):
         window = _Window(self, placed, hosts, clock, wsc, inputs)
         trace = window.execute()
         return WindowRun(trace=trace, release_ms=tuple(clock.sent.get(r) for r in range(clock.count)),
-                         end_ms=tuple(request_ends(sc, trace.nodes, clock.count)),
-                         resident_loads=window.resident_loads, budget_mb=budget)
+                         end_ms=tuple(request_ends(sc, trace.nodes, clock.count)), enqueued=tuple(window.enqueued),
+                         admissions=tuple(window.admissions), resident_loads=window.resident_loads, budget_mb=budget)
 
     def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
         """Run ``workload``'s window of requests for real under one mapping (:meth:`run_window`) and
@@ -696,7 +702,7 @@ class _Round:
         for tool, unit in self.plan.actors.items():
             box = self.ex._refs[tool].box
             actor = self.ex._actor.options(
-                **unit.options.as_options(), max_concurrency=max(1, len(unit.nodes)), max_restarts=0,
+                **unit.options.as_options(), max_concurrency=self.concurrency(tool, len(unit.nodes)), max_restarts=0,
                 max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
             ).remote(self.spec("", tool, Placement.GPU_NOW), box)
             self.actors[tool] = actor
@@ -773,6 +779,10 @@ class _Round:
 
     def release_due(self) -> None:
         """Submit the requests whose release time has come (a window)."""
+
+    def concurrency(self, tool: str, nodes: int) -> int:
+        """Threads of a resident tool's actor: one per node that may call it at once."""
+        return max(1, nodes)
 
     def wait_s(self) -> float:
         """How long to wait for results before looking again (a window: at most until the next release), s."""
@@ -920,7 +930,14 @@ class _Round:
 class _Window(_Round):
     """A window of requests (:meth:`RayExecutor.run_window`): one round of the composite workflow whose
     requests' nodes are submitted when the release clock says; resident actors serve every request
-    (``max_concurrency``: one thread per ``gpu_now`` node of the window)."""
+    (``max_concurrency``: one thread per call that can come at once).
+
+    Queued nodes keep the model's FIFO here: a ``gpu_queue`` node is submitted only once its inputs
+    have ended, it is at the head of the driver's one queue and its card fits beside what the driver's
+    accounting holds (resident actors until released, admitted queued tasks until they end); the
+    nodes after it are submitted once it is. Ray's ``vram_mb`` still guards every node's budget.
+    Without this Ray backfills: under load a large queued node can wait behind a stream of smaller
+    ones for as long as requests keep coming (docs/ray.md)."""
 
     def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost], clock: ReleaseClock,
                  scenario: Scenario, inputs: dict[str, Any] | None = None) -> None:
@@ -931,21 +948,86 @@ class _Window(_Round):
         self.sinks_left = [len(self.base.sinks)] * clock.count
         self.base_sinks = set(self.base.sinks)
         self.resident_loads: dict[str, int] = {}
+        self.budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
+        self.held_mb = 0.0  # the driver's accounting: resident actors, then admitted queued tasks
+        self.queue: deque[str] = deque()
+        self.in_queue: set[str] = set()
+        self.submitted: set[str] = set()
+        self.done: set[str] = set()
+        self.enqueued: list[str] = []
+        self.admissions: list[Admission] = []
+        self.queue_ready_ms: dict[str, float] = {}  # queued node -> when its inputs had all ended
 
     def rel_ms(self) -> float:
         return (time.time() - self.facts.t0_s) * 1000.0
 
+    def advance(self, request: int) -> None:
+        """Submit the request's nodes whose inputs are submitted (their refs exist); a queued node
+        joins the FIFO queue once its inputs have ended."""
+        batch: list[str] = []
+        for n in self.base.topo_order:
+            node = instance_id(n, request)
+            if node in self.submitted or node in self.in_queue:
+                continue
+            preds = self.wf.preds(node)
+            if self.plan.mapping[node] is Placement.GPU_QUEUE:
+                if all(p in self.done for p in preds):
+                    self.queue.append(node)
+                    self.in_queue.add(node)
+                    self.enqueued.append(node)
+                    self.queue_ready_ms[node] = self.rel_ms()
+            elif all(p in self.submitted for p in preds):
+                batch.append(node)
+                self.submitted.add(node)
+        if batch:
+            self.submit_nodes(batch)
+
+    def pump(self, requests: set[int]) -> None:
+        """Advance these requests and admit from the head of the queue while its card fits."""
+        todo = set(requests)
+        while todo and self.failure is None:
+            for r in sorted(todo):
+                self.advance(r)
+            todo = set()
+            while self.queue and self.failure is None:
+                head = self.queue[0]
+                need = self.sc.card_of(head).vram_mb
+                if self.held_mb + need > self.budget + 1e-6:
+                    break
+                self.queue.popleft()
+                self.in_queue.discard(head)
+                self.held_mb += need
+                self.admissions.append(Admission(self.rel_ms(), head, self.held_mb))
+                self.submitted.add(head)
+                self.submit_nodes([head])
+                todo.add(split_id(head)[1])
+
+    def release(self, tool: str, force: bool = False) -> None:
+        held = tool in self.actors
+        super().release(tool, force)
+        if held and not force:
+            self.held_mb -= self.plan.actors[tool].options.vram_mb
+            self.pump(set())
+
+    def concurrency(self, tool: str, nodes: int) -> int:
+        # at most the requests that can be in flight at once call it together: a closed loop's K
+        # clients (the requests that follow none), else every request. A thread per call that can
+        # never come would only cost memory: Ray spreads calls over an actor's threads, and each
+        # thread's first call grows the math libraries' per-thread caches
+        roots = self.clock.count if self.clock.follows is None else sum(1 for f in self.clock.follows if f < 0)
+        per_request = sum(1 for n in self.base.node_ids if self.base.tool_of[n] == tool
+                          and self.plan.mapping[instance_id(n, 0)] is Placement.GPU_NOW)
+        return max(1, min(nodes, roots * per_request))
+
     def start_actors(self) -> bool:
         ok = super().start_actors()
         self.resident_loads = dict.fromkeys(self.actors, 1)  # one actor per tool, loaded once
+        self.held_mb = sum(a.options.vram_mb for a in self.plan.actors.values())
         return ok
 
     def submit(self) -> None:
         self.facts.t0_s = time.time()
         self.release_due()
-
-    def waiting(self) -> bool:
-        return self.clock.next_ms() is not None
 
     def wait_s(self) -> float:
         t = self.clock.next_ms()
@@ -957,8 +1039,8 @@ class _Window(_Round):
         sent, skipped = self.clock.due(self.rel_ms())
         for r in skipped:
             self.leave_out(r)
-        for r in sent:
-            self.submit_nodes([instance_id(n, r) for n in self.base.topo_order])
+        if sent:
+            self.pump(set(sent))
 
     def leave_out(self, request: int) -> None:
         """A request not sent: a resident tool whose other nodes have all run goes now."""
@@ -971,14 +1053,35 @@ class _Window(_Round):
                     self.release(tool)
 
     def node_done(self, node: str) -> None:
+        self.done.add(node)
         base, r = split_id(node)
+        if self.plan.mapping[node] is Placement.GPU_QUEUE:
+            self.held_mb -= self.sc.card_of(node).vram_mb
         if base in self.base_sinks:
             self.sinks_left[r] -= 1
             if self.sinks_left[r] == 0:
                 self.clock.completed(r, self.rel_ms())
+        self.pump({r})
+
+    def waiting(self) -> bool:
+        return self.clock.next_ms() is not None
+
+    def execute(self) -> Trace:
+        trace = super().execute()
+        # a queued node was ready when its inputs had ended, not when the driver admitted it (Ray saw it then)
+        for node, ready in self.queue_ready_ms.items():
+            nt = trace.nodes.get(node)
+            if nt is not None:
+                trace.nodes[node] = dataclasses.replace(nt, ready_ms=max(0.0, min(ready, nt.admitted_ms)))
+        return trace
 
     def wait(self) -> None:
         super().wait()
+        if self.failure is None and self.queue:
+            head = self.queue[0]
+            self.fail(Infeasibility(InfeasibleKind.DEADLOCK, f"{self.label(head)} at the head of the gpu_queue "
+                                    f"needs {self.sc.card_of(head).vram_mb:g} MB beside {self.held_mb:g} MB held of "
+                                    f"{self.budget:g} MB and nothing running will free more"))
         if self.failure is None and self.clock.pending:
             waiting = sorted(r for r in range(self.clock.count) if r not in self.clock.sent
                              and r not in self.clock.skipped)

@@ -119,6 +119,8 @@ class _Child:
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="hetsched-task")
         self.send_lock = threading.Lock()
         self.outputs: dict[str, Any] = {}
+        self.readers: dict[str, int] = {}  # node -> successors here still to read its kept output
+        self.outputs_lock = threading.Lock()
         self.tools: dict[bytes, Tool] = {}
         self.tools_lock = threading.Lock()
         self.sampler_limit: float | None = None
@@ -141,12 +143,27 @@ class _Child:
     def inputs(self, specs: list[tuple[str, Any]]) -> list[Any]:
         out = []
         for how, value in specs:
-            out.append(self.outputs[value] if how == "ref" else pickle.loads(value))
+            out.append(self.read(value) if how == "ref" else pickle.loads(value))
         return out
 
-    def finish(self, node: str, output: Any, keep: bool, export: bool) -> bytes | None:
+    def read(self, node: str) -> Any:
+        """A kept output, dropped once its last reader here has it (a window's memory stays bounded)."""
+        with self.outputs_lock:
+            value = self.outputs[node]
+            left = self.readers.get(node, 0) - 1
+            if left <= 0:
+                self.outputs.pop(node, None)
+                self.readers.pop(node, None)
+            else:
+                self.readers[node] = left
+            return value
+
+    def finish(self, node: str, output: Any, keep: int, export: bool) -> bytes | None:
+        """Keep ``output`` for ``keep`` successors on this worker (0: none); its bytes when ``export``."""
         if keep:
-            self.outputs[node] = output
+            with self.outputs_lock:
+                self.outputs[node] = output
+                self.readers[node] = int(keep)
         return dumps(to_host(output)) if export else None
 
     # -- commands (each runs on a pool thread; the reply carries the request id)
@@ -183,12 +200,12 @@ class _Child:
         loaded = self.runtime.load(key, self.tool(tool))
         return {"load_ms": loaded.load_ms, "mem_mb": loaded.mem_mb, "t_start": loaded.t_start, "t_end": loaded.t_end}
 
-    def cmd_run(self, key: str, node: str, inputs: list[tuple[str, Any]], keep: bool, export: bool) -> dict[str, Any]:
+    def cmd_run(self, key: str, node: str, inputs: list[tuple[str, Any]], keep: int, export: bool) -> dict[str, Any]:
         ran = self.runtime.run(key, self.inputs(inputs))
         blob = self.finish(node, ran.output, keep, export)
         return {"start": ran.t_start, "end": ran.t_end, "output": blob}
 
-    def cmd_queue_run(self, key: str, tool: bytes, node: str, inputs: list[tuple[str, Any]], keep: bool,
+    def cmd_queue_run(self, key: str, tool: bytes, node: str, inputs: list[tuple[str, Any]], keep: int,
                       export: bool) -> dict[str, Any]:
         values = self.inputs(inputs)
         loaded = self.runtime.load(key, self.tool(tool))
@@ -210,6 +227,7 @@ class _Child:
 
     def cmd_round_start(self, limit_mb: float | None, rebase: bool) -> dict[str, Any]:
         self.outputs.clear()
+        self.readers.clear()
         baseline = self.runtime.meter.rebase() if rebase else None
         self.runtime.meter.reset_peak()
         self.sampler_limit = limit_mb
@@ -220,6 +238,7 @@ class _Child:
         self.sampler.limit_mb = None
         self.sampler_limit = None
         self.outputs.clear()
+        self.readers.clear()
         return {"peak_mb": self.runtime.meter.peak_mb(), "in_use_mb": self.runtime.meter.in_use_mb()}
 
     def cmd_stats(self) -> dict[str, Any]:
@@ -317,6 +336,28 @@ def _main_without_missing_file() -> Any:
         main.__file__ = path
 
 
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+"""Math-library thread limits a worker process starts with (its thread budget)."""
+
+
+@contextlib.contextmanager
+def _thread_env(threads: int) -> Any:
+    """The worker's thread budget in the environment it starts with: ``spawn`` re-imports the
+    parent's main script in the child before ``_worker_main`` runs, so a script that imports numpy
+    or torch at module level would load them with one BLAS thread per machine core on the
+    worker's pinned core(s) (4.5x slower matmuls measured) before the budget could be applied."""
+    old = {k: os.environ.get(k) for k in THREAD_ENV}
+    os.environ.update({k: str(threads) for k in THREAD_ENV})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # ---------------------------------------------------------------------------- the parent's handle
 class Worker:
     """The parent's handle on one worker process (started by :meth:`start`, stopped by :meth:`close`)."""
@@ -369,7 +410,7 @@ class Worker:
         parent, child = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=_worker_main, args=(child, self.device, self.cores, self.sample_ms),
                            name=f"hetsched {self.label}", daemon=True)
-        with _main_without_missing_file():
+        with _main_without_missing_file(), _thread_env(self.device.threads):
             proc.start()
         child.close()
         self._proc, self._conn, self.inbox = proc, parent, []

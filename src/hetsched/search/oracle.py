@@ -5,7 +5,8 @@ with the noise-free simulator, so it is the true optimum of the model (noise can
 lucky mapping), and it does not simulate what provably cannot win:
 
 1. A seeded local search (:mod:`hetsched.search.local_search`) finds a good first incumbent;
-   a search the warm-up does not finish runs a longer one (``MORE_INCUMBENT_PER_NODE``) first.
+   a search estimated after the warm-up to need more than a second runs a longer one
+   (``MORE_INCUMBENT_PER_NODE``) first.
 2. Nodes are assigned in topological order, a few at a time (a *level*). Each batch of prefixes
    is extended by every combination of the level's placements at once with numpy, and every child
    whose lower bound (:mod:`hetsched.search.bounds`: critical path, admission, GPU/CPU work, VRAM x
@@ -74,7 +75,9 @@ WARMUP_S = 0.25
 """A search runs this long in this process first (easy ones end there); then, if its time estimate
 fits the budget, it continues in worker processes."""
 MORE_INCUMBENT_PER_NODE = 30
-"""Simulations per node of the second incumbent search, run when the warm-up did not finish the search."""
+"""Simulations per node of the second incumbent search, run when the rest of a search is
+estimated to take more than ``MORE_INCUMBENT_AFTER_S``."""
+MORE_INCUMBENT_AFTER_S = 1.0
 _PROBES = 64
 _MIN_PROBES = 8
 
@@ -639,26 +642,35 @@ def _fmt_n(count: float) -> str:
     return f"{count:.1e}"
 
 
-def _check_fits(plan: _Plan, rest: list[Rows], coll: _Collector, workers: int, seed: int, limit: float,
-                t0: float, inc: Any, refuse_factor: float) -> float | None:
-    """Estimate the rest of a search (None when even no pruning would fit); raise when the
-    estimate exceeds ``refuse_factor`` times the limit."""
+def _estimate_rest(plan: _Plan, rest: list[Rows], coll: _Collector, workers: int, seed: int, limit: float,
+                   t0: float) -> Estimate | None:
+    """Knuth's estimate of the rest of a search; None when even an unpruned search of the rest is
+    short (under ``MORE_INCUMBENT_AFTER_S`` and within ``limit``): nothing to decide then."""
     bm = plan.bm
     elapsed = time.perf_counter() - t0
     ev = plan.ev
     sim_s = ev.sim_seconds / max(1, ev.evaluations)
     worst = sum(len(r) * plan.leaves_below(r.depth) for r in rest) * (sim_s + 2e-6 * bm.n) / workers
-    if elapsed + worst <= limit:
+    if worst <= MORE_INCUMBENT_AFTER_S and elapsed + worst <= limit:
         return None
-    est = _estimate(plan, rest, coll.thr, workers, seed, refuse_factor * limit)
-    total = elapsed + est.seconds
+    return _estimate(plan, rest, coll.thr, workers, seed, limit)
+
+
+def _check_fits(plan: _Plan, est: Estimate | None, coll: _Collector, workers: int, limit: float,
+                t0: float, inc: Any, refuse_factor: float) -> float | None:
+    """The estimated total time of a search (None without an estimate); raise when it exceeds
+    ``refuse_factor`` times the limit."""
+    if est is None:
+        return None
+    total = time.perf_counter() - t0 + est.seconds
     if total > refuse_factor * limit:
         best = min(coll.items(), default=(inc.e2e_ms, inc.codes))
         raise SearchTooLong(
             f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
             f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
             f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). For a best-known mapping with a "
-            "lower bound use --reference best-known (hetsched run, bench, simulate), or raise --max-seconds",
+            "lower bound use `hetsched reference` (or --reference best-known in run and bench), or raise "
+            "--max-seconds",
             estimate_s=total,
             best=(best[0], _to_mapping(plan.sc, best[1])),
         )
@@ -686,15 +698,19 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
     done = task.run(level1, until=time.time() + warm)
     rest: list[Rows] = []
     if not done and not task.stats.timed_out:
-        # not an easy search: a longer incumbent search (cheap beside what is left) from the best
-        # so far lowers the threshold the rest is pruned with (a quarter of the simulations at 16 nodes)
-        best_codes = [c for _, c in sorted(coll.items())[:1]]
-        more = local_search(scenario, seed=seed + 1, max_evals=min(MORE_INCUMBENT_PER_NODE * bm.n, space), keep=top,
-                            evaluator=ev, starts=best_codes, max_seconds=None if limit == math.inf else limit / 10)
-        for e, c in more.elite:
-            coll.add(c, e)
         rest = task.leftover()
-        estimate = _check_fits(plan, rest, coll, workers, seed, limit, t0, inc, refuse_factor)
+        est = _estimate_rest(plan, rest, coll, workers, seed, refuse_factor * limit, t0)
+        if est is not None and MORE_INCUMBENT_AFTER_S < est.seconds < 100 * refuse_factor * limit:  # not hopeless
+            # a long search: a longer incumbent search (cheap beside it) from the best so far lowers
+            # the threshold the rest is pruned with (a sixth of the simulations on a 16-node fan-out)
+            best_codes = [c for _, c in sorted(coll.items())[:1]]
+            more = local_search(scenario, seed=seed + 1, max_evals=min(MORE_INCUMBENT_PER_NODE * bm.n, space),
+                                keep=top, evaluator=ev, starts=best_codes,
+                                max_seconds=None if limit == math.inf else limit / 10)
+            for e, c in more.elite:
+                coll.add(c, e)
+            est = _estimate_rest(plan, rest, coll, workers, seed, refuse_factor * limit, t0)
+        estimate = _check_fits(plan, est, coll, workers, limit, t0, inc, refuse_factor)
         if workers <= 1 or sum(len(r) for r in rest) < 2:
             task.resume()
             rest = []

@@ -30,7 +30,7 @@ down and every image of a real schedule rounded up (``ceil(F / u)``), so the rou
 still hold for every feasible mapping and ``(proven objective bound - 1) * u`` is below the
 optimum. CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
 one worker with a deterministic time limit, so the bound is the same on every machine unless
-its wall-clock cap (four times the limit, for a loaded machine) ends it first.
+its wall-clock cap (for a loaded machine) ends it first.
 
 OR-Tools is the optional ``[search]`` extra: without it :func:`available` is False and
 :func:`relaxation_bound_ms` returns None (the reference then keeps the bounds of
@@ -78,7 +78,8 @@ class RelaxationBound:
     slower or infeasible under the real model: admission waits and contention are relaxed)."""
 
 
-def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: float = 2.0) -> RelaxationBound | None:
+def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: float = 2.0,
+                        wall_seconds: float | None = None) -> RelaxationBound | None:
     """The relaxation's proven bound (see the module docstring); None without OR-Tools or when the
     workflow is longer than :data:`RELAXATION_MAX_NODES`.
 
@@ -86,6 +87,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
         max_seconds: the solver's deterministic time limit (about seconds of one core).
+        wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
+            is then the same on every machine only when the cap does not bind.
     """
     c = scenario.compiled
     n = c.n
@@ -191,10 +194,15 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_deterministic_time = max_seconds
-    solver.parameters.max_time_in_seconds = 4 * max_seconds  # a loaded machine: the wall clock caps it too
+    # a loaded machine: the wall clock caps it too (what is left of it after building the model)
+    cap = 4 * max_seconds if wall_seconds is None else wall_seconds - (time.perf_counter() - t0)
+    solver.parameters.max_time_in_seconds = max(0.05, cap)
     status = solver.solve(model)
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    proven = solver.best_objective_bound if solved else 0.0
+    # the proven bound holds whether or not a solution was found (UNKNOWN: stopped by the limit)
+    proven = solver.best_objective_bound if solved or status == cp_model.UNKNOWN else 0.0
+    if not math.isfinite(proven):
+        proven = 0.0
     lower = max(0.0, (proven - 1.0) * u)
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
     return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
