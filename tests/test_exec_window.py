@@ -351,6 +351,49 @@ def test_the_release_clock_follows_a_closed_loop_and_the_horizon() -> None:
     assert not h.pending and h.next_ms() is None
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_the_release_clock_sends_each_request_once_in_time_and_as_its_plan_says(data: st.DataObject) -> None:
+    # a pure simulation of the executor's loop: requests take a drawn time to return
+    closed = data.draw(st.booleans())
+    count = data.draw(st.integers(1, 12))
+    if closed:
+        clients = data.draw(st.integers(1, 4))
+        think = data.draw(st.floats(0, 50))
+        plan = Workload.closed(clients, requests=count, think_ms=think).plan()
+    else:
+        plan = Workload.trace(data.draw(st.lists(st.floats(0, 500), min_size=count, max_size=count))).plan()
+    horizon = data.draw(st.sampled_from([math.inf, 100.0, 300.0]))
+    clock = ReleaseClock(plan.releases_ms, plan.follows, horizon)
+    service = data.draw(st.lists(st.floats(1, 200), min_size=count, max_size=count))
+    now, running = 0.0, {}  # request -> when it returns
+    for _ in range(10 * count + 10):
+        sent, _ = clock.due(now)
+        for r in sent:
+            running[r] = now + service[r]
+        nxt = [t for t in [clock.next_ms(), *running.values()] if t is not None]
+        if not nxt:
+            break
+        now = max(now, min(nxt))
+        for r, t in list(running.items()):
+            if t <= now:
+                del running[r]
+                clock.completed(r, t)
+    assert not clock.pending and not running, "every request was either sent and returned, or skipped"
+    assert set(clock.sent).isdisjoint(clock.skipped) and len(clock.sent) + len(clock.skipped) == count
+    for r, t in clock.sent.items():
+        assert t < horizon
+        f = -1 if plan.follows is None else plan.follows[r]
+        if f < 0:
+            assert t == plan.releases_ms[r]
+        else:
+            assert f in clock.sent and t == clock.returned[f] + plan.releases_ms[r], f"{r} sent off its plan"
+    for r in clock.skipped:
+        f = -1 if plan.follows is None else plan.follows[r]
+        assert f in clock.skipped or (f < 0 and plan.releases_ms[r] >= horizon) or \
+            (f >= 0 and clock.returned[f] + plan.releases_ms[r] >= horizon)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"releases_ms": []}, "releases_ms: a window needs at least one request"),
     ({"releases_ms": [0.0, -1.0]}, "releases_ms: release times must be finite and >= 0 ms, got -1.0"),

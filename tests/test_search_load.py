@@ -161,3 +161,26 @@ def test_a_run_under_load_is_compared_with_the_loaded_optimum() -> None:
     assert res.reference.e2e_ms >= lone
     local = hs.run(sc.with_workload(wl), "all-cpu", rounds=1, store=False, reference="best-known")
     assert local.reference is not None and not local.reference.exact
+
+
+@SETTINGS
+@given(shapes, st.integers(2, 5))
+def test_the_rules_estimator_under_load_reads_a_windows_p95(shape: tuple[int, int, str, Mode], clients: int) -> None:
+    from hetsched.deciders.estimate import ESTIMATE_WINDOW_REQUESTS, Estimator
+
+    n, seed, family, mode = shape
+    sc = random_search_scenario(n, seed, family=family, mode=mode)
+    wl = Workload.closed(clients, requests=ESTIMATE_WINDOW_REQUESTS)
+    est = Estimator(sc.with_workload(wl), interference=sc.machine.gpu_kappa)
+    one = Estimator(sc, interference=sc.machine.gpu_kappa)
+    ev = WindowEvaluator(sc, wl)
+    from hetsched.search.load import _all_codes
+
+    for codes in list(_all_codes(sc))[:20]:
+        p = ev(codes)
+        got = est.e2e(codes)
+        if p.feasible:  # noise-free, cards as given: the estimate is the window's p95 the search sees
+            assert got == pytest.approx(p.p95_ms, rel=1e-9)
+            assert got >= one.e2e(codes) * (1 - 1e-9)
+        else:
+            assert math.isinf(got) or not p.feasible

@@ -391,3 +391,46 @@ def test_invariants_hold_for_any_trace_of_arrivals(kind: str, times: list[float]
     if trace.feasible:
         _check_invariants(sc, trace)
         assert [r.release_ms for r in trace.requests] == sorted(times)  # sent exactly when they arrive
+
+
+def test_a_scenario_with_a_workload_refuses_what_a_window_cannot_serve_statically() -> None:
+    """Scenario.infeasibility and the compiled static check know the workload, so policies, deciders
+    and the monitor never propose (and the loop never runs) a mapping its windows cannot serve."""
+    from hetsched.monitor.static import StaticCheck
+
+    sc = load_scenario("S13")
+    single_opt = hs.Mapping({"A": "gpu_now", "B": "gpu_queue", "C": "gpu_now", "D": "cpu"})
+    assert sc.infeasibility(single_opt) is None and sc.compiled.static_ok(sc.compiled.codes(single_opt))
+    loaded = sc.with_workload(Workload.closed(4, requests=20))
+    why = loaded.infeasibility(single_opt)
+    assert why is not None and why.kind is InfeasibleKind.NEVER_ADMISSIBLE and "under load" in str(why)
+    assert not loaded.compiled.static_ok(loaded.compiled.codes(single_opt))
+    one = sc.with_workload(Workload.closed(1, requests=1))  # a window of one request keeps today's rule
+    assert one.infeasibility(single_opt) is None and one.compiled.static_ok(one.compiled.codes(single_opt))
+    check = StaticCheck(loaded)
+    base = loaded.compiled.codes(loaded.uniform(Placement.CPU))
+    around = check.around(base)
+    for m in loaded.all_mappings():  # the compiled check, the monitor's and the scenario's agree on every mapping
+        codes = loaded.compiled.codes(m)
+        why = loaded.infeasibility(m)
+        if why is None or why.kind is not InfeasibleKind.DEADLOCK:  # static_ok leaves deadlocks to simulate()
+            assert loaded.compiled.static_ok(codes) == (why is None)
+        changes = tuple((i, c) for i, c in enumerate(codes) if c != base[i])
+        assert around.kind(changes) == (None if why is None else why.kind)
+    result = hs.run(loaded, "agentic", rounds=6, store=False, reference="none")
+    assert all(r.trace.feasible for r in result.rounds)  # nothing it cannot serve is proposed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_closed_loop_keeps_every_client_busy_until_the_window_ends(seed: int) -> None:
+    """Noisy requests can be faster than the isolated figures the plan sizes a duration with: the
+    simulator plans more until no client would have sent another request before the end."""
+    sc = make_scenario(make_workflow([("a", "t")]), [make_card("t", cpu_ms=100.0, gpu_ms=None)], cpu_cores=8,
+                       noise_cv=1.0)
+    trace = Simulator(sc).run_workload(sc.uniform(Placement.CPU), Workload.closed(2, duration_s=2, think_ms=5),
+                                       seed=seed)
+    last: dict[int, float] = {}
+    for r in trace.requests:
+        assert r.release_ms < 2000.0
+        last[r.client] = max(last.get(r.client, 0.0), r.end_ms)
+    assert sorted(last) == [0, 1] and all(end + 5.0 >= 2000.0 for end in last.values())

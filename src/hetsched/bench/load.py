@@ -2,13 +2,15 @@
 
 For each scenario and each load (a closed loop of K clients, K in :data:`LOAD_CLIENTS`), every
 policy runs ``rounds`` rounds, each round a window of requests (:mod:`hetsched.model.workload`);
-its last round's mapping is what it would deploy at that load. Two references come from the
+its mapping to deploy (the lowest median measured window p95 over its rounds) is its answer at
+that load. Two references come from the
 model, noise-free (:mod:`hetsched.search.load`): the **single-request optimum** (the mapping the
 one-request reference picks, run at every load) and the **loaded optimum** (the best mapping for
 the window's p95 at that load). The report has
 
-- per policy and load, the p50/p95/p99 latency and throughput its mapping measured (its last
-  window, with the simulator's noise, or on a real executor) and the model's noise-free p95;
+- per policy and load, the p50/p95/p99 latency and throughput its mapping to deploy measured (its
+  last window of that mapping, with the simulator's noise, or on a real executor) and the model's
+  noise-free p95;
 - which mapping wins at each load, and how far the single-request optimum is from it (p95);
 - latency-throughput curves (x: throughput, y: p95, one point per load) with each curve's knee
   marked: the load of highest *power*, throughput / p95 latency (Kleinrock, "Power and
@@ -154,8 +156,11 @@ def run_load_suite(config: LoadSuiteConfig, tick: Callable[[str], None] | None =
             for spec in config.specs:
                 res = api_run(sc, spec.policy, rounds=config.rounds, seed=config.seed, store=False,
                               options=dict(spec.options), executor=config.executor, workload=wl)
-                last = res.rounds[-1]
-                points.append(_point(sc, wl, k, spec.label, last.proposal.mapping, last.trace))
+                dep = res.deploy  # what it would deploy: its lowest median measured window p95
+                mapping = dep.mapping if dep is not None else res.rounds[-1].proposal.mapping
+                trace = next((r.trace for r in reversed(res.rounds) if r.trace.feasible and r.trace.mapping == mapping),
+                             res.rounds[-1].trace)
+                points.append(_point(sc, wl, k, spec.label, mapping, trace))
                 if tick:
                     tick(f"{sc.name} K={k} {spec.label}")
     return LoadSuiteResult(config, points, time.perf_counter() - t0)
@@ -194,7 +199,7 @@ def knee(points: Sequence[LoadPoint], predicted: bool = True) -> LoadPoint | Non
 def percentiles_table(result: LoadSuiteResult) -> Table:
     real = result.config.executor != "sim"
     where = f"measured on {result.config.executor}" if real else "simulated (with noise)"
-    t = Table("load_percentiles", f"Latency percentiles per policy and load ({where}, last window)",
+    t = Table("load_percentiles", f"Latency percentiles per policy and load ({where}, mapping to deploy)",
               ["scenario", "clients", "policy", "mapping", "p50 ms", "p95 ms", "p99 ms", "throughput /s",
                "model p95 ms", "note"])
     for p in result.points:
@@ -231,7 +236,7 @@ def winners_table(result: LoadSuiteResult) -> Table:
     t.notes += ["Mappings as letters in node order: C cpu, N gpu_now, Q gpu_queue.",
                 "single / loaded: how much higher the single-request optimum's p95 is than the loaded optimum's at "
                 "that load ('cannot serve': its gpu_queue nodes never fit beside its resident gpu_now tools).",
-                "best policy: the policy whose last mapping has the lowest model p95 at that load."]
+                "best policy: the policy whose mapping to deploy has the lowest model p95 at that load."]
     return t
 
 

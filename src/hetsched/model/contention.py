@@ -103,6 +103,9 @@ class Compiled:
     kappa: float
     load_sharing: int = 0
     """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
+    window: bool = False
+    """The scenario runs windows of several requests (its workload): the ``gpu_now`` tools stay
+    resident for the whole window, so every queued node must fit beside all of them."""
 
     @classmethod
     def of(cls, scenario: Scenario) -> Compiled:
@@ -141,6 +144,7 @@ class Compiled:
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
             load_sharing=_SHARING[scenario.machine.load_sharing],
+            window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
     @property
@@ -159,7 +163,8 @@ class Compiled:
     def static_ok(self, codes: Sequence[int]) -> bool:
         """The one static check on codes, ``Scenario.infeasibility``'s budget checks with its sums in
         the same order: the ``gpu_now`` tools fit the budget together at t = 0 and every queued node
-        fits it alone (what only the FIFO order shows is left to :func:`simulate`)."""
+        fits it alone (what only the FIFO order shows is left to :func:`simulate`); under a workload,
+        every queued node fits beside the ``gpu_now`` tools."""
         need = 0.0
         seen: set[int] = set()
         tool, budget = self.tool_idx, self.budget
@@ -171,6 +176,9 @@ class Compiled:
                     need += self.tool_vram[t]
             elif p == QUEUE and self.vram[i] > budget:
                 return False
+        if self.window:  # under load (model.workload.load_infeasibility): each queued node beside the residents
+            vram = self.vram
+            return need + max((vram[i] for i, p in enumerate(codes) if p == QUEUE), default=0.0) <= budget
         return need <= budget
 
 

@@ -22,7 +22,7 @@ from hetsched.model.machine import Machine
 from hetsched.model.mapping import BINARY, THREE_WAY, Mapping, Placement
 from hetsched.model.trace import Infeasibility, InfeasibleKind
 from hetsched.model.workflow import Workflow
-from hetsched.model.workload import Workload
+from hetsched.model.workload import Workload, load_infeasibility
 
 
 class Mode(StrEnum):
@@ -116,7 +116,7 @@ class Scenario(BaseModel):
 
         Kept with the objects it was built from and rebuilt when they differ: ``model_copy`` copies
         the instance's dict, so a copy with another machine, mode or cards must not inherit it."""
-        key = (self.workflow, self.machine, self.cards, self.mode)
+        key = (self.workflow, self.machine, self.cards, self.mode, self.workload)
         got = self.__dict__.get("_compiled")
         if got is None or any(a is not b for a, b in zip(got[0], key, strict=True)):
             got = (key, Compiled.of(self))
@@ -217,7 +217,9 @@ class Scenario(BaseModel):
         Static checks: the ``gpu_now`` set must fit the budget at t = 0 (where it is largest),
         every ``gpu_queue`` node must fit an empty GPU, and no queued node may need memory held
         by ``gpu_now`` tools whose nodes depend on it (:meth:`queue_deadlock`). Head-of-line
-        waits in the FIFO queue that end in a deadlock are found by the executor.
+        waits in the FIFO queue that end in a deadlock are found by the executor. Under the
+        scenario's workload (a window of several requests) every queued node must also fit beside
+        all the ``gpu_now`` tools (:func:`~hetsched.model.workload.load_infeasibility`).
         """
         budget = self.machine.vram_budget_mb
         tools = self.gpu_now_tools(mapping)
@@ -233,7 +235,10 @@ class Scenario(BaseModel):
                         InfeasibleKind.NEVER_ADMISSIBLE,
                         f"node {n!r} ({card.name}) needs {card.vram_mb:g} MB > budget {budget:g} MB",
                     )
-        return self.queue_deadlock(mapping)
+        deadlock = self.queue_deadlock(mapping)
+        if deadlock is not None or self.workload is None:
+            return deadlock
+        return load_infeasibility(self, mapping, self.workload)
 
     def queue_deadlock(self, mapping: Mapping) -> Infeasibility | None:
         """The reason a ``gpu_queue`` node can never be admitted because of its own descendants, or None.

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hetsched.model.errors import InputError
 from hetsched.model.limits import MAX_MS, MAX_SEED
 from hetsched.model.mapping import Mapping, Placement
 from hetsched.model.trace import (
@@ -204,7 +205,7 @@ class Workload(BaseModel):
                 per_client = horizon / max(min_latency_ms + self.think_ms, 1e-9)
                 n = k * (int(per_client) + 1)
                 if n > MAX_LOAD_REQUESTS:
-                    raise ValueError(
+                    raise InputError(
                         f"workload: {k} clients over {self.duration_s:g} s may send {n:,} requests (a request takes "
                         f"at least {min_latency_ms:g} ms, think {self.think_ms:g} ms); at most {MAX_LOAD_REQUESTS:,}: "
                         "give a shorter duration_s or a request count")
@@ -221,7 +222,7 @@ class Workload(BaseModel):
                 times.append(t)
                 t += rng.expovariate(1.0 / mean_gap)
             if len(times) > MAX_LOAD_REQUESTS:
-                raise ValueError(f"workload: {self.rate_per_s:g}/s over {self.duration_s:g} s sends more than "
+                raise InputError(f"workload: {self.rate_per_s:g}/s over {self.duration_s:g} s sends more than "
                                  f"{MAX_LOAD_REQUESTS:,} requests; give a shorter duration_s or a request count")
             return ArrivalPlan(tuple(times), None, math.inf, tuple(-1 for _ in times))
         chosen = [t for t in self.times_ms if t < horizon]

@@ -160,7 +160,14 @@ class Around:
         (remembered: the monitor asks again for the same variants after each probe)."""
         if changes in self._verdicts:
             return self._verdicts[changes]
-        verdict = self._kind(changes)
+        if self.check.scenario.compiled.window:  # under a workload: the scenario's own (stricter) check
+            codes = list(self.codes)
+            for i, new in changes:
+                codes[i] = new
+            reason = self.check.reason(codes)
+            verdict = None if reason is None else reason.kind
+        else:
+            verdict = self._kind(changes)
         self._verdicts[changes] = verdict
         return verdict
 

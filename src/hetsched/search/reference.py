@@ -137,6 +137,14 @@ def best_known(
     found = local_search(scenario, seed=seed, max_seconds=search_s, max_evals=max_evals, starts=starts,
                          evaluator=ev)
     bound_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
+    if relaxed is not None and not relaxed.optimal and found.e2e_ms < first.e2e_ms:
+        # stopped by its limit: again with the better upper bound (a smaller T to prove), half the rest
+        again_s = max(0.2, 0.5 * (bound_s if bound_s is not None else relax_s))
+        again = relaxation_bound_ms(scenario, found.e2e_ms, max_seconds=again_s,
+                                    wall_seconds=None if max_seconds is None else again_s)
+        if again is not None and again.lower_ms > relaxed.lower_ms:
+            relaxed = again
+        bound_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
     expansions = None if max_evals is None else max(4, max_evals // 100)
     proved = lower_bound(scenario, found.e2e_ms, max_seconds=bound_s, max_expansions=expansions, evaluator=ev)
     codes, e2e = found.codes, found.e2e_ms

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from hetsched.model import Infeasibility, InfeasibleKind, Mapping, NodeTrace, Scenario, Trace, VramPoint
 from hetsched.model.contention import Compiled, Timings, simulate
-from hetsched.model.workload import RequestTrace, Workload, load_infeasibility, window_trace
+from hetsched.model.workload import ArrivalPlan, RequestTrace, Workload, load_infeasibility, window_trace
 
 
 def lognormal_factors(n: int, cv: float, rng: random.Random) -> list[float]:
@@ -42,6 +42,17 @@ def _deadlock_reason(c: Compiled, out: Timings) -> Infeasibility:
         f"needs {c.vram[head]:g} MB but only {free:g} MB of {c.budget:g} MB are free and nothing running will "
         f"free more: gpu_now tools {holders} stay resident until queued work they depend on has run",
     )
+
+
+def _clients_cut_short(plan: ArrivalPlan, out: Timings) -> bool:
+    """A closed loop run for a duration: did a client's last planned request return early enough
+    that the client would have sent another before the window ended?"""
+    if plan.follows is None or math.isinf(plan.horizon_ms):
+        return False
+    followed = set(plan.follows)
+    think = max(plan.releases_ms, default=0.0)  # every follow-up is sent the think time after its client's last
+    return any(r not in followed and not math.isinf(rel) and rel + out.instance_e2e_ms[r] + think < plan.horizon_ms
+               for r, rel in enumerate(out.released))
 
 
 class Simulator:
@@ -132,20 +143,25 @@ class Simulator:
             return Trace.refused(mapping, refused, vram_budget_mb=budget, seed=use_seed, executor=self.name)
         c = self._c
         n1 = len(c.names)
-        plan = workload.plan(sc.isolated_critical_path_ms())
-        copies = len(plan)
-        wf = lf = None
-        if self.noise:
-            rng = random.Random(seed)
-            wf, lf = [], []
-            for _ in range(copies):
-                wf += lognormal_factors(n1, sc.machine.noise_cv, rng)
-                lf += lognormal_factors(n1, sc.machine.noise_cv, rng)
-        out = simulate(c, self.codes(mapping), work_factor=wf, load_factor=lf, releases=plan.releases_ms,
-                       follows=plan.follows, horizon_ms=plan.horizon_ms, record=True)
-        if out.deadlock:
-            return Trace.refused(mapping, _deadlock_reason(c, out), vram_budget_mb=budget, seed=use_seed,
-                                 executor=self.name)
+        min_ms = sc.isolated_critical_path_ms()
+        while True:
+            plan = workload.plan(min_ms)
+            copies = len(plan)
+            wf = lf = None
+            if self.noise:  # per request in send order: a longer plan draws the same factors for its prefix
+                rng = random.Random(seed)
+                wf, lf = [], []
+                for _ in range(copies):
+                    wf += lognormal_factors(n1, sc.machine.noise_cv, rng)
+                    lf += lognormal_factors(n1, sc.machine.noise_cv, rng)
+            out = simulate(c, self.codes(mapping), work_factor=wf, load_factor=lf, releases=plan.releases_ms,
+                           follows=plan.follows, horizon_ms=plan.horizon_ms, record=True)
+            if out.deadlock:
+                return Trace.refused(mapping, _deadlock_reason(c, out), vram_budget_mb=budget, seed=use_seed,
+                                     executor=self.name)
+            if not _clients_cut_short(plan, out):
+                break
+            min_ms /= 2  # noise made requests faster than the plan assumed: plan more of them
         released = out.released or list(plan.releases_ms)
         order = sorted((rel, r) for r, rel in enumerate(released) if not math.isinf(rel))
         requests = []
