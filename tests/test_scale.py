@@ -31,7 +31,12 @@ from hetsched.bench.suites import (
 from hetsched.cli import main
 from hetsched.deciders.estimate import Estimator, fit_interference
 from hetsched.deciders.evidence import Evidence
-from hetsched.deciders.rules import SCREEN_EVALUATIONS_FIRST, SCREEN_EVALUATIONS_LATER, SCREEN_MIN_NODES
+from hetsched.deciders.rules import (
+    SCREEN_EVALUATIONS_FIRST,
+    SCREEN_EVALUATIONS_LATER,
+    SCREEN_MIN_NODES,
+    SCREEN_NODES_PER_EVALUATION_ROOT,
+)
 from hetsched.deciders.search import focus, local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
@@ -294,7 +299,8 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     resumed = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=3, seed=1), history=part.rounds)
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
-    assert f"of a budget of {SCREEN_EVALUATIONS_FIRST}; descents screened" in spent[0]
+    first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
+    assert f"of a budget of {first}; descents screened" in spent[0]
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 

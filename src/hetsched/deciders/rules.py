@@ -266,7 +266,11 @@ estimates is fixed (below) instead of growing with n: a decision costs a bounded
 simulations. Up to 16 nodes the search is the full-neighbourhood one above (the bundled and random
 suites' workflows, whose tables are pinned)."""
 SCREEN_EVALUATIONS_FIRST = 400
-"""Estimates of the screened search with nothing measured yet (round 0)."""
+"""Estimates of the screened search with nothing measured yet (round 0), at least; and..."""
+SCREEN_NODES_PER_EVALUATION_ROOT = 2.5
+"""...(n / this)^2 (400 at 50 nodes, 1,600 at 100): round 0 descends from the rules' and the uniform
+mappings, often far from the optimum on three-way workflows, in O(n) improving steps of O(n) tries
+each; later rounds start near it."""
 SCREEN_EVALUATIONS_LATER = 150
 """Estimates of the screened search once something was measured (it also starts from the best measured
 mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
@@ -459,8 +463,10 @@ class RulesDecider(Decider):
         first = starts == comp.starts
         screen = n >= SCREEN_MIN_NODES
         if screen:
-            budget = self.search_evaluations or min(SCREEN_EVALUATIONS_FIRST if first else SCREEN_EVALUATIONS_LATER,
-                                                    max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
+            wanted = max(SCREEN_EVALUATIONS_FIRST, round((n / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2)) if first \
+                else SCREEN_EVALUATIONS_LATER
+            cap = max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n)
+            budget = self.search_evaluations or min(wanted, cap)
         else:
             per_node = SEARCH_EVALUATIONS_PER_NODE if first else SEARCH_EVALUATIONS_PER_NODE_LATER
             budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
