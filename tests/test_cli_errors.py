@@ -344,6 +344,8 @@ def test_library_errors_name_the_parameter_and_the_cli_its_flag(capsys: pytest.C
     ("use `hetsched.reference(scenario)`", "use `hetsched reference SCENARIO`"),
     ("pass it with the executor option tool_modules=m", "pass it with --executor-option tool_modules=m"),
     ("check the LLM setting base_url", "check --llm-base-url"),
+    ("or omit `address` to start a local cluster", "or omit --ray-address to start a local cluster"),
+    ("Without `ranking` the bounded search", "Without --all the bounded search"),
     # what the CLI does not know stays as written: a shell line, another name, another call
     ("`sqlite3 a.sqlite .recover | sqlite3 b.sqlite`", "`sqlite3 a.sqlite .recover | sqlite3 b.sqlite`"),
     ("`margin` and `RunStore(p).close()` and `hetsched.run(x, y)`",
