@@ -5,10 +5,12 @@ server that hangs up, a store folder that does not exist."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
 import pickle
+import re
 import socket
 import sys
 import textwrap
@@ -333,24 +335,142 @@ def test_library_errors_name_the_parameter_and_the_cli_its_flag(capsys: pytest.C
     assert (back.param, back.problem, str(back)) == ("rounds", "must be >= 1, got 0", "rounds must be >= 1, got 0")
 
 
-def test_no_library_error_message_starts_with_a_cli_flag() -> None:
-    """Library code names parameters; only ``hetsched.cli`` speaks in flags (it maps them)."""
-    import ast
 
+@pytest.mark.parametrize(("library", "shown"), [
+    ("choose another file with `store` / HETSCHED_STORE", "choose another file with --store / HETSCHED_STORE"),
+    ("Use `reference='best-known'`, or raise `max_seconds`", "Use --reference best-known, or raise --max-seconds"),
+    ("continue the run with `hetsched.resume('a1b2')`", "continue the run with `hetsched run --resume a1b2`"),
+    ("listed by `RunStore('/x y/runs.sqlite').runs()`", "listed by `hetsched runs --store '/x y/runs.sqlite'`"),
+    ("use `hetsched.reference(scenario)`", "use `hetsched reference SCENARIO`"),
+    ("pass it with the executor option tool_modules=m", "pass it with --executor-option tool_modules=m"),
+    ("check the LLM setting base_url", "check --llm-base-url"),
+    ("or omit `address` to start a local cluster", "or omit --ray-address to start a local cluster"),
+    ("Without `ranking` the bounded search", "Without --all the bounded search"),
+    # what the CLI does not know stays as written: a shell line, another name, another call
+    ("`sqlite3 a.sqlite .recover | sqlite3 b.sqlite`", "`sqlite3 a.sqlite .recover | sqlite3 b.sqlite`"),
+    ("`margin` and `RunStore(p).close()` and `hetsched.run(x, y)`",
+     "`margin` and `RunStore(p).close()` and `hetsched.run(x, y)`"),
+])
+def test_library_hints_name_the_api_and_the_cli_shows_flags_and_commands(library: str, shown: str) -> None:
+    assert error_text(InputError(library)) == shown
+
+
+def test_hints_of_tool_and_card_errors_name_the_parameter(capsys: pytest.CaptureFixture[str],
+                                                          tmp_path: Path) -> None:
+    from hetsched.exec.toolset import scenario_tools
+
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("cards:\n  mine: {cpu_ms: 10, gpu_ms: 1, vram_mb: 100}\nnodes: {A: mine}\n")
+    with pytest.raises(InputError) as caught:
+        scenario_tools(load_scenario(flow), "tiny")
+    assert "the executor option tool_modules=my_module" in str(caught.value)
+    assert "--executor-option tool_modules=my_module" in error_text(caught.value)
+    lib = tmp_path / "lib.yaml"
+    lib.write_text("tools:\n  mine: {cpu_ms: 10, gpu_ms: 1, vram_mb: 100}\n")
+    flow.write_text(f"tools: {lib}\nnodes: {{A: mine}}\n")
+    with pytest.raises(InputError) as caught:
+        load_scenario(flow, library={})
+    assert "another library was given too (`library`)" in str(caught.value)
+    assert "another library was given too (--tools)" in error_text(caught.value)
+    assert "(--tools)" in refused(capsys, "bench", "--tools", str(lib), "--scenario", str(flow), "--quick",
+                                  "--out", str(tmp_path / "out"))
+    assert "give a bench's output folder (--out)" in refused(capsys, "report", str(tmp_path))
+
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
+"""A CLI flag inside a message (``--store``, not ``a--b`` nor the ``--`` of a diff)."""
+
+LIBRARY_MESSAGE_FLAGS_ALLOWED = {
+    # other programs' command lines, which only their own flags can say:
+    ("exec/ray_plan.py", "--num-gpus"),  # `ray start --num-gpus 1 --resources ...`: Ray's CLI starts a node
+    ("exec/ray_plan.py", "--resources"),
+    ("exec/ray.py", "--head"),  # `ray start --head` prints a cluster's address (Ray's CLI)
+    # copying a bundled file has no library call that writes the copy (starter_text only returns its text)
+    ("profiling/refresh.py", "hetsched init"),
+}
+"""(file under src/hetsched, flag or command) pairs a library message may name, each justified above."""
+
+
+def _message_strings(tree: ast.Module) -> set[tuple[int, str]]:
+    """(line, text) of every string that can end up in an exception's message: the constants (f-string
+    parts included) of each ``raise X(...)`` and each ``X...Error(...)`` built to be returned or raised,
+    those of the local variables it uses (``then = ...``), and those returned by the module's functions
+    it calls (hint helpers such as ``recovery_hint``)."""
+    functions: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.setdefault(node.name, []).append(node)
+
+    def strings(expr: ast.AST, scope: ast.AST, seen: set[str]) -> Iterator[tuple[int, str]]:
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield node.lineno, node.value
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and f"={node.id}" not in seen:
+                seen.add(f"={node.id}")
+                for assign in ast.walk(scope):
+                    if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id
+                                                              for t in assign.targets):
+                        yield from strings(assign.value, scope, seen)
+            elif isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name in functions and name not in seen:
+                    seen.add(name)
+                    for fn in functions[name]:
+                        for ret in ast.walk(fn):
+                            if isinstance(ret, ast.Return) and ret.value is not None:
+                                yield from strings(ret.value, fn, seen)
+
+    def is_error(call: ast.Call) -> bool:
+        name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+        return name.endswith(("Error", "Exception", "TooLong", "Refused"))
+
+    found: set[tuple[int, str]] = set()
+    for scope in [tree, *(fn for fns in functions.values() for fn in fns)]:
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                found.update(strings(node.exc, scope, set()))
+            elif isinstance(node, ast.Call) and is_error(node):
+                found.update(strings(node, scope, set()))
+    return found
+
+
+def test_no_library_error_message_names_a_cli_flag_or_command() -> None:
+    """Library code names parameters and API calls; only ``hetsched.cli`` speaks in flags and commands
+    (``cli_words`` maps a hint's backticked names). A flag anywhere in a library message fails, and so
+    does a ``hetsched COMMAND`` line, unless allowed above with its reason."""
+    from hetsched.cli import COMMANDS
+
+    names = "|".join(re.escape(c) for c in sorted(COMMANDS, key=len, reverse=True))
+    command = re.compile(rf"\bhetsched (?:{names})\b(?! store)")  # "a hetsched run store" is the file's kind
     src = Path(__file__).resolve().parents[1] / "src" / "hetsched"
-    found = []
+    found: list[str] = []
     for path in sorted(src.rglob("*.py")):
-        if path.relative_to(src).parts[0] == "cli":
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith("cli/"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
-                first = node.exc.args[0]
-                while isinstance(first, ast.BinOp):
-                    first = first.left
-                head = first.values[0] if isinstance(first, ast.JoinedStr) and first.values else first
-                if isinstance(head, ast.Constant) and str(head.value).startswith("--"):
-                    found.append(f"{path.relative_to(src)}:{node.lineno}: {str(head.value)[:50]}")
+        for line, text in sorted(_message_strings(ast.parse(path.read_text(encoding="utf-8")))):
+            flags = [f for f in _FLAG.findall(text) if (rel, f) not in LIBRARY_MESSAGE_FLAGS_ALLOWED]
+            commands = [c for c in command.findall(text) if (rel, c) not in LIBRARY_MESSAGE_FLAGS_ALLOWED]
+            if flags or commands:
+                found.append(f"{rel}:{line}: {flags + commands} in {text[:70]!r}")
     assert not found, "library errors that speak CLI:\n" + "\n".join(found)
+
+
+def test_the_check_for_cli_words_finds_them() -> None:
+    """The check above is not vacuous: it finds a flag deep in a message, in a returned error and in
+    a hint helper the message calls."""
+    code = textwrap.dedent('''
+        def hint(path):
+            return f"or use --store {path}"
+        def f(x):
+            if x:
+                raise ValueError(f"bad {x}; " + hint(x))
+            then = "continue with `hetsched run --resume`"
+            return StoreError("see `hetsched runs` or raise --max-seconds; " + then)
+    ''')
+    texts = " ".join(t for _, t in sorted(_message_strings(ast.parse(code))))
+    assert sorted(_FLAG.findall(texts)) == ["--max-seconds", "--resume", "--store"] and "hetsched runs" in texts
+    assert not _FLAG.findall("a--b, x -- y, a-- b")
 
 
 # ---------------------------------------------------------------- names and keys: what was meant

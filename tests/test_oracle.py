@@ -13,6 +13,7 @@ from tests.factories import canonical_scenario, make_card, make_scenario, make_w
 from tests.search_scenarios import FAMILIES, random_search_scenario
 from tests.test_sim import instances
 
+from hetsched.cli.app import error_text
 from hetsched.model import InputError, Mapping, Mode, Placement, Scenario
 from hetsched.model.files import load_scenario
 from hetsched.search import oracle as oracle_mod
@@ -166,7 +167,8 @@ def test_a_search_too_long_for_its_budget_says_so_with_an_estimate() -> None:
     with pytest.raises(SearchTooLong) as err:
         solve(sc, max_seconds=0.5)
     text = str(err.value)
-    assert "scenario 'bigfan40' (40 nodes, three_way:" in text and "--max-seconds" in text
+    assert "scenario 'bigfan40' (40 nodes, three_way:" in text and "(`max_seconds`)" in text
+    assert "(--max-seconds)" in error_text(err.value)  # the CLI names the flag
     assert "best-known" in text and err.value.estimate_s > 0.5
     assert isinstance(err.value, InputError)  # the CLI turns it into exit 2 without a traceback
     assert err.value.best is not None
@@ -176,8 +178,10 @@ def test_a_search_too_long_for_its_budget_says_so_with_an_estimate() -> None:
 
 def test_full_ranking_refuses_a_space_it_cannot_simulate_in_time() -> None:
     sc = big_fanout(16)
-    with pytest.raises(SearchTooLong, match=r"the full ranking simulates every mapping.*Drop --all"):
+    with pytest.raises(SearchTooLong, match=r"the full ranking simulates every mapping.*Without `ranking` the "
+                                            r"bounded search ranks the best mappings; or raise `max_seconds`") as err:
         solve(sc, ranking=True, max_seconds=1.0)
+    assert "Without --all the bounded search" in error_text(err.value)  # the CLI's words
 
 
 def test_estimate_is_cheap_and_positive_and_top_must_be_positive() -> None:
@@ -221,7 +225,11 @@ def test_a_search_that_cannot_fit_is_refused_on_its_estimate_not_after_its_budge
         solve(sc, max_seconds=60.0, top=10)
     text = str(err.value)
     assert "is estimated to take" in text and "did not finish" not in text
-    assert "--reference best-known" in text and err.value.estimate_s > 60.0
+    assert "`reference='best-known'`" in text and "`hetsched.reference(scenario)`" in text and "--" not in text
+    assert err.value.estimate_s > 60.0
+    shown = error_text(err.value)  # the CLI names the flags and the command
+    assert "--reference best-known" in shown and "`hetsched reference SCENARIO`" in shown
+    assert "(--max-seconds)" in shown and "raise --max-seconds" in shown
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.factories import run_cli as cli
 
+from hetsched.cli.app import error_text
 from hetsched.loop import LoopConfig, continue_run, ensure_run, run_key, run_recorded
 from hetsched.model.files import load_scenario
 from hetsched.store import RunBusyError, RunStore, StoreError, schema
@@ -66,7 +67,8 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing_recorded(tmp_path: Path)
         (info,) = store.runs()
         message = str(exc.value)
         assert "the disk is full" in message and "Nothing recorded before was lost" in message
-        assert f"hetsched run --resume {info.id}" in message and str(path) in message
+        assert f"`hetsched.resume({info.id!r})`" in message and str(path) in message
+        assert f"`hetsched run --resume {info.id}`" in error_text(exc.value)  # the CLI names the command
         done = store.rounds(info.id)
         assert 0 < len(done) < 12 and [r.round for r in done] == list(range(len(done)))
         conn.execute("PRAGMA max_page_count = 1000000")  # space freed
@@ -165,6 +167,12 @@ def test_random_bytes_in_a_stored_value_mark_that_run_and_spare_the_others(
     assert code == 0 and "damaged" in out and ids[0] in out and ids[2] in out
     code, _, err = cli(capsys, "show-run", ids[1], "--store", str(path))
     assert code == 2 and f"run store {path} is damaged" in err and "quick_check" in err and ".recover" in err
+    shown = " ".join(err.split())  # the CLI names its command and flag; the library its API (below)
+    assert f"still listed by `hetsched runs --store {path}`" in shown and "then use --store recovered.sqlite" in shown
+    with RunStore(path, read_only=True) as store, pytest.raises(StoreError) as damaged:
+        store.load(ids[1])
+    assert f"still listed by `RunStore({str(path)!r}).runs()`" in str(damaged.value)
+    assert "then use `store='recovered.sqlite'`" in str(damaged.value) and "--" not in str(damaged.value)
     assert cli(capsys, "show-run", ids[2], "--store", str(path))[0] == 0
     code, _, err = cli(capsys, "run", "--resume", ids[1], "--store", str(path))
     assert code == 2 and "damaged" in err

@@ -248,7 +248,7 @@ def read_manifest(folder: Path) -> tuple[Path, list[str], list[str], dict[str, A
     """(store path, run ids, labels, meta) from a bench output folder."""
     path = folder / MANIFEST
     if not path.is_file():
-        raise InputError(f"{folder}: no {MANIFEST} here; give a bench output folder (hetsched bench --out DIR), "
+        raise InputError(f"{folder}: no {MANIFEST} here; give a bench's output folder (`out`), "
                          "a run store file, or run ids")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))

@@ -10,7 +10,9 @@ of a run was infeasible), 130 interrupted (Ctrl-C; stored rounds are kept).
 
 from __future__ import annotations
 
+import ast
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -46,9 +48,27 @@ PARAMETER_FLAGS: dict[str, str] = {
     "reference": "--reference",
     "max_seconds": "--max-seconds",
     "reference_seconds": "--max-seconds",
+    "store": "--store",
+    "library": "--tools",
+    "ranking": "--all",
+    "address": "--ray-address",
+    "out": "--out",
 }
 """Library parameter -> the flag that sets it: a library error names the parameter
-(:class:`~hetsched.model.errors.ParameterError`), the CLI shows its flag."""
+(:class:`~hetsched.model.errors.ParameterError`), the CLI shows its flag. A hint inside a message
+names a parameter in backticks, ``store`` or ``reference='best-known'`` (:func:`cli_words`)."""
+
+API_COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "hetsched.resume": ("hetsched run --resume", ()),
+    "hetsched.reference": ("hetsched reference", ()),
+    "RunStore.runs": ("hetsched runs", ("store",)),
+}
+"""A library call a hint names in backticks -> the command that does the same, and the parameter
+each positional argument of a constructor before the method is (``RunStore(path).runs()`` is
+``hetsched runs --store PATH``)."""
+
+OPTION_PHRASES: dict[str, str] = {"the executor option ": "--executor-option "}
+"""A phrase a library hint names an option with -> the flag that sets it (LLM settings: :func:`llm_setting_flag`)."""
 
 
 LLM_SETTING_FLAGS: dict[str, str] = {"timeout_s": "--llm-timeout"}
@@ -62,13 +82,85 @@ def llm_setting_flag(name: str) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """An error's message as the CLI shows it: a parameter named by the flag that sets it, and each
-    "the LLM setting NAME" a library hint names (:mod:`hetsched.llm`) as its ``--llm-`` flag."""
+    """An error's message as the CLI shows it: a parameter named by the flag that sets it, and the
+    library names inside its hints in the CLI's words (:func:`cli_words`)."""
     param = getattr(exc, "param", None)
     named = getattr(exc, "named", None)
     if isinstance(param, str) and param in PARAMETER_FLAGS and callable(named):
-        return str(named(PARAMETER_FLAGS[param]))
-    return _LLM_SETTING.sub(lambda m: llm_setting_flag(m[1]), str(exc))
+        return cli_words(str(named(PARAMETER_FLAGS[param])))
+    return cli_words(str(exc))
+
+
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+_OPTION_PHRASE = re.compile("|".join(re.escape(p) for p in OPTION_PHRASES))
+
+
+def cli_words(text: str) -> str:
+    """A library message in the CLI's words. Library hints name what to change as the Python API
+    spells it; each is shown as its flag or command:
+
+    - a parameter in backticks, bare or with a value: ```max_seconds``` -> ``--max-seconds``,
+      ```reference='best-known'``` -> ``--reference best-known`` (:data:`PARAMETER_FLAGS`);
+    - a call in backticks: ```hetsched.resume('ab12')``` -> ```hetsched run --resume ab12```
+      (:data:`API_COMMANDS`);
+    - "the LLM setting NAME" -> its ``--llm-`` flag; "the executor option K=V" -> ``--executor-option K=V``.
+
+    What it does not know (a backticked shell line, another name) stays as written."""
+    text = _BACKTICKED.sub(lambda m: _cli_mention(m[1]) or m[0], text)
+    text = _OPTION_PHRASE.sub(lambda m: OPTION_PHRASES[m[0]], text)
+    return _LLM_SETTING.sub(lambda m: llm_setting_flag(m[1]), text)
+
+
+def _cli_mention(code: str) -> str | None:
+    """One backticked library mention as the CLI writes it, None to keep it as it is."""
+    def word(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):  # a placeholder: scenario -> SCENARIO
+            return node.id.upper()
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float)):
+            return shlex.quote(str(node.value))
+        return None
+
+    def flag(name: str, value: ast.expr | None) -> str | None:
+        if name not in PARAMETER_FLAGS:
+            return None
+        if value is None:
+            return PARAMETER_FLAGS[name]
+        shown = word(value)
+        return None if shown is None else f"{PARAMETER_FLAGS[name]} {shown}"
+
+    try:
+        tree = ast.parse(f"f({code})", mode="eval").body  # a bare name, name=value, or a call
+    except SyntaxError:
+        return None
+    assert isinstance(tree, ast.Call)
+    if len(tree.args) + len(tree.keywords) != 1:
+        return None
+    if tree.keywords:
+        kw = tree.keywords[0]
+        return None if kw.arg is None else flag(kw.arg, kw.value)
+    node = tree.args[0]
+    if isinstance(node, ast.Name):
+        return flag(node.id, None)
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    owner, args, keywords = node.func.value, list(node.args), list(node.keywords)
+    named: list[tuple[str, ast.expr]] = []
+    if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name):  # Class(...).method(...)
+        key = f"{owner.func.id}.{node.func.attr}"
+        params = API_COMMANDS.get(key, ("", ()))[1]
+        if len(owner.args) > len(params) or owner.keywords:
+            return None
+        named = list(zip(params, owner.args, strict=False))
+    elif isinstance(owner, ast.Name):
+        key = f"{owner.id}.{node.func.attr}"
+    else:
+        return None
+    if key not in API_COMMANDS:
+        return None
+    words = [API_COMMANDS[key][0]] + [word(a) for a in args]
+    words += [flag(k.arg, k.value) if k.arg else None for k in keywords]
+    words += [flag(name, value) for name, value in named]
+    return None if None in words else "`" + " ".join(w for w in words if w) + "`"
 
 
 def _version(value: bool) -> None:

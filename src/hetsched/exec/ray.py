@@ -301,7 +301,7 @@ class RayExecutor(ClosingExecutor):
                 with contextlib.suppress(Exception):
                     ray.shutdown()
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray cluster"
-                hint = ("; check the address (ray start --head prints it) or omit --ray-address to start a local "
+                hint = ("; check the address (ray start --head prints it) or omit `address` to start a local "
                         "cluster" if self.address else "")
                 raise InputError(f"executor 'ray': cannot connect to {where}: {_first_line(exc)}{hint}") from None
             _CONN.update(users=1, opened=True, started=started,

@@ -32,7 +32,7 @@ def scenario_tools(scenario: Scenario, size: str) -> dict[str, Tool]:
             raise InputError(
                 f"scenario {scenario.name!r}: tool {name!r} has no implementation to run; registered tools: "
                 f"{', '.join(tool_names())} (and NAME_xK); register yours with hetsched.tools.register_tool "
-                "and pass its module with --executor-option tool_modules=my_module"
+                "and pass its module with the executor option tool_modules=my_module"
             ) from None
         if scenario.cards[name].has_gpu and not tools[name].has_gpu:
             raise InputError(f"scenario {scenario.name!r}: the card of {name!r} says has_gpu, but the tool has "

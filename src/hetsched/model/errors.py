@@ -35,7 +35,9 @@ class ParameterError(InputError):
 
     The message names the parameter as the library spells it (``param``), then the problem. A
     front end that knows the parameter by another name shows :meth:`named` instead: the CLI
-    prints ``--rounds must be >= 1, got 0`` (``hetsched.cli.app.PARAMETER_FLAGS``).
+    prints ``--rounds must be >= 1, got 0`` (``hetsched.cli.app.PARAMETER_FLAGS``). A hint inside
+    any hetsched message names a parameter or a call in backticks (``raise `max_seconds` ``,
+    ```hetsched.resume('ab12')```), which the CLI shows as its flag or command (``cli_words``).
     """
 
     def __init__(self, param: str, problem: str) -> None:

@@ -615,7 +615,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     Cards come from, in order of precedence: the file's inline ``cards:``, then the library
     named by its ``tools:`` key (a path relative to the scenario file), else ``library`` if
     given, else the bundled reference library. A file that names its own ``tools:`` while
-    ``library`` is given is an error (``bench --tools``): one of the two would be ignored.
+    ``library`` is given is an error (the bench's ``tools``): one of the two would be ignored.
     """
     path = resolve_scenario_path(ref)
     doc = _expect_dict(read_structured(path), "the top level", path)
@@ -630,7 +630,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
         if library is not None:
             raise InputError(
                 f"file {path}: tools = {doc['tools']!r} names this scenario's own tool library, and another "
-                "library was given too (bench --tools); a scenario takes its cards from one library: drop one "
+                "library was given too (`library`); a scenario takes its cards from one library: drop one "
                 "of the two, or put cards that must override inline under 'cards:'"
             )
         lib_path = Path(doc["tools"])

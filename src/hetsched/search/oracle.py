@@ -529,7 +529,7 @@ def solve(
     if len(scenario.workflow.nodes) > EXACT_MAX_NODES and scenario.mapping_space_size() > 1:
         raise SearchTooLong(
             f"{_describe(scenario)}: the exact search takes on at most {EXACT_MAX_NODES:,} nodes (beyond, setting "
-            "it up alone outlasts any budget). Use --reference best-known for a best-known mapping with a lower "
+            "it up alone outlasts any budget). Use `reference='best-known'` for a best-known mapping with a lower "
             "bound",
             estimate_s=math.inf,
         )
@@ -594,8 +594,8 @@ def _full(scenario: Scenario, limit: float) -> OracleResult:
     if estimate > limit:
         raise SearchTooLong(
             f"{_describe(scenario)}: the full ranking simulates every mapping, about {_fmt_s(estimate)}; "
-            f"the limit is {_fmt_s(limit)} (--max-seconds). Drop --all to rank the best mappings by the bounded "
-            "search, or raise --max-seconds",
+            f"the limit is {_fmt_s(limit)} (`max_seconds`). Without `ranking` the bounded search ranks the best "
+            "mappings; or raise `max_seconds`",
             estimate_s=estimate,
             best=(sample.e2e_ms, _to_mapping(scenario, sample.codes)),
         )
@@ -668,9 +668,9 @@ def _check_fits(plan: _Plan, est: Estimate | None, coll: _Collector, workers: in
         raise SearchTooLong(
             f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
             f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
-            f"simulations); the limit is {_fmt_s(limit)} (--max-seconds). For a best-known mapping with a "
-            "lower bound use `hetsched reference` (or --reference best-known in run and bench), or raise "
-            "--max-seconds",
+            f"simulations); the limit is {_fmt_s(limit)} (`max_seconds`). For a best-known mapping with a "
+            "lower bound use `hetsched.reference(scenario)` (or `reference='best-known'` in a run or bench), or "
+            "raise `max_seconds`",
             estimate_s=total,
             best=(best[0], _to_mapping(plan.sc, best[1])),
         )
@@ -741,10 +741,10 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
         settled = f"; it had settled {100 * share:.1f}% of the mappings" if 0 <= share <= 1 else ""
         best = min(items) if items else (inc.e2e_ms, inc.codes)
         raise SearchTooLong(
-            f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (--max-seconds)"
+            f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (`max_seconds`)"
             + settled
             + ("" if estimate is None else f" (estimated {_fmt_s(estimate)} beforehand)")
-            + ". Use --reference best-known, or raise --max-seconds",
+            + ". Use `reference='best-known'`, or raise `max_seconds`",
             estimate_s=limit / share if 0 < share <= 1 else math.inf,
             best=(best[0], _to_mapping(scenario, best[1])),
         )

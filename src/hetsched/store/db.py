@@ -83,10 +83,11 @@ class RunBusyError(StoreError):
 
 
 def recovery_hint(path: Path, listed: bool = True) -> str:
-    """What to do with a damaged store file (``listed``: whether ``hetsched runs`` can still list it)."""
-    first = f"Runs that read back are still listed by `hetsched runs --store {path}`. " if listed else ""
+    """What to do with a damaged store file (``listed``: whether :meth:`RunStore.runs` can still list it).
+    Names the API (``RunStore(path).runs()``, ``store=``); the CLI shows its commands and flags."""
+    first = f"Runs that read back are still listed by `RunStore({str(path)!r}).runs()`. " if listed else ""
     return (f"{first}To keep what can be read: "
-            f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, then use --store recovered.sqlite; or move "
+            f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, then use `store='recovered.sqlite'`; or move "
             f"{path} away and hetsched starts a new store there")
 
 
@@ -319,7 +320,7 @@ class RunStore:
             name = getattr(exc, "sqlite_errorname", "")
             if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or "not a database" in str(exc):
                 raise StoreError(f"run store {self.path}: cannot be opened as a hetsched run store ({exc}); "
-                                 "choose another file with --store / HETSCHED_STORE, or move it away") from None
+                                 "choose another file with `store` / HETSCHED_STORE, or move it away") from None
             raise self._error(exc, "opening it") from None
         except BaseException:
             if conn is not None:
@@ -410,14 +411,14 @@ class RunStore:
         name = getattr(exc, "sqlite_errorname", "") or ""
         text = str(exc)
         if name == "SQLITE_FULL" or "disk is full" in text:
-            then = (f"free some space, then continue the run with `hetsched run --resume {run_id}`"
+            then = (f"free some space, then continue the run with `hetsched.resume({run_id!r})`"
                     if run_id else "free some space and try again")
             return StoreError(f"run store {self.path}: the disk is full ({text}) while {doing}. Nothing recorded "
                               f"before was lost (each round is written in one transaction); {then}")
         if name.startswith("SQLITE_READONLY") or "readonly" in text:
-            return StoreError(f"run store {self.path} cannot be written ({text}) while {doing}; `hetsched runs` "
-                              "and `hetsched show-run` can still read it; to record runs, make it writable or "
-                              "choose another file with --store / HETSCHED_STORE")
+            return StoreError(f"run store {self.path} cannot be written ({text}) while {doing}; it can still be "
+                              f"read (`RunStore({str(self.path)!r}).runs()` lists its runs); to record runs, make it "
+                              "writable or choose another file with `store` / HETSCHED_STORE")
         if name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "database is locked" in text:
             return StoreError(f"run store {self.path}: could not get the write lock within {self.timeout_s:g} s "
                               f"({text}) while {doing}; another process holds it")
@@ -440,17 +441,18 @@ class RunStore:
         except (OSError, AttributeError):
             vfs = None
         if vfs is not None and vfs.f_flag & getattr(os, "ST_RDONLY", 1):
-            return (f"{folder} is on a read-only file system; `hetsched runs` can still read the store; to record "
-                    "runs choose a store on a writable disk with --store / HETSCHED_STORE")
+            return (f"{folder} is on a read-only file system; the store can still be read "
+                    f"(`RunStore({str(self.path)!r}).runs()` lists its runs); to record runs choose a store on a "
+                    "writable disk with `store` / HETSCHED_STORE")
         if vfs is not None and vfs.f_bavail * vfs.f_frsize < 1024 * 1024:
             free = vfs.f_bavail * vfs.f_frsize
             return (f"the disk holding {folder} is full ({free:,} bytes free); free some space, or choose a store "
-                    "on another disk with --store / HETSCHED_STORE")
+                    "on another disk with `store` / HETSCHED_STORE")
         for target in (folder, self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             if target.exists() and not os.access(target, os.W_OK):
                 what = "folder" if target == folder else "file"
                 return (f"the {what} {target} may not be written by this user; make it writable, or choose another "
-                        "store with --store / HETSCHED_STORE")
+                        "store with `store` / HETSCHED_STORE")
         return "check the disk and the file's permissions"
 
     def damaged(self, detail: str, listed: bool = True) -> StoreError:
@@ -702,13 +704,13 @@ class RunStore:
         """The full id of a run given its id or a unique prefix of it."""
         key = run_id.strip().lower()
         if not key:
-            raise UnknownRunError("empty run id; `hetsched runs` lists the runs")
+            raise UnknownRunError(f"empty run id; `RunStore({str(self.path)!r}).runs()` lists the runs")
         rows = self._read("SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY id LIMIT 6", (len(key), key))
         if len(rows) == 1:
             return str(rows[0]["id"])
         if not rows:
             raise UnknownRunError(
-                f"no run {run_id!r} in run store {self.path}; `hetsched runs --store {self.path}` lists the runs"
+                f"no run {run_id!r} in run store {self.path}; `RunStore({str(self.path)!r}).runs()` lists the runs"
             )
         ids = ", ".join(r["id"] for r in rows[:5])
         raise UnknownRunError(f"run id prefix {run_id!r} is ambiguous in {self.path}: {ids}...; give more digits")

@@ -229,7 +229,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
         raise StoreError(
             f"run store {path} has schema version {version}, but this hetsched ({hetsched_version}) "
             f"knows versions up to {SCHEMA_VERSION}; upgrade hetsched, or choose another file with "
-            "--store / HETSCHED_STORE"
+            "`store` / HETSCHED_STORE"
         )
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -240,7 +240,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
             if foreign:
                 raise StoreError(
                     f"file {path} is an SQLite database but not a hetsched run store (it has tables "
-                    f"{sorted(foreign)}); choose another file with --store / HETSCHED_STORE"
+                    f"{sorted(foreign)}); choose another file with `store` / HETSCHED_STORE"
                 )
             for statement in _statements(DDL):
                 conn.execute(statement)
