@@ -21,6 +21,21 @@ from hetsched.model.workload import Workload
 ORACLE_MAX_SECONDS = 60.0
 """``oracle --max-seconds`` default: :data:`hetsched.search.oracle.DEFAULT_MAX_SECONDS` (a test keeps them equal)."""
 
+# the window flags `simulate` and `oracle` share (`hetsched run` words them per round)
+_LOAD = "Under load"
+_CLIENTS = typer.Option(None, "--clients", min=1, max=10_000, metavar="K", rich_help_panel=_LOAD,
+                        help="A window of requests from K clients (closed loop).")
+_RATE = typer.Option(None, "--rate", metavar="PER_S", rich_help_panel=_LOAD,
+                     help="A window of Poisson arrivals at this rate (open loop).")
+_ARRIVALS = typer.Option(None, "--arrivals", metavar="FILE", rich_help_panel=_LOAD,
+                         help="A window of requests sent at the times in FILE (ms).")
+_REQUESTS = typer.Option(None, "--requests", min=1, max=100_000, metavar="N", rich_help_panel=_LOAD,
+                         show_default="100 with --clients or --rate", help="Requests in the window.")
+_DURATION = typer.Option(None, "--duration", metavar="SECONDS", rich_help_panel=_LOAD,
+                         help="Send requests for this long (instead of --requests).")
+_THINK_MS = typer.Option(None, "--think-ms", metavar="MS", rich_help_panel=_LOAD,
+                         help="--clients: wait after a response before the next request.")
+
 RICH_TABLE_ROWS = 100
 """Tables longer than this are printed as plain padded text (rich's Table is slow on thousands of rows)."""
 
@@ -113,19 +128,12 @@ def oracle(
         help="Processes; the result does not depend on it.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
-    clients: int | None = typer.Option(None, "--clients", min=1, max=10_000, metavar="K", rich_help_panel="Under load",
-                                       help="The best mapping for a window of requests from K clients (closed loop)."),
-    rate: float | None = typer.Option(None, "--rate", metavar="PER_S", rich_help_panel="Under load",
-                                      help="... for a window of Poisson arrivals at this rate (open loop)."),
-    arrivals: Path | None = typer.Option(None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
-                                         help="... for requests sent at the times in FILE (ms)."),
-    requests: int | None = typer.Option(None, "--requests", min=1, max=100_000, metavar="N",
-                                        rich_help_panel="Under load", show_default="100 with --clients or --rate",
-                                        help="Requests in the window."),
-    duration: float | None = typer.Option(None, "--duration", metavar="SECONDS", rich_help_panel="Under load",
-                                          help="Send requests for this long (instead of --requests)."),
-    think_ms: float | None = typer.Option(None, "--think-ms", metavar="MS", rich_help_panel="Under load",
-                                          help="--clients: wait after a response before the next request."),
+    clients: int | None = _CLIENTS,
+    rate: float | None = _RATE,
+    arrivals: Path | None = _ARRIVALS,
+    requests: int | None = _REQUESTS,
+    duration: float | None = _DURATION,
+    think_ms: float | None = _THINK_MS,
     slo_ms: float | None = typer.Option(None, "--slo-ms", metavar="MS", rich_help_panel="Under load",
                                         help="p95 target of --objective throughput."),
     objective: str = typer.Option("p95", "--objective", metavar="NAME", rich_help_panel="Under load",
@@ -362,20 +370,12 @@ def simulate(
     trace: Path | None = typer.Option(
         None, "--trace", metavar="FILE", help="Write the schedule as Chrome trace-event JSON."
     ),
-    clients: int | None = typer.Option(None, "--clients", min=1, max=10_000, metavar="K",
-                                       rich_help_panel="Under load",
-                                       help="Simulate a window of requests from K clients (closed loop)."),
-    rate: float | None = typer.Option(None, "--rate", metavar="PER_S", rich_help_panel="Under load",
-                                      help="Simulate a window of Poisson arrivals at this rate (open loop)."),
-    arrivals: Path | None = typer.Option(None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
-                                         help="Simulate a window of requests sent at the times in FILE (ms)."),
-    requests: int | None = typer.Option(None, "--requests", min=1, max=100_000, metavar="N",
-                                        rich_help_panel="Under load", show_default="100 with --clients or --rate",
-                                        help="Requests in the window."),
-    duration: float | None = typer.Option(None, "--duration", metavar="SECONDS", rich_help_panel="Under load",
-                                          help="Send requests for this long (instead of --requests)."),
-    think_ms: float | None = typer.Option(None, "--think-ms", metavar="MS", rich_help_panel="Under load",
-                                          help="--clients: wait after a response before the next request."),
+    clients: int | None = _CLIENTS,
+    rate: float | None = _RATE,
+    arrivals: Path | None = _ARRIVALS,
+    requests: int | None = _REQUESTS,
+    duration: float | None = _DURATION,
+    think_ms: float | None = _THINK_MS,
     slo_ms: float | None = typer.Option(None, "--slo-ms", metavar="MS", rich_help_panel="Under load",
                                         help="Latency target: report the share of requests within it."),
 ) -> None:
