@@ -54,10 +54,10 @@ from hetsched.exec.window import (
     WindowRun,
     instance_id,
     request_ends,
+    run_workload,
     split_id,
     window_mapping,
     window_scenario,
-    workload_trace,
 )
 from hetsched.exec.worker import Reply, Worker, WorkerError, tool_bytes
 from hetsched.model import (
@@ -72,7 +72,7 @@ from hetsched.model import (
     VramPoint,
 )
 from hetsched.model.trace import vram_steps
-from hetsched.model.workload import Workload, load_infeasibility
+from hetsched.model.workload import Workload
 from hetsched.tools.base import Device, DeviceKind, Tool, check_size
 from hetsched.tools.registry import import_tool_modules
 
@@ -348,14 +348,7 @@ class LocalExecutor(ClosingExecutor):
         the p95 latency), built as every executor builds it. ``seed`` is unused: times are real.
         A mapping that cannot serve a window (a queued node that does not fit beside the resident
         tools, which serve every request) is refused before anything runs."""
-        sc = self.scenario
-        mapping = sc.validate_mapping(mapping)
-        refused = sc.infeasibility(mapping) or load_infeasibility(sc, mapping, workload)
-        if refused is not None:
-            return Trace.refused(mapping, refused, vram_budget_mb=sc.machine.vram_budget_mb, executor=self.name)
-        plan = workload.plan(sc.isolated_critical_path_ms())
-        run = self.run_window(mapping, clock=ReleaseClock(plan.releases_ms, plan.follows, plan.horizon_ms))
-        return workload_trace(run, sc, mapping, workload, plan, self.name)
+        return run_workload(self, mapping, workload)
 
     def _refusal(self, mapping: Mapping) -> Trace | None:
         """The refused trace of a validated mapping that cannot run here (static checks, no device,
