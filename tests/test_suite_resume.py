@@ -43,11 +43,17 @@ def _run(out: Path, args: list[str], jobs: int = 1) -> subprocess.CompletedProce
 
 
 def _read(store: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
-    try:
-        return [tuple(r) for r in conn.execute(sql).fetchall()]
-    finally:
-        conn.close()
+    for attempt in range(100):  # SQLITE_PROTOCOL is a transient WAL-lock race with a writer frozen mid-step
+        conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+        try:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
+        except sqlite3.OperationalError as exc:
+            if "locking protocol" not in str(exc) or attempt == 99:
+                raise
+        finally:
+            conn.close()
+        time.sleep(0.05)
+    raise AssertionError("unreachable")
 
 
 def _peek(store: Path, sql: str) -> list[tuple[object, ...]]:
