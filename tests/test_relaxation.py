@@ -4,7 +4,7 @@ without OR-Tools the reference falls back to the other bounds and says so in its
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tests.search_scenarios import FAMILIES, random_search_scenario
 from tests.test_oracle import naive
@@ -40,6 +40,41 @@ def test_relaxation_bound_never_exceeds_the_optimum(sc: Scenario, loose: float) 
     got = relaxation_bound_ms(sc, opt * loose, max_seconds=2.0)
     assert got is not None
     assert 0.0 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6
+
+
+@st.composite
+def stressed(draw: st.DrawFn) -> Scenario:
+    """A scenario of ``scenarios`` under what the relaxation's contention terms lean on: measured CPU
+    demands (some below one core, some above), every ``load_sharing``, interference up to 1, a
+    budget from tight to loose, and wide sibling groups (the generator's parallel and fan-out)."""
+    sc = draw(st.one_of(scenarios, st.builds(
+        lambda fam, n, seed: random_scenario(WorkflowSpec(fam, n, Mode.THREE_WAY, seed)),
+        st.sampled_from(["parallel", "fanout", "forkjoin"]), st.integers(3, 7), st.integers(0, 10_000))))
+    demands = st.one_of(st.none(), st.sampled_from([0.0, 0.3, 1.0, 2.5]), st.floats(0.0, 6.0))
+    cards = {name: card.model_copy(update={"cpu_demand": draw(demands)}) for name, card in sc.cards.items()}
+    largest = max((c.vram_mb for c in cards.values() if c.gpu_ms is not None), default=100.0)
+    total = sum(c.vram_mb for c in cards.values() if c.gpu_ms is not None)
+    budget = max(1.0, draw(st.floats(0.6, 1.2)) * max(largest, draw(st.floats(0.0, 1.0)) * total))
+    machine = sc.machine.model_copy(update={
+        "load_sharing": draw(st.sampled_from(["none", "copy", "device"])),
+        "gpu_kappa": draw(st.sampled_from([0.0, 0.1, 0.3, 1.0])),
+        "vram_budget_mb": budget,
+        "cpu_cores": draw(st.integers(1, 8)),
+    })
+    return Scenario(name=sc.name, mode=sc.mode, workflow=sc.workflow, cards=cards, machine=machine)
+
+
+@needs_ortools
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(stressed(), st.floats(1.0, 3.0))
+def test_relaxation_bound_never_exceeds_the_optimum_under_contention(sc: Scenario, loose: float) -> None:
+    """The sibling-contention, VRAM-cumulative and interference terms hold for every model setting."""
+    feasible = naive(sc)
+    assume(feasible)
+    opt = min(feasible.values())
+    got = relaxation_bound_ms(sc, opt * loose, max_seconds=2.0)
+    assert got is not None
+    assert 0.0 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6, (got.lower_ms, opt)
 
 
 @needs_ortools

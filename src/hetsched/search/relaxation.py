@@ -55,6 +55,9 @@ RELAXATION_MAX_NODES = 400
 """Largest workflow the relaxation is built for (its energy constraints hold n^2 terms)."""
 _UNITS = 1 << 20
 _VRAM_SCALE = 10.0  # VRAM in units of 0.1 MB
+_SLOW_SCALE = 1 << 12  # slowdowns in units of 1/4096
+_SLOW_CAP = 1 << 16  # largest slowdown a sibling group's variables take (far above any real one)
+_LINES = 16  # secant lines per convex slowdown term
 
 
 def available() -> bool:
@@ -145,14 +148,20 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     gpu_w = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * min(1.0, (1.0 + c.kappa) * c.util[i]) for i in range(n)]
     cpu_w = [c.cpu_ms[i] * c.demand[i] / c.cores if c.demand[i] >= 1.0 else 0.0 for i in range(n)]
 
-    def gpu_work(nodes: list[int]) -> Any:
-        return sum(units(gpu_w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU)
+    # a second weight the GPU's sharing caps as well: gpu_ms (u + kappa (1 - u)) (module docstring)
+    gpu_b = [0.0 if math.isinf(c.gpu_ms[i]) or c.kappa > 1.0 else
+             c.gpu_ms[i] * (c.util[i] + c.kappa * (1.0 - c.util[i])) for i in range(n)]
+    gpu_weights = [gpu_w, gpu_b] if any(b > a for a, b in zip(gpu_w, gpu_b, strict=True)) else [gpu_w]
+
+    def gpu_works(nodes: list[int]) -> list[Any]:
+        return [sum(units(w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU) for w in gpu_weights]
 
     def cpu_work(nodes: list[int]) -> Any:
         return sum(units(cpu_w[i]) * x[i][CPU] for i in nodes if CPU in x[i])
 
     everything = list(range(n))
-    model.add(makespan >= gpu_work(everything))
+    for work in gpu_works(everything):
+        model.add(makespan >= work)
     model.add(makespan >= cpu_work(everything))
     masks = scenario.descendant_masks  # per node, its descendants as bits (workflow node order)
     below = [{j for j in range(n) if masks[v] >> j & 1} for v in range(n)]
@@ -162,10 +171,12 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
             above[w].add(v)
     for v in range(n):
         after = sorted(below[v] | {v})
-        model.add(makespan >= s[v] + gpu_work(after))
+        for work in gpu_works(after):
+            model.add(makespan >= s[v] + work)
         model.add(makespan >= s[v] + cpu_work(after))
         before = sorted(above[v] | {v})
-        model.add(f[v] >= gpu_work(before))
+        for work in gpu_works(before):
+            model.add(f[v] >= work)
         model.add(f[v] >= cpu_work(before))
     for q in range(n):  # Scenario.queue_deadlock: a queued node fits beside the gpu_now tools below it
         if QUEUE not in x[q]:
@@ -180,6 +191,14 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if held and c.vram[q] + sum(c.tool_vram[t] for t in held) > budget:
             room = budget_units - math.ceil(c.vram[q] * _VRAM_SCALE)
             model.add(sum(vram_units[t] * h for t, h in held.items()) <= room).only_enforce_if(x[q][QUEUE])
+    _add_sibling_contention(model, c, x, s, f, makespan, below, u, top)
+    if 0 < c.kappa <= 1:  # the longest GPU task, and kappa ms per ms of every other beside or apart from it
+        longest = model.new_int_var(0, top, "Wg")
+        for i in range(n):
+            if not math.isinf(c.gpu_ms[i]):
+                model.add(longest >= units(c.gpu_ms[i]) * sum(x[i][k] for k in allowed[i] if k != CPU))
+        all_gpu = sum(math.floor(c.kappa * c.gpu_ms[i] / u) * x[i][k] for i in range(n) for k in allowed[i] if k != CPU)
+        model.add(_SLOW_SCALE * makespan >= math.floor(_SLOW_SCALE * (1 - c.kappa)) * longest + _SLOW_SCALE * all_gpu)
     ends = [model.new_int_var(0, top, f"E{t}") for t in range(ntools)]
     for i in range(n):
         if NOW in x[i]:
@@ -190,6 +209,24 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     )
     held = sum(vram_units[t] * ends[t] for t in range(ntools))
     model.add(budget_units * makespan + sum(vram_units) >= queue_mem + held)
+    # VRAM as a cumulative resource: the resident tools hold theirs over [0, E[t]), a queued node
+    # from its admission to its end; what is held at any moment fits the budget
+    intervals, demands = [], []
+    for t in range(ntools):
+        if any(NOW in x[i] and c.tool_idx[i] == t for i in range(n)):
+            intervals.append(model.new_optional_interval_var(0, ends[t], ends[t], y[t], f"R{t}"))
+            demands.append(vram_units[t])
+    for q in range(n):
+        if QUEUE not in x[q]:
+            continue
+        admit = model.new_int_var(0, top, f"a{q}")
+        size = model.new_int_var(0, top, f"d{q}")
+        model.add(admit >= s[q]).only_enforce_if(x[q][QUEUE])
+        model.add(size >= units(c.load_ms[q] + c.gpu_ms[q])).only_enforce_if(x[q][QUEUE])
+        intervals.append(model.new_optional_interval_var(admit, size, f[q], x[q][QUEUE], f"Q{q}"))
+        demands.append(math.floor(c.vram[q] * _VRAM_SCALE))
+    if intervals:
+        model.add_cumulative(intervals, demands, budget_units)
     model.minimize(makespan)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -206,6 +243,104 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     lower = max(0.0, (proven - 1.0) * u)
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
     return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
+
+
+def _convex_lines(values: list[float], most: int) -> list[tuple[float, float]]:
+    """Secant lines (slope, intercept) of a convex function given at k = 0, 1, ..., len - 1: each
+    lies below every value (convexity), so ``y >= a k + b`` holds at every integer k in range.
+    At most ``most`` of them, spread over the range (any subset is still valid)."""
+    m = len(values) - 1
+    picks = sorted({round(i * (m - 1) / max(1, most - 1)) for i in range(most)} if m > most else range(m))
+    return [(values[k + 1] - values[k], values[k] - (values[k + 1] - values[k]) * k) for k in picks]
+
+
+def _add_sibling_contention(model: Any, c: Any, x: list[dict[int, Any]], s: list[Any], f: list[Any],
+                            makespan: Any, below: list[set[int]], u: float, top: int) -> None:
+    """Siblings (nodes with the same predecessors) on one device run beside each other: the
+    constraints of the module docstring's "sibling contention" item."""
+    n = c.n
+    delay_of: dict[tuple[int, int], float] = {(v, w): d for v in range(n) for w, d in c.succs[v]}
+    by_preds: dict[tuple[int, ...], list[int]] = {}
+    for i in range(n):
+        by_preds.setdefault(tuple(sorted(c.preds[i])), []).append(i)
+    scale = _SLOW_SCALE
+    for key, members in by_preds.items():
+        if len(members) < 2:
+            continue
+        delay = max((delay_of[(p, i)] for i in members for p in key), default=0.0)
+        for code in (CPU, NOW):
+            # a CPU node of d < 1 runs ahead of its siblings when the cores are oversubscribed: left out
+            on = [i for i in members if code in x[i] and (code != CPU or c.demand[i] >= 1.0)]
+            if len(on) < 2:
+                continue
+            work = {i: (c.cpu_ms[i] if code == CPU else c.gpu_ms[i]) for i in on}
+            others = None
+            if code == NOW and 0 < c.kappa <= 1:
+                # GPU work that computes after the group is ready and is not in its slowdowns: each
+                # ms of it costs kappa ms beside the leader and at least as much elsewhere
+                later = set(range(n)) if not key else set.intersection(*(below[p] for p in key))
+                extra = [math.floor(c.kappa * c.gpu_ms[j] / u) * x[j][k] for j in sorted(later | set(members))
+                         for k in (NOW, QUEUE) if k in x[j] and not (k == NOW and j in work)]
+                if extra:
+                    others = model.new_int_var(0, top, f"o{members[0]}")
+                    model.add(others == sum(extra))
+            levels = sorted(set(work.values()))
+            slow: list[Any] = []
+            for j, level in enumerate(levels):
+                active = [i for i in on if work[i] >= level]  # still computing past the previous level
+                h = model.new_int_var(scale, scale * _SLOW_CAP, f"g{members[0]}_{code}_{j}")
+                slow.append(h)
+                if len(active) < 2:
+                    continue
+                if code == CPU:
+                    model.add(h >= sum(math.floor(scale * c.demand[i] / c.cores) * x[i][CPU] for i in active))
+                    continue
+                _gpu_slowdown(model, c, x, h, active, f"{members[0]}_{j}")
+            for lead in on:
+                w_lead = work[lead]
+                lo, hi = 2 * delay, w_lead + delay
+                if hi <= lo:
+                    continue
+                terms = []
+                prev = 0.0
+                for j, level in enumerate(levels):
+                    overlap = min(level, hi) - max(prev, lo)
+                    if overlap > 0:
+                        terms.append(math.floor(overlap / u) * slow[j])
+                    prev = level
+                beyond = max(0.0, hi - max(prev, lo))  # past every sibling's work: L alone (slowdown >= 1)
+                span = scale * (math.floor(beyond / u) - 1) + sum(terms)
+                model.add(scale * f[lead] >= scale * s[lead] + scale * math.floor(delay / u) + span
+                          ).only_enforce_if(x[lead][code])
+                if others is not None:
+                    model.add(scale * makespan >= scale * s[lead] + span + scale * others).only_enforce_if(x[lead][NOW])
+
+
+def _gpu_slowdown(model: Any, c: Any, x: list[dict[int, Any]], h: Any, active: list[int], name: str) -> None:
+    """``h >= scale * max(1, U) (1 + kappa (k - 1))`` for the ``gpu_now`` nodes among ``active``
+    (k of them, U their ``gpu_util``), by lines that hold at every k: max(1, U) is at least
+    max(1, S_k), S_k the k smallest utilisations summed, so max(1, U) (1 + kappa (k - 1)) >=
+    max(1, U) + max(1, S_k) kappa (k - 1); both max(1, S_k) and max(1, S_k) kappa (k - 1) are
+    convex in k, so each lies above its secant lines."""
+    scale = _SLOW_SCALE
+    kappa = c.kappa
+    utils = sorted(c.util[i] for i in active)
+    sums = [0.0]
+    for v in utils:
+        sums.append(sums[-1] + v)
+    k = sum(x[i][NOW] for i in active)
+    load = sum(math.floor(scale * c.util[i]) * x[i][NOW] for i in active)
+    umax = model.new_int_var(scale, scale * _SLOW_CAP, f"U{name}")
+    model.add(umax >= load)
+    for a, b in _convex_lines([max(1.0, v) for v in sums], _LINES):
+        if a > 0:
+            model.add(umax >= math.floor(scale * a) * k + math.floor(scale * b))
+    if kappa <= 0:
+        model.add(h >= umax)
+        return
+    psi = [max(1.0, v) * kappa * (kk - 1) for kk, v in enumerate(sums)]
+    for a, b in _convex_lines(psi, _LINES):
+        model.add(h >= umax + math.floor(scale * a) * k + math.floor(scale * b))
 
 
 __all__ = ["RELAXATION_MAX_NODES", "RelaxationBound", "available", "relaxation_bound_ms"]
