@@ -13,6 +13,8 @@ from tests.test_sim import instances
 from hetsched.bench.generate import FAMILIES as GEN_FAMILIES
 from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.model import Mode, ReferenceKind, Scenario
+from hetsched.model.contention import simulate
+from hetsched.model.mapping import QUEUE_CODE
 from hetsched.search import reference as reference_mod
 from hetsched.search import relaxation
 from hetsched.search.lower_bound import dual_bound_ms
@@ -97,3 +99,18 @@ def test_without_ortools_the_reference_keeps_the_other_bounds_and_says_so(monkey
     ref = best_known(sc, max_evals=200, max_seconds=None)
     assert ref.kind is ReferenceKind.BEST_KNOWN and ref.gap is not None and ref.gap > 0
     assert ref.label.endswith(f"of the lower bound; {reference_mod.NO_RELAXATION_NOTE})")
+
+
+@SETTINGS
+@given(stressed(), st.data())
+def test_the_queue_admits_each_fifo_line_in_its_order(sc: Scenario, data: st.DataObject) -> None:
+    """What the relaxation's FIFO constraints assume, checked on the simulator itself: along each
+    line of ``_fifo_lines``, the nodes a mapping puts on ``gpu_queue`` are admitted in line order."""
+    c = sc.compiled
+    codes = tuple(data.draw(st.sampled_from(c.allowed[i])) for i in range(c.n))
+    assume(c.static_ok(codes))
+    got = simulate(c, codes, timings=True)
+    assume(not got.deadlock)
+    for line in relaxation._fifo_lines(c):
+        admitted = [got.admitted[q] for q in line if codes[q] == QUEUE_CODE]
+        assert admitted == sorted(admitted), (line, admitted)

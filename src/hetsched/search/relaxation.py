@@ -8,14 +8,22 @@ end ``f[i]``; per tool a ``gpu_now`` flag ``y[t]`` and the end ``E[t]`` of its l
 node. For the simulated schedule of any feasible mapping (s = the time a node's inputs have
 arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hold:
 
-- **budget**: ``x[i, gpu_now] <= y[tool(i)]`` and the ``gpu_now`` tools fit together;
+- **budget**: ``x[i, gpu_now] <= y[tool(i)] <= sum of x[j, gpu_now] over the tool's nodes`` (a
+  tool is resident exactly when one of its nodes is ``gpu_now``) and the resident tools fit together;
 - **precedence**: ``s[w] >= f[v] + transfer`` (the transfer only when the edge crosses between
   the CPU and the GPU), ``f[i] >= s[i] + isolated time`` (CPU: ``cpu_ms * max(1, d / cores)``,
   d the cores it keeps busy; ``gpu_now``: ``gpu_ms``; ``gpu_queue``: ``load_ms + gpu_ms``),
   ``T >= f[i]``;
 - **device work** (:mod:`hetsched.search.bounds`): the GPU completes at most 1 ms of
   ``gpu_ms * min(1, (1 + kappa) gpu_util)`` per ms (loads count none), the cores at most 1 ms of
-  ``cpu_ms * d / cores`` over the CPU nodes of d >= 1: ``T >=`` each device's total work;
+  ``cpu_ms * d / cores`` over the CPU nodes of d >= 1: ``T >=`` each device's total work. With
+  kappa <= 1 the GPU also completes at most 1 ms of ``gpu_ms (u + kappa (1 - u))`` per ms
+  (u = ``gpu_util``): with k tasks computing and U their utilisation, ``max(1, U) (1 + kappa (k -
+  1)) >= U (1 - kappa) + kappa k``, the sum of those weights, so light tasks that share the GPU
+  still pay kappa each. And ``T >= gpu_ms`` of any GPU node L ``+ kappa *`` the ``gpu_ms`` of
+  every other: all computing tasks progress at one rate, so while L computes each other task
+  adds at least kappa to the slowdown per unit of progress, and apart from L it costs at least
+  as much (the weight above is at least kappa);
 - **energy before and after a node** (what makes this stronger than the terms taken apart):
   every ancestor of i ends before i does, so ``f[i] >=`` the work of i and its ancestors on each
   device; none of i's descendants, nor i, starts before ``s[i]``, so ``T >= s[i] +`` the work of
@@ -23,12 +31,33 @@ arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hol
 - **no sure queue deadlock** (``Scenario.queue_deadlock``): a ``gpu_queue`` node fits beside
   the ``gpu_now`` tools with a node below it (they hold their memory until it has run);
 - **VRAM x time**: ``budget * T >= sum over gpu_queue nodes of vram_mb (load_ms + gpu_ms) + sum
-  over tools of vram_mb * E[t]``, with ``E[t] >= f[i]`` for each ``gpu_now`` node of tool t.
+  over tools of vram_mb * E[t]``, with ``E[t] >= f[i]`` for each ``gpu_now`` node of tool t;
+- **VRAM as a cumulative resource**: a resident tool holds its memory over ``[0, E[t])``, a
+  ``gpu_queue`` node from its admission ``a[q] >= s[q]`` to its end ``f[q] >= a[q] + load_ms +
+  gpu_ms``; what is held at any moment fits the budget. So a queued node that does not fit beside
+  a resident tool is admitted after the tool is released, and queued nodes that do not fit
+  together never overlap (the term above is this constraint's energy);
+- **FIFO order**: the sources are released together in node order, and siblings (nodes with the
+  same predecessors) whose edges carry no transfer arrive at one instant, queued in their
+  predecessors' successor order: placed on ``gpu_queue``, each such line is admitted in its order;
+- **sibling contention**: siblings on one device (``gpu_now``, or the CPU with d >= 1) become
+  ready within D of each other (D: their largest transfer) and progress at one rate, so while a
+  sibling L has progressed x, every sibling j with ``D <= x < work_j - D`` runs beside it
+  (:mod:`hetsched.search.bounds` uses the same argument per prefix). Sorting the siblings by work,
+  a slowdown variable per level of work is at least ``max(1, sum d / cores)`` over those still
+  computing on the CPU, and on the GPU at least ``max(1, U) + max(1, S_k) kappa (k - 1)`` (k of
+  them computing, U their utilisation, S_k the k smallest utilisations summed: both parts are
+  convex in k, so by secant lines it is linear in the placements and at most ``max(1, U) (1 +
+  kappa (k - 1))``); then ``f[L] >= s[L] + D +`` the integral of the slowdown over L's work, and,
+  on the GPU, ``T >= s[L] +`` that integral ``+ kappa *`` the ``gpu_ms`` of the GPU nodes (the
+  group's ``gpu_queue`` nodes, and nodes below all its predecessors) that compute after the group
+  is ready.
 
 Times are scaled to integers of ``u = upper_ms / 2^20`` ms: every duration and work is rounded
 down and every image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints
 still hold for every feasible mapping and ``(proven objective bound - 1) * u`` is below the
-optimum. CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
+optimum (the slowdowns are integers of 1/4096, rounded the same way, and the sibling terms give
+up one unit u for it). CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
 one worker with a deterministic time limit, so the bound is the same on every machine unless
 its wall-clock cap (for a loaded machine) ends it first.
 
@@ -120,6 +149,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if NOW in x[i]:
             model.add_implication(x[i][NOW], y[c.tool_idx[i]])
     model.add(sum(vram_units[t] * y[t] for t in range(ntools)) <= budget_units)
+    for t in range(ntools):  # a tool is resident exactly when one of its nodes is gpu_now
+        model.add(y[t] <= sum(x[i][NOW] for i in range(n) if c.tool_idx[i] == t and NOW in x[i]))
 
     def isolated(i: int, k: int) -> float:
         if k == CPU:
@@ -216,17 +247,28 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if any(NOW in x[i] and c.tool_idx[i] == t for i in range(n)):
             intervals.append(model.new_optional_interval_var(0, ends[t], ends[t], y[t], f"R{t}"))
             demands.append(vram_units[t])
+    admit: dict[int, Any] = {}
     for q in range(n):
         if QUEUE not in x[q]:
             continue
-        admit = model.new_int_var(0, top, f"a{q}")
+        admit[q] = model.new_int_var(0, top, f"a{q}")
         size = model.new_int_var(0, top, f"d{q}")
-        model.add(admit >= s[q]).only_enforce_if(x[q][QUEUE])
+        model.add(admit[q] >= s[q]).only_enforce_if(x[q][QUEUE])
         model.add(size >= units(c.load_ms[q] + c.gpu_ms[q])).only_enforce_if(x[q][QUEUE])
-        intervals.append(model.new_optional_interval_var(admit, size, f[q], x[q][QUEUE], f"Q{q}"))
+        intervals.append(model.new_optional_interval_var(admit[q], size, f[q], x[q][QUEUE], f"Q{q}"))
         demands.append(math.floor(c.vram[q] * _VRAM_SCALE))
     if intervals:
         model.add_cumulative(intervals, demands, budget_units)
+    for line in _fifo_lines(c):  # the queue admits in arrival order
+        prev: Any = 0
+        for m, q in enumerate(line):
+            if q not in admit:
+                continue
+            here = model.new_int_var(0, top, f"P{line[0]}_{m}")
+            model.add(here >= prev)
+            model.add(here >= admit[q]).only_enforce_if(x[q][QUEUE])
+            model.add(admit[q] >= prev).only_enforce_if(x[q][QUEUE])
+            prev = here
     model.minimize(makespan)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -243,6 +285,29 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     lower = max(0.0, (proven - 1.0) * u)
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
     return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
+
+
+def _fifo_lines(c: Any) -> list[list[int]]:
+    """Sets of nodes that, placed on ``gpu_queue``, join the FIFO queue in a known order (so are
+    admitted in it): the sources (released together in node order) and the siblings of each
+    group with the same predecessors whose edges carry no transfer (ready at the same instant, the
+    end of their last predecessor, and queued in its successor order, which must agree over the
+    predecessors)."""
+    by_preds: dict[tuple[int, ...], list[int]] = {}
+    for i in range(c.n):
+        by_preds.setdefault(tuple(sorted(c.preds[i])), []).append(i)
+    lines = []
+    for key, members in by_preds.items():
+        if len(members) < 2:
+            continue
+        if not key:
+            lines.append(members)
+            continue
+        inside = set(members)
+        orders = {tuple(w for w, _ in c.succs[p] if w in inside) for p in key}
+        if len(orders) == 1 and all(d == 0 for p in key for w, d in c.succs[p] if w in inside):
+            lines.append(list(next(iter(orders))))
+    return lines
 
 
 def _convex_lines(values: list[float], most: int) -> list[tuple[float, float]]:
