@@ -87,6 +87,8 @@ _VRAM_SCALE = 10.0  # VRAM in units of 0.1 MB
 _SLOW_SCALE = 1 << 12  # slowdowns in units of 1/4096
 _SLOW_CAP = 1 << 16  # largest slowdown a sibling group's variables take (far above any real one)
 _LINES = 16  # secant lines per convex slowdown term
+_LEVELS = 12  # work levels per sibling group and device (coarser levels stay valid: see _add_sibling_contention)
+_MIN_ROUND_SECONDS = 0.05  # the second round runs only with at least this much time left
 
 
 def available() -> bool:
@@ -115,17 +117,54 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     """The relaxation's proven bound (see the module docstring); None without OR-Tools or when the
     workflow is longer than :data:`RELAXATION_MAX_NODES`.
 
+    Solved in two rounds within one budget: first the constraints up to the VRAM x time term
+    (small, and solved to optimality in a fraction of a second up to about 100 nodes), then, with
+    the deterministic time that round left, the whole model, told the first round's bound and
+    started from its solution. The bound is the larger, so the stronger terms never cost the
+    bound the smaller model proves within the same limit.
+
     Args:
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
-        max_seconds: the solver's deterministic time limit (about seconds of one core).
+        max_seconds: the solver's deterministic time limit (about seconds of one core), both rounds.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
             is then the same on every machine only when the cap does not bind.
     """
     c = scenario.compiled
-    n = c.n
-    if not available() or n > RELAXATION_MAX_NODES or not (0 < upper_ms < math.inf):
+    if not available() or c.n > RELAXATION_MAX_NODES or not (0 < upper_ms < math.inf):
         return None
+    t0 = time.perf_counter()
+    wall = 4 * max_seconds if wall_seconds is None else wall_seconds
+    first = _solve(scenario, upper_ms, False, max_seconds, wall, 0, None)
+    used, floor_units = first.deterministic, first.proven
+    left_det = max_seconds - used
+    left_wall = wall - (time.perf_counter() - t0)
+    out = first
+    if left_det > _MIN_ROUND_SECONDS and left_wall > _MIN_ROUND_SECONDS:
+        second = _solve(scenario, upper_ms, True, left_det, left_wall, floor_units, first.codes)
+        if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
+            out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
+                         second.codes or first.codes, 0.0)
+    u = upper_ms / _UNITS
+    lower = max(0.0, (out.proven - 1.0) * u)
+    return RelaxationBound(min(lower, upper_ms), out.optimal, time.perf_counter() - t0, out.codes)
+
+
+@dataclass(frozen=True)
+class _Round:
+    proven: int
+    """The proven bound on ``T`` in time units (0: nothing proven)."""
+    optimal: bool
+    codes: tuple[int, ...] | None
+    deterministic: float
+    """The solver's deterministic time spent."""
+
+
+def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
+           floor_units: int, hint: tuple[int, ...] | None) -> _Round:
+    """One round: build the relaxation (``strong``: with the terms after VRAM x time) and solve it."""
+    c = scenario.compiled
+    n = c.n
     # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
     cp_model: Any = importlib.import_module("ortools.sat.python.cp_model")
     t0 = time.perf_counter()
@@ -179,20 +218,14 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     gpu_w = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * min(1.0, (1.0 + c.kappa) * c.util[i]) for i in range(n)]
     cpu_w = [c.cpu_ms[i] * c.demand[i] / c.cores if c.demand[i] >= 1.0 else 0.0 for i in range(n)]
 
-    # a second weight the GPU's sharing caps as well: gpu_ms (u + kappa (1 - u)) (module docstring)
-    gpu_b = [0.0 if math.isinf(c.gpu_ms[i]) or c.kappa > 1.0 else
-             c.gpu_ms[i] * (c.util[i] + c.kappa * (1.0 - c.util[i])) for i in range(n)]
-    gpu_weights = [gpu_w, gpu_b] if any(b > a for a, b in zip(gpu_w, gpu_b, strict=True)) else [gpu_w]
-
-    def gpu_works(nodes: list[int]) -> list[Any]:
-        return [sum(units(w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU) for w in gpu_weights]
+    def gpu_work(nodes: list[int]) -> Any:
+        return sum(units(gpu_w[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU)
 
     def cpu_work(nodes: list[int]) -> Any:
         return sum(units(cpu_w[i]) * x[i][CPU] for i in nodes if CPU in x[i])
 
     everything = list(range(n))
-    for work in gpu_works(everything):
-        model.add(makespan >= work)
+    model.add(makespan >= gpu_work(everything))
     model.add(makespan >= cpu_work(everything))
     masks = scenario.descendant_masks  # per node, its descendants as bits (workflow node order)
     below = [{j for j in range(n) if masks[v] >> j & 1} for v in range(n)]
@@ -202,12 +235,10 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
             above[w].add(v)
     for v in range(n):
         after = sorted(below[v] | {v})
-        for work in gpu_works(after):
-            model.add(makespan >= s[v] + work)
+        model.add(makespan >= s[v] + gpu_work(after))
         model.add(makespan >= s[v] + cpu_work(after))
         before = sorted(above[v] | {v})
-        for work in gpu_works(before):
-            model.add(f[v] >= work)
+        model.add(f[v] >= gpu_work(before))
         model.add(f[v] >= cpu_work(before))
     for q in range(n):  # Scenario.queue_deadlock: a queued node fits beside the gpu_now tools below it
         if QUEUE not in x[q]:
@@ -222,14 +253,6 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if held and c.vram[q] + sum(c.tool_vram[t] for t in held) > budget:
             room = budget_units - math.ceil(c.vram[q] * _VRAM_SCALE)
             model.add(sum(vram_units[t] * h for t, h in held.items()) <= room).only_enforce_if(x[q][QUEUE])
-    _add_sibling_contention(model, c, x, s, f, makespan, below, u, top)
-    if 0 < c.kappa <= 1:  # the longest GPU task, and kappa ms per ms of every other beside or apart from it
-        longest = model.new_int_var(0, top, "Wg")
-        for i in range(n):
-            if not math.isinf(c.gpu_ms[i]):
-                model.add(longest >= units(c.gpu_ms[i]) * sum(x[i][k] for k in allowed[i] if k != CPU))
-        all_gpu = sum(math.floor(c.kappa * c.gpu_ms[i] / u) * x[i][k] for i in range(n) for k in allowed[i] if k != CPU)
-        model.add(_SLOW_SCALE * makespan >= math.floor(_SLOW_SCALE * (1 - c.kappa)) * longest + _SLOW_SCALE * all_gpu)
     ends = [model.new_int_var(0, top, f"E{t}") for t in range(ntools)]
     for i in range(n):
         if NOW in x[i]:
@@ -240,6 +263,64 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     )
     held = sum(vram_units[t] * ends[t] for t in range(ntools))
     model.add(budget_units * makespan + sum(vram_units) >= queue_mem + held)
+    if strong:
+        _add_strong_terms(model, c, x, y, s, f, ends, makespan, below, above, allowed, u, top)
+    # a bound the first round proved holds for every image too (it is a bound over a weaker model)
+    model.add(makespan >= floor_units)
+    if hint is not None:
+        for i in range(n):
+            for k, var in x[i].items():
+                model.add_hint(var, hint[i] == k)
+    model.minimize(makespan)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_deterministic_time = max_seconds
+    # a loaded machine: the wall clock caps it too (what is left of it after building the model)
+    solver.parameters.max_time_in_seconds = max(0.05, wall_seconds - (time.perf_counter() - t0))
+    status = solver.solve(model)
+    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    # the proven bound holds whether or not a solution was found (UNKNOWN: stopped by the limit)
+    proven = solver.best_objective_bound if solved or status == cp_model.UNKNOWN else 0.0
+    if not math.isfinite(proven):
+        proven = 0.0
+    codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
+    return _Round(max(floor_units, math.floor(proven + 1e-9)), status == cp_model.OPTIMAL, codes,
+                  solver.deterministic_time)
+
+
+def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any], s: list[Any], f: list[Any],
+                      ends: list[Any], makespan: Any, below: list[set[int]], above: list[set[int]],
+                      allowed: list[tuple[int, ...]], u: float, top: int) -> None:
+    """The second round's terms (module docstring): interference-aware GPU work, sibling
+    contention, VRAM as a cumulative resource, FIFO order."""
+    n = c.n
+    ntools = len(c.tools)
+
+    def units(ms: float) -> int:
+        return max(0, math.floor(ms / u))
+
+    if 0 < c.kappa <= 1:
+        # the GPU's sharing caps gpu_ms (u + kappa (1 - u)) per ms too: total, before and after each node
+        gpu_b = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * (c.util[i] + c.kappa * (1.0 - c.util[i]))
+                 for i in range(n)]
+
+        def gpu_work(nodes: list[int] | range) -> Any:
+            return sum(units(gpu_b[i]) * x[i][k] for i in nodes for k in allowed[i] if k != CPU)
+
+        model.add(makespan >= gpu_work(range(n)))
+        for v in range(n):
+            model.add(makespan >= s[v] + gpu_work(sorted(below[v] | {v})))
+            model.add(f[v] >= gpu_work(sorted(above[v] | {v})))
+        # the longest GPU task, and kappa ms per ms of every other beside or apart from it
+        longest = model.new_int_var(0, top, "Wg")
+        for i in range(n):
+            if not math.isinf(c.gpu_ms[i]):
+                model.add(longest >= units(c.gpu_ms[i]) * sum(x[i][k] for k in allowed[i] if k != CPU))
+        all_gpu = sum(math.floor(c.kappa * c.gpu_ms[i] / u) * x[i][k] for i in range(n) for k in allowed[i] if k != CPU)
+        model.add(_SLOW_SCALE * makespan >= math.floor(_SLOW_SCALE * (1 - c.kappa)) * longest + _SLOW_SCALE * all_gpu)
+    _add_sibling_contention(model, c, x, s, f, makespan, below, u, top)
+    vram_units = [math.floor(c.tool_vram[t] * _VRAM_SCALE) for t in range(ntools)]
+    budget_units = math.ceil(c.budget * _VRAM_SCALE)
     # VRAM as a cumulative resource: the resident tools hold theirs over [0, E[t]), a queued node
     # from its admission to its end; what is held at any moment fits the budget
     intervals, demands = [], []
@@ -269,22 +350,6 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
             model.add(here >= admit[q]).only_enforce_if(x[q][QUEUE])
             model.add(admit[q] >= prev).only_enforce_if(x[q][QUEUE])
             prev = here
-    model.minimize(makespan)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = max_seconds
-    # a loaded machine: the wall clock caps it too (what is left of it after building the model)
-    cap = 4 * max_seconds if wall_seconds is None else wall_seconds - (time.perf_counter() - t0)
-    solver.parameters.max_time_in_seconds = max(0.05, cap)
-    status = solver.solve(model)
-    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    # the proven bound holds whether or not a solution was found (UNKNOWN: stopped by the limit)
-    proven = solver.best_objective_bound if solved or status == cp_model.UNKNOWN else 0.0
-    if not math.isfinite(proven):
-        proven = 0.0
-    lower = max(0.0, (proven - 1.0) * u)
-    codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return RelaxationBound(min(lower, upper_ms), status == cp_model.OPTIMAL, time.perf_counter() - t0, codes)
 
 
 def _fifo_lines(c: Any) -> list[list[int]]:
@@ -350,6 +415,8 @@ def _add_sibling_contention(model: Any, c: Any, x: list[dict[int, Any]], s: list
                     others = model.new_int_var(0, top, f"o{members[0]}")
                     model.add(others == sum(extra))
             levels = sorted(set(work.values()))
+            if len(levels) > _LEVELS:  # coarser: a segment counts the siblings still computing at its end
+                levels = [levels[round(k * (len(levels) - 1) / (_LEVELS - 1))] for k in range(_LEVELS)]
             slow: list[Any] = []
             for j, level in enumerate(levels):
                 active = [i for i in on if work[i] >= level]  # still computing past the previous level
