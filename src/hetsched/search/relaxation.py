@@ -117,16 +117,16 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     """The relaxation's proven bound (see the module docstring); None without OR-Tools or when the
     workflow is longer than :data:`RELAXATION_MAX_NODES`.
 
-    Solved in two rounds within one budget: first the constraints up to the VRAM x time term
-    (small, and solved to optimality in a fraction of a second up to about 100 nodes), then, with
-    the deterministic time that round left, the whole model, told the first round's bound and
-    started from its solution. The bound is the larger, so the stronger terms never cost the
-    bound the smaller model proves within the same limit.
+    Solved in two rounds: first the constraints up to the VRAM x time term (small, and solved to
+    optimality in a fraction of a second up to about 100 nodes), then the whole model, told the
+    first round's bound and started from its solution, with the wall-clock time the first left.
+    The bound is the larger, so the stronger terms never cost the bound the smaller model proves
+    within the same limit.
 
     Args:
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
-        max_seconds: the solver's deterministic time limit (about seconds of one core), both rounds.
+        max_seconds: the solver's deterministic time limit (about seconds of one core) per round.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
             is then the same on every machine only when the cap does not bind.
     """
@@ -136,15 +136,13 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     t0 = time.perf_counter()
     wall = 4 * max_seconds if wall_seconds is None else wall_seconds
     first = _solve(scenario, upper_ms, False, max_seconds, wall, 0, None)
-    used, floor_units = first.deterministic, first.proven
-    left_det = max_seconds - used
     left_wall = wall - (time.perf_counter() - t0)
     out = first
-    if left_det > _MIN_ROUND_SECONDS and left_wall > _MIN_ROUND_SECONDS:
-        second = _solve(scenario, upper_ms, True, left_det, left_wall, floor_units, first.codes)
+    if left_wall > _MIN_ROUND_SECONDS:
+        second = _solve(scenario, upper_ms, True, max_seconds, left_wall, first.proven, first.codes)
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
-                         second.codes or first.codes, 0.0)
+                         second.codes or first.codes)
     u = upper_ms / _UNITS
     lower = max(0.0, (out.proven - 1.0) * u)
     return RelaxationBound(min(lower, upper_ms), out.optimal, time.perf_counter() - t0, out.codes)
@@ -156,8 +154,6 @@ class _Round:
     """The proven bound on ``T`` in time units (0: nothing proven)."""
     optimal: bool
     codes: tuple[int, ...] | None
-    deterministic: float
-    """The solver's deterministic time spent."""
 
 
 def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
@@ -284,8 +280,7 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     if not math.isfinite(proven):
         proven = 0.0
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return _Round(max(floor_units, math.floor(proven + 1e-9)), status == cp_model.OPTIMAL, codes,
-                  solver.deterministic_time)
+    return _Round(max(floor_units, math.floor(proven + 1e-9)), status == cp_model.OPTIMAL, codes)
 
 
 def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any], s: list[Any], f: list[Any],
