@@ -39,7 +39,11 @@ arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hol
   together never overlap (the term above is this constraint's energy);
 - **FIFO order**: the sources are released together in node order, and siblings (nodes with the
   same predecessors) whose edges carry no transfer arrive at one instant, queued in their
-  predecessors' successor order: placed on ``gpu_queue``, each such line is admitted in its order;
+  predecessors' successor order: placed on ``gpu_queue``, each such line is admitted in its order,
+  so ``T >=`` a queued node's admission ``+`` the GPU work of the queued nodes from it on in its line;
+- **work after a moment**: no node computes before its earliest start (the longest path above it,
+  every node at its fastest; a queued node loads first), so for each such moment ``T >=`` the
+  moment ``+`` the work on each device of the nodes that cannot start before it;
 - **sibling contention**: siblings on one device (``gpu_now``, or the CPU with d >= 1) become
   ready within D of each other (D: their largest transfer) and progress at one rate, so while a
   sibling L has progressed x, every sibling j with ``D <= x < work_j - D`` runs beside it
@@ -87,7 +91,7 @@ _VRAM_SCALE = 10.0  # VRAM in units of 0.1 MB
 _SLOW_SCALE = 1 << 12  # slowdowns in units of 1/4096
 _SLOW_CAP = 1 << 16  # largest slowdown a sibling group's variables take (far above any real one)
 _LINES = 16  # secant lines per convex slowdown term
-_LEVELS = 12  # work levels per sibling group and device (coarser levels stay valid: see _add_sibling_contention)
+_LEVELS = 64  # work levels per sibling group and device (coarser levels stay valid: see _add_sibling_contention)
 _MIN_ROUND_SECONDS = 0.05  # the second round runs only with at least this much time left
 
 
@@ -335,6 +339,7 @@ def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any],
         demands.append(math.floor(c.vram[q] * _VRAM_SCALE))
     if intervals:
         model.add_cumulative(intervals, demands, budget_units)
+    gpu_a = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * min(1.0, (1.0 + c.kappa) * c.util[i]) for i in range(n)]
     for line in _fifo_lines(c):  # the queue admits in arrival order
         prev: Any = 0
         for m, q in enumerate(line):
@@ -345,6 +350,49 @@ def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any],
             model.add(here >= admit[q]).only_enforce_if(x[q][QUEUE])
             model.add(admit[q] >= prev).only_enforce_if(x[q][QUEUE])
             prev = here
+        # the queued nodes from q on in the line compute after q is admitted: the GPU work after it
+        rest: Any = 0
+        for q in reversed([q for q in line if q in admit]):
+            rest = rest + units(gpu_a[q]) * x[q][QUEUE]
+            model.add(makespan >= admit[q] + rest).only_enforce_if(x[q][QUEUE])
+    # no node computes before its earliest start (every path above it at its smallest time; a
+    # queued node loads first): the device work that cannot start before a moment comes after it
+    fastest = [min(c.cpu_ms[i] * max(1.0, c.demand[i] / c.cores) if k == CPU
+                   else c.gpu_ms[i] + (c.load_ms[i] if k == QUEUE else 0.0) for k in allowed[i]) for i in range(n)]
+    earliest = [0.0] * n
+    for v in scenario_order(c):
+        for w, _ in c.succs[v]:
+            earliest[w] = max(earliest[w], earliest[v] + fastest[v])
+    cpu_w = [c.cpu_ms[i] * c.demand[i] / c.cores if c.demand[i] >= 1.0 else 0.0 for i in range(n)]
+    starts = {(i, k): earliest[i] + (c.load_ms[i] if k == QUEUE else 0.0) for i in range(n) for k in allowed[i]}
+    for device in (CPU, NOW):
+        keys = [(i, k) for (i, k) in starts if (k == CPU) == (device == CPU)]
+        moments = sorted({starts[key] for key in keys if starts[key] > 0})
+        if len(moments) > _LEVELS:
+            moments = [moments[round(j * (len(moments) - 1) / (_LEVELS - 1))] for j in range(_LEVELS)]
+        for moment in moments:
+            late = [(i, k) for i, k in keys if starts[(i, k)] >= moment]
+            placed = model.new_bool_var(f"m{device}_{moment}")  # the moment counts only if a node comes after it
+            for i, k in late:
+                model.add_implication(x[i][k], placed)
+            work = sum(units(cpu_w[i] if k == CPU else gpu_a[i]) * x[i][k] for i, k in late)
+            model.add(makespan >= units(moment) * placed + work)
+
+
+def scenario_order(c: Any) -> list[int]:
+    """Node indices in a topological order (Kahn's, smallest index first among the ready)."""
+    left = list(c.npreds)
+    ready = [i for i in range(c.n) if left[i] == 0]
+    out = []
+    while ready:
+        v = min(ready)
+        ready.remove(v)
+        out.append(v)
+        for w, _ in c.succs[v]:
+            left[w] -= 1
+            if left[w] == 0:
+                ready.append(w)
+    return out
 
 
 def _fifo_lines(c: Any) -> list[list[int]]:
