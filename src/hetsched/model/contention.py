@@ -319,9 +319,8 @@ def _simulate(
     tool_vram = c.tool_vram
     # gpu_now residency: a tool stays resident until its last gpu_now node (of any instance) ends
     now_left = [0] * len(c.tools)
-    for i in range(n):
-        if pl[i] == NOW:
-            now_left[tool[i]] += 1
+    for ti in compress(tool, map(NOW.__eq__, pl)):
+        now_left[ti] += 1
     used = sum(compress(tool_vram, now_left))
     vram_tl: list[tuple[float, float]] = [(0.0, used)] if record else []
 
@@ -485,19 +484,17 @@ def _simulate(
                 cpu_w[0] -= dt / cpu_slow
             else:
                 cpu_w = _less(cpu_w, dt / cpu_slow)
-            if cpu_w[0] <= EPS:
-                j = bisect_right(cpu_w, EPS)
-                finished += cpu_v[:j]
-                del cpu_v[:j], cpu_w[:j]
+            while cpu_w and cpu_w[0] <= EPS:
+                finished.append(cpu_v.pop(0))
+                del cpu_w[0]
         if gpu_v:
             if len(gpu_w) == 1:
                 gpu_w[0] -= dt / gpu_slow
             else:
                 gpu_w = _less(gpu_w, dt / gpu_slow)
-            if gpu_w[0] <= EPS:
-                j = bisect_right(gpu_w, EPS)
-                finished += gpu_v[:j]
-                del gpu_v[:j], gpu_w[:j]
+            while gpu_w and gpu_w[0] <= EPS:
+                finished.append(gpu_v.pop(0))
+                del gpu_w[0]
         if load_run:
             step = dt / load_slow
             loaded = []
