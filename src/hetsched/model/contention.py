@@ -17,9 +17,12 @@ simulation on it that every number hetsched prints comes from.
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
-simulator's arithmetic, kept bit for bit: a virtual clock
-per device, as the decider's old estimator had, is faster on wide fan-outs but rounds differently,
-and the bench tables and golden files are pinned to these numbers).
+simulator's arithmetic, kept bit for bit: a virtual clock per device, as the decider's old
+estimator had, is faster on wide fan-outs but rounds differently, and the bench tables and golden
+files are pinned to these numbers). The work left is kept in ascending order: every task of a
+device loses the same step and rounding is monotone, so the order holds, the first task sets the
+device's next finish and the finished ones leave from the front. :func:`simulate_e2e` is the same
+loop returning the E2E alone (no :class:`Timings` built).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
