@@ -181,4 +181,83 @@ def fit_interference(
     return best[2], best[0]
 
 
-__all__ = ["INTERFERENCE_GRID", "Estimator", "fit_interference"]
+LOCAL_FIT_PROBE = 0.05
+"""The second interference :func:`fit_interference_local` tries, this far above its start (below it at
+the grid's top): the secant that gives the first slope of each mapping's E2E."""
+LOCAL_FIT_STEPS = 4
+"""The most Gauss-Newton steps :func:`fit_interference_local` takes after its two first points."""
+
+
+def fit_interference_local(
+    estimator: Estimator,
+    measured: Sequence[tuple[tuple[int, ...], float]],
+    start: float,
+    prior: float = 0.0,
+    step: float = 0.005,
+    memo: dict[tuple[float, tuple[int, ...]], float] | None = None,
+) -> tuple[float, float]:
+    """:func:`fit_interference`'s least squares of log ratios, solved from ``start`` in a handful of
+    estimates per mapping instead of a grid's: every interference tried is a multiple of ``step`` in
+    [0, the grid's top] (or ``prior``); after ``start`` and a probe :data:`LOCAL_FIT_PROBE` away,
+    each Gauss-Newton step solves the log ratios' secant through the two lowest errors so far (each
+    mapping's E2E is close to linear in the interference), at most :data:`LOCAL_FIT_STEPS` steps,
+    until a step lands on an interference already tried. Returns the lowest error tried (ties: the
+    interference closest to ``prior``) and that error; measurements that cannot tell interferences
+    apart (the secant is flat: nothing ran two GPU tasks at once) give ``prior``, as the full fit
+    does. When ``start`` cannot run, the full fit answers. ``memo`` keeps estimates across calls."""
+    if not measured:
+        return prior, 0.0
+    cache: dict[tuple[float, tuple[int, ...]], float] = {} if memo is None else memo
+    top = max(INTERFERENCE_GRID[-1], prior)
+
+    def snap(k: float) -> float:
+        return min(top, max(0.0, round(round(k / step) * step, 6)))
+
+    tried: dict[float, tuple[float, list[float]]] = {}
+
+    def probe(k: float) -> float:
+        est = estimator.with_interference(k)
+        logs: list[float] = []
+        for codes, e2e in measured:
+            got = cache.get((k, codes))
+            if got is None:
+                got = cache[(k, codes)] = est.e2e(codes)
+            if not math.isfinite(got) or got <= 0 or e2e <= 0:
+                tried[k] = (math.inf, [])
+                return math.inf
+            logs.append(math.log(got / e2e))
+        err = round(math.sqrt(sum(x * x for x in logs) / len(logs)), 9)
+        tried[k] = (err, logs)
+        return err
+
+    k0 = snap(start)
+    if not math.isfinite(probe(k0)):
+        return fit_interference(estimator, measured, prior=prior, memo=memo)
+    probe(snap(k0 + LOCAL_FIT_PROBE) if k0 + LOCAL_FIT_PROBE <= top else snap(k0 - LOCAL_FIT_PROBE))
+    flat = False
+    for _ in range(LOCAL_FIT_STEPS):
+        finite = sorted((e, k) for k, (e, _logs) in tried.items() if math.isfinite(e))
+        if len(finite) < 2:
+            break
+        a = finite[0][1]
+        b = min((abs(k - a), k) for _e, k in finite[1:])[1]
+        ra, rb = tried[a][1], tried[b][1]
+        slopes = [(y - x) / (b - a) for x, y in zip(ra, rb, strict=True)]
+        ss = sum(s * s for s in slopes)
+        if ss <= 1e-18:
+            flat = True
+            break
+        k = snap(a - sum(r * s for r, s in zip(ra, slopes, strict=True)) / ss)
+        while k in tried and k != a:  # the step lands where it has been: halve it (on the lattice)
+            half = snap((a + k) / 2)
+            k = a if half == k else half
+        if k == a:
+            break
+        probe(k)
+    if flat and prior not in tried:
+        probe(prior)
+    best = min((e, abs(k - prior), k) for k, (e, _logs) in tried.items())
+    return best[2], best[0]
+
+
+__all__ = ["INTERFERENCE_GRID", "Estimator", "fit_interference", "fit_interference_local"]

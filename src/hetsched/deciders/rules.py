@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.deciders.base import Decider, Decision, DecisionContext, check_mapping
-from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.estimate import Estimator, fit_interference, fit_interference_local
 from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, local_search
@@ -513,7 +513,8 @@ class RulesDecider(Decider):
         # calibrate: the interference that best explains what was measured
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
-        lowest, latest = FIT_SCREENED if len(comp.allowed) >= SCREEN_MIN_NODES else (FIT_BEST, FIT_RECENT)
+        screened = len(comp.allowed) >= SCREEN_MIN_NODES
+        lowest, latest = FIT_SCREENED if screened else (FIT_BEST, FIT_RECENT)
         fit_set = list({m.codes: m for m in ranked[:lowest] + recent[:latest]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
         # calibrate in two passes: the running averages first rescale the cards a node's measured
@@ -529,7 +530,11 @@ class RulesDecider(Decider):
             if passes and rescaled == factors:
                 break  # the running averages agree with the model as fitted: done
             factors = rescaled
-            kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
+            if screened:
+                kappa, rms = fit_interference_local(model, measured, kappa, prior=prior, step=INTERFERENCE_STEP,
+                                                    memo=comp.memo(factors))
+            else:
+                kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
         steps = [
             f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
