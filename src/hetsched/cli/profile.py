@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetsched.cli.app import app, err, examples, fail, out, safe
+from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
 from hetsched.model.files import load_scenario, load_tool_library
@@ -130,23 +130,24 @@ def profile(
                           {n: d for n, d in derived.items() if d[0] in cards}, header)
 
         try:
-            if progress:
-                with Progress(TextColumn("[bold]profile[/]"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
-                    task = bar.add_task("", total=len(plan) - len(skip))
+            with ctrl_c_wins():
+                if progress:
+                    with Progress(TextColumn("[bold]profile[/]"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
+                        task = bar.add_task("", total=len(plan) - len(skip))
 
-                    def tick(name: str, done: int, total: int) -> None:
-                        bar.update(task, completed=done, description=safe(name))
+                        def tick(name: str, done: int, total: int) -> None:
+                            bar.update(task, completed=done, description=safe(name))
 
-                    for result in profile_tools(names, config, skip=skip, progress=tick, profiler=prof):
+                        for result in profile_tools(names, config, skip=skip, progress=tick, profiler=prof):
+                            cards[result.card.name] = result.card
+                            save()
+                            for note in result.notes:
+                                err.print(f"{result.card.name}: {note}", soft_wrap=True)
+                else:
+                    for result in profile_tools(names, config, skip=skip, profiler=prof):
                         cards[result.card.name] = result.card
                         save()
-                        for note in result.notes:
-                            err.print(f"{result.card.name}: {note}", soft_wrap=True)
-            else:
-                for result in profile_tools(names, config, skip=skip, profiler=prof):
-                    cards[result.card.name] = result.card
-                    save()
         except KeyboardInterrupt:
             measured = len(cards) - len(kept)
             err.print(f"interrupted: {measured} new card(s) kept in {path}; run the same command again to profile the "
@@ -183,7 +184,7 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
         err.print(f"refreshing {len(target.tools)} card(s) of {path} at size {config.size}: CPU {prof.cpu_text}; "
                   f"GPU figures on {prof.gpu_text}", soft_wrap=True)
         try:
-            with Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
+            with ctrl_c_wins(), Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                           disable=not progress) as bar:
                 task = bar.add_task("", total=len(target.tools))

@@ -10,8 +10,10 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
 4. the ratio test, for ambiguous tools (speedup <= 5x), lowest speedup first: let B be the GPU
    time of the GPU nodes that may run in parallel with node v, added up (concurrent tools on
    one GPU roughly serialize: the paper's Figure 1). v moves to the CPU when its CPU time,
-   stretched by CPU oversubscription (threads of v and of its parallel CPU nodes over the
-   cores), is below B + v's GPU time: its CPU run hides behind the contended GPU bottleneck;
+   stretched by CPU oversubscription (the cores v and its parallel CPU nodes keep busy, as the
+   contention model charges them: measured ``cpu_demand``, else ``cpu_threads``, over the cores;
+   a v that waits part of the time slows only on its busy part), is below B + v's GPU time: its
+   CPU run hides behind the contended GPU bottleneck;
 5. VRAM packing, when the ``gpu_now`` tools do not fit the budget together: each tool's value
    is the time ``gpu_now`` saves over its best alternative (the CPU, or in three-way scenarios
    ``gpu_queue`` = gpu + load when that fits the budget alone); tools are kept on ``gpu_now``
@@ -63,6 +65,7 @@ from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, local_search
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
+from hetsched.model.contention import cpu_slowdown
 
 DEFAULT_MARGIN = 0.02
 """Relative E2E margin within which the rules keep the current mapping (noise hysteresis)."""
@@ -96,7 +99,9 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
     n_nodes = len(node_ids)
     at = {v: i for i, v in enumerate(node_ids)}
     gpu_ms = np.array([scenario.card_of(u).gpu_ms or 0.0 for u in node_ids], dtype=np.float64)
-    threads_of = np.array([scenario.card_of(u).cpu_threads for u in node_ids], dtype=np.int64)
+    # cores a CPU run keeps busy, as the kernel charges them (ToolCard.cores_busy: the measured
+    # cpu_demand, else cpu_threads; integer-valued floats without measured demands: exact sums)
+    busy_of = np.array([scenario.card_of(u).cores_busy for u in node_ids], dtype=np.float64)
     on_gpu = np.array([place[u].on_gpu for u in node_ids], dtype=bool)
     cores = scenario.machine.cpu_cores
     ambiguous = [
@@ -112,8 +117,8 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             steps.append(f"{v}: ratio test: no GPU node runs in parallel, stays gpu_now")
             continue
         bottleneck = float(np.cumsum(gpu_ms[others])[-1])
-        threads = c.cpu_threads + int(threads_of[beside & ~on_gpu].sum())
-        cpu_eff = c.cpu_ms * max(1.0, threads / cores)
+        busy = c.cores_busy + float(busy_of[beside & ~on_gpu].sum())
+        cpu_eff = c.cpu_ms * cpu_slowdown(c.cores_busy, busy / cores)
         if cpu_eff < bottleneck + gpu_v:
             place[v] = Placement.CPU
             on_gpu[at[v]] = False

@@ -522,8 +522,15 @@ def _slowed(demand: float, cpu_slow: float) -> float:
     return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
 
 
+def cpu_slowdown(demand: float, cores_asked: float) -> float:
+    """The kernel's CPU slowdown of a task demanding ``demand`` cores while the running CPU tasks
+    together demand ``cores_asked`` times the machine's cores (no slowdown up to 1), for callers
+    that reason about one task outside :func:`simulate` (the rules decider's ratio test)."""
+    return _slowed(demand, cores_asked) if cores_asked > 1.0 else 1.0
+
+
 def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:
     return [load_of[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
 
 
-__all__ = ["EPS", "Codes", "Compiled", "Timings", "simulate"]
+__all__ = ["EPS", "Codes", "Compiled", "Timings", "cpu_slowdown", "simulate"]
