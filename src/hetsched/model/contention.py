@@ -13,7 +13,12 @@ simulation on it that every number hetsched prints comes from.
   ``load_ms``, run, then free their memory. What a load contends with is the machine's
   ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
   (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
-  ``gpu_util`` 1 under the GPU sharing: the stand-in device).
+  ``gpu_util`` 1 under the GPU sharing: the stand-in device). A load takes its card's expected
+  time under the machine's ``cold_load_share`` (``ToolCard.expected_load_ms``: that share of
+  the loads at ``load_cold_ms``; 0, the default: ``load_ms``).
+- Cross-core interference (``machine.cross_core_slowdown`` x, 0 by default: skipped): while both
+  the CPU and the device run something, CPU tasks slow by 1 + x min(1, device utilization) and
+  device tasks and loads by 1 + x min(1, cores busy / cores), on top of the sharing above.
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
@@ -103,6 +108,8 @@ class Compiled:
     kappa: float
     load_sharing: int = 0
     """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
+    cross: float = 0.0
+    """Cross-core interference (``machine.cross_core_slowdown``): 0 leaves the arithmetic untouched."""
     window: bool = False
     """The scenario runs windows of several requests (its workload): the ``gpu_now`` tools stay
     resident for the whole window, so every queued node must fit beside all of them."""
@@ -129,7 +136,7 @@ class Compiled:
             tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
             cpu_ms=tuple(c.cpu_ms for c in cards),
             gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
-            load_ms=tuple(c.load_ms for c in cards),
+            load_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards),
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
@@ -144,6 +151,7 @@ class Compiled:
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
             load_sharing=_SHARING[scenario.machine.load_sharing],
+            cross=scenario.machine.cross_core_slowdown,
             window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
@@ -323,6 +331,7 @@ def simulate(
     waits = c.waits
     queue: deque[int] = deque()
     sharing = c.load_sharing
+    cross = c.cross
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
@@ -388,6 +397,9 @@ def simulate(
         k = len(gpu_run) + len(load_run) if sharing == _DEVICE else len(gpu_run)
         gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
         load_slow = gpu_slow if sharing == _DEVICE else float(len(load_run))
+        if cross and cpu_run and (gpu_run or load_run):  # cross-core interference: each side slows the other
+            cpu_slow, gpu_slow, load_slow = _cross(cross, cpu_slow, gpu_slow, load_slow, sharing == _DEVICE,
+                                                   threads_sum / cores, util_sum, len(load_run))
         dt = _INF
         per_task = waits and cpu_slow > 1.0
         if per_task:  # a task waiting part of the time slows only on its busy part
@@ -520,6 +532,18 @@ def _slowed(demand: float, cpu_slow: float) -> float:
     """The CPU slowdown of a task demanding ``demand`` cores when the cores are oversubscribed by
     ``cpu_slow`` (> 1): all of it from one core up, only its busy part below."""
     return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
+
+
+def _cross(x: float, cpu_slow: float, gpu_slow: float, load_slow: float, device_loads: bool, cpu_busy: float,
+           util_sum: float, loads: int) -> tuple[float, float, float]:
+    """The three slowdowns under cross-core interference ``x`` while both sides run something: CPU
+    tasks by 1 + x min(1, the device's utilization: ``util_sum``, plus the loads when they share no
+    compute), device tasks and loads by 1 + x min(1, ``cpu_busy``: the cores the CPU tasks keep
+    busy over the machine's)."""
+    dev_busy = util_sum if device_loads else util_sum + loads
+    on_dev = 1.0 + x * min(1.0, cpu_busy)
+    return (cpu_slow * (1.0 + x * min(1.0, dev_busy)), gpu_slow * on_dev,
+            gpu_slow * on_dev if device_loads else load_slow * on_dev)
 
 
 def cpu_slowdown(demand: float, cores_asked: float) -> float:
