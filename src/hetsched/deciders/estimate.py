@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 
 from hetsched.model import Scenario
-from hetsched.model.contention import Compiled, Timings, simulate
+from hetsched.model.contention import Compiled, Timings, simulate, simulate_e2e
 from hetsched.model.workload import percentile
 
 _INF = math.inf
@@ -117,8 +117,7 @@ class Estimator:
         if not self.compiled.static_ok(place):
             return _INF
         if self.window is None:
-            return simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms,
-                            gpu_ms=self.gpu_ms).e2e_ms
+            return simulate_e2e(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms)
         releases, follows, horizon = self.window
         out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
                        releases=releases, follows=follows, horizon_ms=horizon)
