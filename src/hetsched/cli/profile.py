@@ -56,6 +56,10 @@ def profile(
     runs: int = typer.Option(30, "--runs", min=1, help="Timed runs per device (median, p10, p90)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed calls before the timed runs."),
     loads: int = typer.Option(3, "--loads", min=1, help="Fresh loads timed for load_ms (median)."),
+    cold_loads: int = typer.Option(
+        0, "--cold-loads", min=0, help="Also time this many loads each after the device sat idle 3 s (load_cold_ms: "
+        "memory gone cold; the machine's cold_load_share charges it, docs/simulator.md)."
+    ),
     device: str = typer.Option(
         "auto", "--device",
         help=f"Where GPU figures are measured: {', '.join(d for d in DEVICE_CHOICES if d != 'none')} (or cuda:N); "
@@ -92,7 +96,7 @@ def profile(
         if scenario or out_file is not None or force:
             raise fail("--refresh FILE rewrites FILE's cards in place: it takes no --scenario, --out or --force")
         _refresh(refresh, list(tools or []), size, runs, warmup, loads, device, cpu_threads, device_threads,
-                 tuple(tool_module), progress, own_core)
+                 tuple(tool_module), progress, own_core, cold_loads)
         return
     names = list(tools or [])
     threads = cpu_threads
@@ -105,7 +109,8 @@ def profile(
         names = list(builtin_names())
     config = ProfileConfig(size=size or "tiny", runs=runs, warmup=warmup, loads=loads, device=device,
                            cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=tuple(tool_module), own_core=own_core)
+                           device_threads=device_threads, tool_modules=tuple(tool_module), own_core=own_core,
+                           cold_loads=cold_loads)
     path = out_file or Path(f"cards-{config.size}.yaml")
     if path.is_dir():
         raise fail(f"--out {path} is a directory; give a file such as {path / 'cards.yaml'}")
@@ -169,7 +174,7 @@ def profile(
 
 def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
              cpu_threads: int | None, device_threads: int | None, modules: tuple[str, ...], progress: bool,
-             own_core: bool = False) -> None:
+             own_core: bool = False, cold_loads: int = 0) -> None:
     """``hetsched profile --refresh FILE``: measure FILE's tools and rewrite their cards in place."""
     target = refresh_target(path, names)
     size = size or target.preset
@@ -177,7 +182,8 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     if threads is None and target.cpu_cores is not None:
         threads = min(target.cpu_cores, len(available_cores()))
     config = ProfileConfig(size=size, runs=runs, warmup=warmup, loads=loads, device=device, cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=modules, own_core=own_core)
+                           device_threads=device_threads, tool_modules=modules, own_core=own_core,
+                           cold_loads=cold_loads)
     done: list[ToolCard] = []
     written: dict[Path, None] = {}
     with Profiler(config) as prof:
@@ -240,4 +246,7 @@ def _header(prof: Profiler, config: ProfileConfig) -> list[str]:
               "spread: p10/p90;",
               f"load_ms: median of {config.loads} fresh loads plus first-call initialization; vram_mb: peak memory",
               "above the device's idle level during load and runs. Provenance per card says the same."]
+    if config.cold_loads:
+        lines.append(f"load_cold_ms: median of {config.cold_loads} loads each after {config.cold_pause_s:g} s "
+                     "with the device idle (memory gone cold).")
     return lines

@@ -13,7 +13,12 @@ simulation on it that every number hetsched prints comes from.
   ``load_ms``, run, then free their memory. What a load contends with is the machine's
   ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
   (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
-  ``gpu_util`` 1 under the GPU sharing: the stand-in device).
+  ``gpu_util`` 1 under the GPU sharing: the stand-in device). A load takes its card's expected
+  time under the machine's ``cold_load_share`` (``ToolCard.expected_load_ms``: that share of
+  the loads at ``load_cold_ms``; 0, the default: ``load_ms``).
+- Cross-core interference (``machine.cross_core_slowdown`` x, 0 by default: skipped): while both
+  the CPU and the device run something, CPU tasks slow by 1 + x min(1, device utilization) and
+  device tasks and loads by 1 + x min(1, cores busy / cores), on top of the sharing above.
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
@@ -110,6 +115,8 @@ class Compiled:
     kappa: float
     load_sharing: int = 0
     """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
+    cross: float = 0.0
+    """Cross-core interference (``machine.cross_core_slowdown``): 0 leaves the arithmetic untouched."""
     window: bool = False
     """The scenario runs windows of several requests (its workload): the ``gpu_now`` tools stay
     resident for the whole window, so every queued node must fit beside all of them."""
@@ -136,7 +143,7 @@ class Compiled:
             tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
             cpu_ms=tuple(c.cpu_ms for c in cards),
             gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
-            load_ms=tuple(c.load_ms for c in cards),
+            load_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards),
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
@@ -152,6 +159,7 @@ class Compiled:
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
             load_sharing=_SHARING[scenario.machine.load_sharing],
+            cross=scenario.machine.cross_core_slowdown,
             window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
@@ -378,6 +386,7 @@ def _simulate(
     queue: deque[int] = deque()
     sharing = c.load_sharing
     device_loads = sharing == _DEVICE
+    cross = c.cross
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
@@ -459,20 +468,29 @@ def _simulate(
                            start, end, _loads(pl, load_of) if timings else [], vram_tl)
         # the rates: a device's slowdown from its running set, and the time to the next event
         dt = _INF
+        crossed = cross and cpu_v and (gpu_v or load_run)
+        if crossed:  # cross-core interference: while both sides run, each slows the other
+            cpu_x, dev_x = _cross(cross, threads_sum / cores, util_sum if device_loads else util_sum + len(load_run))
         if cpu_v:
             cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+            if crossed:
+                cpu_slow *= cpu_x
             per_task = waits and cpu_slow > 1.0
             # a task waiting part of the time slows only on its busy part
             dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
         if gpu_v or load_run:
             k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
             gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+            if crossed:
+                gpu_slow *= dev_x
             if gpu_v:
                 due = gpu_w[0] * gpu_slow
                 if due < dt:
                     dt = due
             if load_run:
                 load_slow = gpu_slow if device_loads else float(len(load_run))
+                if crossed and not device_loads:
+                    load_slow *= dev_x
                 dt = min(dt, min(load_run.values()) * load_slow)
         if events:
             due = events[0][0] - t
@@ -608,6 +626,14 @@ def _slowed(demand: float, cpu_slow: float) -> float:
     """The CPU slowdown of a task demanding ``demand`` cores when the cores are oversubscribed by
     ``cpu_slow`` (> 1): all of it from one core up, only its busy part below."""
     return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
+
+
+def _cross(x: float, cpu_busy: float, dev_busy: float) -> tuple[float, float]:
+    """The slowdowns of cross-core interference ``x`` while both sides run something: (CPU tasks'
+    1 + x min(1, ``dev_busy``: the device's utilization, with the loads when they share no compute),
+    the device's tasks' and loads' 1 + x min(1, ``cpu_busy``: the cores the CPU tasks keep busy over
+    the machine's))."""
+    return 1.0 + x * min(1.0, dev_busy), 1.0 + x * min(1.0, cpu_busy)
 
 
 def cpu_slowdown(demand: float, cores_asked: float) -> float:
