@@ -583,9 +583,9 @@ def _simulate(
                                 if now_left[ti] == 0:
                                     used -= tool_vram[ti]
                         todo.extend((g, _INF) for g in followers[f])
+            on_cpu = p == CPU
             for w, delay in succs[v]:
-                crossing = (pl[w] == CPU) != (p == CPU)
-                arrive = t + delay if crossing else t
+                arrive = t + delay if (pl[w] == CPU) != on_cpu else t  # data crossing PCIe
                 if arrive > ready[w]:
                     ready[w] = arrive
                 preds_left[w] -= 1
