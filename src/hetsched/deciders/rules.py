@@ -31,7 +31,9 @@ the uniform ones). Round 0 runs the lowest estimate.
 Later rounds use the evidence the monitor reports (docs/agentic.md):
 - calibration: the running averages rescale the cards a node's measured latency contradicts
   by more than ``CARD_TOLERANCE``, and the GPU interference is fitted to the measured E2Es of
-  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times);
+  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times; from
+  ``SCREEN_MIN_NODES`` nodes on by Gauss-Newton steps from the previous pass's answer,
+  :func:`~hetsched.deciders.estimate.fit_interference_local`, not a grid);
 - the calibrated model is searched again (also from the best measured mappings);
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
@@ -59,7 +61,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.deciders.base import Decider, Decision, DecisionContext, check_mapping
-from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.estimate import Estimator, fit_interference, fit_interference_local
 from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, local_search
@@ -299,7 +301,9 @@ FIT_RECENT = 4
 """...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
 FIT_SCREENED = (2, 1)
 """(lowest, most recent) measured mappings the fit reads from ``SCREEN_MIN_NODES`` nodes on: each costs
-every interference the fit tries as a simulation of the whole workflow."""
+every interference the fit tries as a simulation of the whole workflow, so there the fit is the local
+one (``fit_interference_local``: at most 2 + ``LOCAL_FIT_STEPS`` interferences a pass, usually 2-5, instead
+of the grid's 26)."""
 CANDIDATES = 8
 """How many of the model's lowest mappings are considered for the next measurement."""
 
@@ -317,11 +321,26 @@ class _Compiled:
     """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
     kept for the calibration's repeated fits."""
 
+    latencies: dict[tuple[tuple[float, ...], float, Codes], list[float] | None] = field(default_factory=dict)
+    """(factors, interference, mapping) -> the model's per-node latencies, kept across rounds: each round's
+    first calibration pass reads the cards as given at the machine's interference for the measured
+    mappings, mostly the same ones round after round."""
+
     def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
         """The estimates kept for one card rescaling."""
         if factors not in self.estimates and len(self.estimates) > 16:
             self.estimates.clear()
         return self.estimates.setdefault(factors, {})
+
+    def latencies_of(self, est: Estimator, factors: tuple[float, ...], codes: Codes) -> list[float] | None:
+        """``est.latencies(codes)``, kept; ``est`` is the model rescaled by ``factors``."""
+        key = (factors, est.interference, codes)
+        if key in self.latencies:
+            return self.latencies[key]
+        if len(self.latencies) > 64:
+            self.latencies.clear()
+        got = self.latencies[key] = est.latencies(codes)
+        return got
 
 
 class RulesDecider(Decider):
@@ -426,7 +445,7 @@ class RulesDecider(Decider):
         est = base.with_interference(kappa)
         predicted: dict[tuple[int, int], list[float]] = {}
         for m in fit_set:
-            lat = est.latencies(m.codes)
+            lat = comp.latencies_of(est, factors, m.codes)
             if lat is None:
                 continue
             for i, c in enumerate(m.codes):
@@ -518,7 +537,8 @@ class RulesDecider(Decider):
         # calibrate: the interference that best explains what was measured
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
-        lowest, latest = FIT_SCREENED if len(comp.allowed) >= SCREEN_MIN_NODES else (FIT_BEST, FIT_RECENT)
+        screened = len(comp.allowed) >= SCREEN_MIN_NODES
+        lowest, latest = FIT_SCREENED if screened else (FIT_BEST, FIT_RECENT)
         fit_set = list({m.codes: m for m in ranked[:lowest] + recent[:latest]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
         # calibrate in two passes: the running averages first rescale the cards a node's measured
@@ -529,12 +549,17 @@ class RulesDecider(Decider):
         factors: tuple[float, ...] = ()
         notes: list[str] = []
         rms = 0.0
+        slopes: dict[Codes, float] = {}  # from 17 nodes on: each pass's fit starts from the last one's slopes
         for passes in range(CALIBRATION_PASSES):
             model, rescaled, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
             if passes and rescaled == factors:
                 break  # the running averages agree with the model as fitted: done
             factors = rescaled
-            kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
+            if screened:
+                kappa, rms = fit_interference_local(model, measured, kappa, prior=prior, step=INTERFERENCE_STEP,
+                                                    memo=comp.memo(factors), slopes=slopes)
+            else:
+                kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
         steps = [
             f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
