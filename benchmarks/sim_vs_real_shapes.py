@@ -89,6 +89,8 @@ def make_tools() -> tuple[Any, ...]:
 
 
 BUDGET_MB = 330.0
+WARM_REUSE_MS = 2000.0
+"""machine.warm_reuse_ms of the warm-reuse variants: freed memory goes back to this VM's host ~2 s after the free."""
 COLD_PAUSE_S = 3.0
 """Idle time before each profiled cold load (ProfileConfig.cold_pause_s)."""
 """The VRAM budget: the two tables (about 260 and 130 MB measured) do not fit together."""
@@ -270,7 +272,7 @@ def run_phase(label: str, cards: dict[str, ToolCard], profiled_at: float, runs: 
 
 # ---------------------------------------------------------------------------- scoring
 def variant(sc: Scenario, which: str, own: dict[str, ToolCard] | None, cold_share: float = 0.0,
-            cross: float = 0.0) -> Scenario | None:
+            cross: float = 0.0, warm_reuse_ms: float = 0.0) -> Scenario | None:
     """The scenario as a model variant predicts it (None: the variant does not apply: its cards were
     not profiled, no cold loads, no cross-core figure)."""
     if which.startswith("after +"):
@@ -280,6 +282,8 @@ def variant(sc: Scenario, which: str, own: dict[str, ToolCard] | None, cold_shar
             if not has_cold:
                 return None
             extra["cold_load_share"] = cold_share
+        if "warm reuse" in which:
+            extra["warm_reuse_ms"] = warm_reuse_ms
         if "cross-core" in which:
             if cross <= 0:
                 return None
@@ -300,12 +304,13 @@ def variant(sc: Scenario, which: str, own: dict[str, ToolCard] | None, cold_shar
     return sc.model_copy(update={"machine": machine})
 
 
-VARIANTS = ("before", "after", "after, own-core cards", "after + cold loads", "after + cross-core",
-            "after + cold loads + cross-core")
+VARIANTS = ("before", "after", "after, own-core cards", "after + cold loads", "after + cold loads + warm reuse",
+            "after + cross-core", "after + cold loads + warm reuse + cross-core")
 """Model variants scored side by side: ``before`` (issue 20's start), ``after`` (measured CPU demand,
 ``load_sharing: device``), and on top of ``after`` the two machine terms of this round, each alone and
 together: ``cold_load_share`` (the share calibrated at the suite's cadence, cards with
-``load_cold_ms``) and ``cross_core_slowdown`` (``--cross-core``, from benchmarks/calibrate_cross_core.py)."""
+``load_cold_ms``), with it ``warm_reuse_ms`` (memory freed earlier in the request is reused warm;
+``--warm-reuse-ms``) and ``cross_core_slowdown`` (``--cross-core``, from benchmarks/calibrate_cross_core.py)."""
 
 
 def score(raw: dict[str, Any]) -> list[str]:
@@ -315,17 +320,18 @@ def score(raw: dict[str, Any]) -> list[str]:
     scs = scenarios(cards)
     cold_share = float(raw.get("cold", {}).get("share", 0.0))
     cross = float(raw.get("cross_core", 0.0))
+    reuse = float(raw.get("warm_reuse_ms", WARM_REUSE_MS))
     lines = ["| phase | cards age | workflow | model | mappings | median abs error | worst error | Kendall tau-b |",
              "|---|---:|---|---|---:|---:|---:|---:|"]
     detail: list[str] = []
     for phase in raw["phases"]:
         for name, data in phase["scenarios"].items():
             for which in VARIANTS:
-                model = variant(scs[name], which, own, cold_share, cross)
+                model = variant(scs[name], which, own, cold_share, cross, reuse)
                 if model is None:
                     continue
                 label = which.replace("cold loads", f"cold loads {cold_share:.2f}").replace(
-                    "cross-core", f"cross-core {cross:g}")
+                    "cross-core", f"cross-core {cross:g}").replace("warm reuse", f"warm reuse {reuse:g} ms")
                 sim = Simulator(model, noise=False)
                 preds, reals, errs = [], [], []
                 for row in data["mappings"]:
@@ -427,6 +433,8 @@ def main() -> None:
     ap.add_argument("--cold-rounds", type=int, default=8,
                     help="rounds of the cold-share calibration (the largest table alone, back to back)")
     ap.add_argument("--cold-share", type=float, help="score with this cold_load_share instead of the calibrated one")
+    ap.add_argument("--warm-reuse-ms", type=float, default=WARM_REUSE_MS,
+                    help="machine.warm_reuse_ms of the warm-reuse variants")
     ap.add_argument("--cross-core", type=float, default=0.0,
                     help="machine.cross_core_slowdown of the cross-core variants (benchmarks/calibrate_cross_core.py; "
                          "0: those variants are skipped)")
@@ -479,6 +487,7 @@ def main() -> None:
             raw["phases"].append(run_phase("stale", cards, profiled_at, args.runs, args.mappings))
             args.raw.write_text(json.dumps(raw))
         print(f"measured in {time.monotonic() - t0:.0f} s; raw: {args.raw}", file=sys.stderr)
+    raw["warm_reuse_ms"] = args.warm_reuse_ms
     if args.cold_share is not None:
         raw.setdefault("cold", {"tool": None, "loads_ms": []})["share"] = args.cold_share
     text = "\n".join(score(raw)) + "\n"

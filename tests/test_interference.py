@@ -1,7 +1,8 @@
-"""Two machine terms of the contention model (issue 20): cold-memory loads and cross-core interference.
+"""Machine terms of the contention model (issue 20): cold-memory loads and cross-core interference.
 
 - ``cold_load_share`` s with the cards' ``load_cold_ms``: every ``gpu_queue`` load is charged
-  ``load_ms + s (load_cold_ms - load_ms)`` (never below ``load_ms``);
+  ``load_ms + s (load_cold_ms - load_ms)`` (never below ``load_ms``); with ``warm_reuse_ms`` W,
+  the share of its memory freed on the device in the last W ms takes ``load_ms`` (reused warm);
 - ``cross_core_slowdown`` x: while both sides run something, CPU tasks slow by
   1 + x min(1, device utilization), device tasks and loads by 1 + x min(1, cores busy / cores).
 
@@ -57,9 +58,9 @@ def codes_of(sc: Scenario, seed: int) -> tuple[int, ...] | None:
 # ------------------------------------------------------------------ defaults: nothing changes
 def test_defaults_are_off_and_dump_as_before() -> None:
     m = Machine()
-    assert m.cold_load_share == 0.0 and m.cross_core_slowdown == 0.0
+    assert m.cold_load_share == 0.0 and m.cross_core_slowdown == 0.0 and m.warm_reuse_ms == 0.0
     dumped = m.model_dump(mode="json")
-    assert "cold_load_share" not in dumped and "cross_core_slowdown" not in dumped
+    assert not {"cold_load_share", "cross_core_slowdown", "warm_reuse_ms"} & set(dumped)
     assert "cross_core_slowdown" in Machine(cross_core_slowdown=0.2).model_dump(mode="json")
     card = make_card("t")
     assert card.load_cold_ms is None and "load_cold_ms" not in card.model_dump(mode="json")
@@ -81,7 +82,7 @@ def test_zero_share_and_zero_interference_are_bit_for_bit_the_old_model(sc: Scen
     codes = codes_of(base, seed)
     if codes is None:
         return
-    off = machine(with_cold_loads(base, 5.0), cold_load_share=0.0, cross_core_slowdown=0.0)
+    off = machine(with_cold_loads(base, 5.0), cold_load_share=0.0, cross_core_slowdown=0.0, warm_reuse_ms=0.0)
     a = simulate(base.compiled, codes, timings=True)
     b = simulate(off.compiled, codes, timings=True)
     assert (a.e2e_ms, a.start, a.end, a.load) == (b.e2e_ms, b.start, b.end, b.load)
@@ -122,6 +123,50 @@ def test_more_cold_loads_never_make_a_workflow_faster(sc: Scenario, how: str, se
     a = simulate(machine(sc, cold_load_share=lo).compiled, codes).e2e_ms
     b = simulate(machine(sc, cold_load_share=hi).compiled, codes).e2e_ms
     assert a <= b * (1 + 1e-9) or math.isinf(b)
+
+
+def reuse_case(q_vram: float, warm_reuse_ms: float, cpu_between_ms: float | None = None) -> float:
+    """A resident tool (200 MB) computes 50 ms; a queued node (load 100 ms warm, 500 ms cold, every
+    load cold by default: share 1) waits for its memory (budget 300 MB) until the resident tool
+    unloads at 50 ms; with ``cpu_between_ms``, a CPU node of that length sits between the two. The
+    queued node's load time."""
+    nodes = [("r", "res"), ("q", "que")] + ([("c", "mid")] if cpu_between_ms is not None else [])
+    edges = [("r", "c"), ("c", "q")] if cpu_between_ms is not None else []
+    cards = [make_card("res", gpu_ms=50.0, vram_mb=200.0),
+             make_card("que", gpu_ms=10.0, load_ms=100.0, load_cold_ms=500.0, vram_mb=q_vram),
+             make_card("mid", cpu_ms=cpu_between_ms or 1.0, gpu_ms=None)]
+    sc = make_scenario(make_workflow(nodes, edges), cards, mode=Mode.THREE_WAY, vram_budget_mb=300.0,
+                       cold_load_share=1.0, warm_reuse_ms=warm_reuse_ms)
+    codes = (NOW_CODE, QUEUE_CODE) + ((CPU_CODE,) if cpu_between_ms is not None else ())
+    return simulate(sc.compiled, codes, timings=True).load[1]
+
+
+def test_a_load_reuses_memory_freed_just_before_it_warm() -> None:
+    assert reuse_case(150.0, 0.0) == 500.0  # off: every load the expectation (here: cold)
+    assert reuse_case(150.0, 2000.0) == 100.0  # the resident tool's 200 MB were freed at 50: warm
+    # 300 MB needed, 200 MB freed just before: two thirds warm
+    assert reuse_case(300.0, 2000.0) == pytest.approx(100.0 + 400.0 / 3)
+    # freed 3000 ms before the load (a CPU node between): gone cold
+    assert reuse_case(150.0, 2000.0, cpu_between_ms=3000.0) == 500.0
+    assert reuse_case(150.0, 5000.0, cpu_between_ms=3000.0) == 100.0
+
+
+@SETTINGS
+@given(scenarios, st.integers(0, 1000), st.floats(0.0, 1.0), st.sampled_from([0.0, 50.0, 500.0, 1e5]))
+def test_a_reused_load_lies_between_its_warm_and_its_cold_expectation(sc: Scenario, seed: int, share: float,
+                                                                       warm_reuse_ms: float) -> None:
+    sc = machine(with_cold_loads(sc, 4.0), load_sharing="none", cold_load_share=share, warm_reuse_ms=warm_reuse_ms)
+    codes = codes_of(sc, seed)
+    if codes is None:
+        return
+    out = simulate(sc.compiled, codes, timings=True)
+    for i, p in enumerate(codes):
+        if p == QUEUE_CODE:
+            card = sc.card_of(sc.compiled.names[i])
+            assert card.load_ms * (1 - 1e-9) <= out.load[i] <= card.expected_load_ms(share) * (1 + 1e-9)
+    if warm_reuse_ms == 0.0:
+        plain = machine(sc, warm_reuse_ms=0.0)
+        assert simulate(plain.compiled, codes, timings=True).load == out.load
 
 
 # ------------------------------------------------------------------ cross-core interference
@@ -200,7 +245,8 @@ def test_more_interference_never_makes_a_binary_workflow_faster(sc: Scenario, se
 @SETTINGS
 @given(scenarios, sharings, st.integers(0, 1000), st.floats(0.0, 2.0), st.floats(0.0, 1.0))
 def test_the_search_bounds_stay_below_the_kernel(sc: Scenario, how: str, seed: int, x: float, share: float) -> None:
-    sc = machine(with_cold_loads(sc, 4.0), load_sharing=how, cross_core_slowdown=x, cold_load_share=share)
+    sc = machine(with_cold_loads(sc, 4.0), load_sharing=how, cross_core_slowdown=x, cold_load_share=share,
+                 warm_reuse_ms=2000.0 if seed % 2 else 0.0)
     codes = codes_of(sc, seed)
     if codes is None:
         return

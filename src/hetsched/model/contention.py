@@ -15,7 +15,9 @@ simulation on it that every number hetsched prints comes from.
   (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
   ``gpu_util`` 1 under the GPU sharing: the stand-in device). A load takes its card's expected
   time under the machine's ``cold_load_share`` (``ToolCard.expected_load_ms``: that share of
-  the loads at ``load_cold_ms``; 0, the default: ``load_ms``).
+  the loads at ``load_cold_ms``; 0, the default: ``load_ms``). With ``warm_reuse_ms`` W, the
+  share of its memory freed on the device (queued nodes' ends, resident tools' unloads) in the W ms
+  before its admission is reused warm at ``load_ms``, the rest at that expectation.
 - Cross-core interference (``machine.cross_core_slowdown`` x, 0 by default: skipped): while both
   the CPU and the device run something, CPU tasks slow by 1 + x min(1, device utilization) and
   device tasks and loads by 1 + x min(1, cores busy / cores), on top of the sharing above.
@@ -117,6 +119,12 @@ class Compiled:
     """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
     cross: float = 0.0
     """Cross-core interference (``machine.cross_core_slowdown``): 0 leaves the arithmetic untouched."""
+    warm_ms: float = 0.0
+    """``machine.warm_reuse_ms``: memory freed on the device this recently is reused warm by a load
+    (0: off, ``load_ms`` is each load's fixed expected time)."""
+    load_cold_ms: tuple[float, ...] = ()
+    """With ``warm_ms``: per node, a load's expected time when none of its memory is reused warm
+    (``ToolCard.expected_load_ms``; ``load_ms`` then holds the warm floor, the card's ``load_ms``)."""
     window: bool = False
     """The scenario runs windows of several requests (its workload): the ``gpu_now`` tools stay
     resident for the whole window, so every queued node must fit beside all of them."""
@@ -129,6 +137,7 @@ class Compiled:
         tools = wf.tools
         tindex = {t: i for i, t in enumerate(tools)}
         cards = [scenario.card_of(n) for n in names]
+        warm_ms = scenario.machine.warm_reuse_ms
         pcie = scenario.machine.pcie_mb_per_ms
         succs: list[list[tuple[int, float]]] = [[] for _ in names]
         preds: list[list[int]] = [[] for _ in names]
@@ -143,7 +152,7 @@ class Compiled:
             tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
             cpu_ms=tuple(c.cpu_ms for c in cards),
             gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
-            load_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards),
+            load_ms=tuple(c.expected_load_ms(0.0 if warm_ms else scenario.machine.cold_load_share) for c in cards),
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
@@ -160,6 +169,8 @@ class Compiled:
             kappa=scenario.machine.gpu_kappa,
             load_sharing=_SHARING[scenario.machine.load_sharing],
             cross=scenario.machine.cross_core_slowdown,
+            warm_ms=warm_ms,
+            load_cold_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards) if warm_ms else (),
             window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
@@ -325,6 +336,13 @@ def _simulate(
         load_of: Sequence[float] = loads
     else:
         load_of = [a * f for a, f in zip(loads, load_factor, strict=True)]
+    warm_ms = c.warm_ms
+    load_now: list[float] = []
+    freed: deque[list[float]] = deque()  # [when, MB of it still unclaimed], oldest first
+    if warm_ms:  # loads reuse memory freed within warm_ms warm (machine.warm_reuse_ms): each load's time is set
+        cold = c.load_cold_ms * copies  # at its admission, between its warm floor and its cold expectation
+        cold_of = cold if load_factor is None else [a * f for a, f in zip(cold, load_factor, strict=True)]
+        load_now = list(load_of)  # each load's time, set at its admission
     timings = timings or record
     budget, cores = c.budget, c.cores
     tool_vram = c.tool_vram
@@ -438,7 +456,10 @@ def _simulate(
                         vram_tl[-1] = (t, used)
                     elif vram_tl[-1][1] != used:
                         vram_tl.append((t, used))
-            lv = load_of[v]
+            if warm_ms:
+                lv = load_now[v] = _warm_load(freed, t - warm_ms, vram[v], load_of[v], cold_of[v])
+            else:
+                lv = load_of[v]
             if lv > 0:
                 if sharing:
                     load_run[v] = lv
@@ -465,7 +486,7 @@ def _simulate(
             if e2e_only:
                 return _INF
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
-                           start, end, _loads(pl, load_of) if timings else [], vram_tl)
+                           start, end, _loads(pl, load_now if warm_ms else load_of) if timings else [], vram_tl)
         # the rates: a device's slowdown from its running set, and the time to the next event
         dt = _INF
         crossed = cross and cpu_v and (gpu_v or load_run)
@@ -551,8 +572,12 @@ def _simulate(
                     now_left[ti] -= 1
                     if now_left[ti] == 0:
                         used -= tool_vram[ti]
+                        if warm_ms:
+                            freed.append([t, tool_vram[ti]])
                 else:
                     used -= vram[v]
+                    if warm_ms:
+                        freed.append([t, vram[v]])
             if follows is not None:
                 r = v // n1
                 left_of[r] -= 1
@@ -583,9 +608,9 @@ def _simulate(
                                 if now_left[ti] == 0:
                                     used -= tool_vram[ti]
                         todo.extend((g, _INF) for g in followers[f])
+            on_cpu = p == CPU
             for w, delay in succs[v]:
-                crossing = (pl[w] == CPU) != (p == CPU)
-                arrive = t + delay if crossing else t
+                arrive = t + delay if (pl[w] == CPU) != on_cpu else t  # data crossing PCIe
                 if arrive > ready[w]:
                     ready[w] = arrive
                 preds_left[w] -= 1
@@ -603,7 +628,7 @@ def _simulate(
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
-    loads_ms = (_loads(pl, load_of) if not sharing else
+    loads_ms = (_loads(pl, load_now if warm_ms else load_of) if not sharing else
                 _load_spans(pl, start, admitted)) if timings else []
     if e2e_only:
         return max(map(end.__getitem__, c.sinks)) - releases[0]
@@ -634,6 +659,26 @@ def _cross(x: float, cpu_busy: float, dev_busy: float) -> tuple[float, float]:
     the device's tasks' and loads' 1 + x min(1, ``cpu_busy``: the cores the CPU tasks keep busy over
     the machine's))."""
     return 1.0 + x * min(1.0, dev_busy), 1.0 + x * min(1.0, cpu_busy)
+
+
+def _warm_load(freed: deque[list[float]], since: float, need_mb: float, warm_ms: float, cold_ms: float) -> float:
+    """A load's time when it may reuse memory freed on the device since ``since`` (``freed``: [when, MB
+    unclaimed], oldest first; what it reuses is claimed): ``warm_ms`` for the share of its ``need_mb``
+    found there, ``cold_ms`` for the rest. Frees older than ``since`` have gone cold and are dropped."""
+    while freed and freed[0][0] < since:
+        freed.popleft()
+    if need_mb <= 0.0:
+        return warm_ms
+    took = 0.0
+    while freed and took < need_mb:
+        unclaimed = freed[0][1]
+        use = min(unclaimed, need_mb - took)
+        took += use
+        if use >= unclaimed:
+            freed.popleft()
+        else:
+            freed[0][1] = unclaimed - use
+    return warm_ms + (cold_ms - warm_ms) * (1.0 - took / need_mb)
 
 
 def cpu_slowdown(demand: float, cores_asked: float) -> float:
