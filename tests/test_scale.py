@@ -57,6 +57,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.model.mapping import PLACEMENTS
+from hetsched.model.workload import Workload
 from hetsched.monitor import Monitor, MonitorConfig, critical_path
 from hetsched.monitor.static import StaticCheck
 from hetsched.policies import make_policy
@@ -315,6 +316,25 @@ def test_local_fit_never_ends_worse_than_its_start_and_stays_on_its_lattice(
     assert rms == pytest.approx(error(kappa), abs=1e-8)
     snapped = min(INTERFERENCE_GRID[-1], max(0.0, round(round(start / step) * step, 6)))
     assert rms <= error(snapped) + 1e-8
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=spec_strategy(12), kappa=st.sampled_from(INTERFERENCE_GRID), picks=st.lists(st.integers(0, 2**30),
+       min_size=1, max_size=4), under_load=st.booleans())
+def test_one_simulation_gives_the_estimate_and_the_latencies(
+    spec: WorkflowSpec, kappa: float, picks: list[int], under_load: bool
+) -> None:
+    """What the large workflows' fit keeps for the next calibration pass: ``e2e_latencies`` is exactly
+    ``(e2e, latencies)``, with a workload window too (where the E2E is the window's p95)."""
+    sc = random_scenario(spec)
+    if under_load:
+        sc = sc.with_workload(Workload.closed(2, requests=4))
+    est = Estimator(sc, kappa)
+    assert (est.window is not None) == under_load
+    for pick in picks:
+        rng = random.Random(pick)
+        codes = tuple(rng.choice(a) for a in sc.compiled.allowed)
+        assert est.e2e_latencies(codes) == (est.e2e(codes), est.latencies(codes))
 
 
 def test_search_is_exhaustive_when_the_space_fits_and_deterministic_otherwise() -> None:

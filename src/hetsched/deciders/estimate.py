@@ -94,14 +94,17 @@ class Estimator:
     def latencies(self, place: Sequence[int]) -> list[float] | None:
         """Per node, the estimated latency as the monitor measures it (admission to end, the load
         included for ``gpu_queue``); None when the mapping cannot run."""
-        self.evaluations += 1
-        if not self.static_ok(place):
-            return None
-        out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
-                       timings=True)
-        if out.deadlock:
-            return None
-        return [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+        out = self.timings(place)
+        return None if out is None else [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+
+    def e2e_latencies(self, place: Sequence[int]) -> tuple[float, list[float] | None]:
+        """:meth:`e2e` and :meth:`latencies` of one mapping, from one simulation when there is no workload
+        window (with one, the E2E is the window's p95 and the latencies one request's: two)."""
+        out = self.timings(place)
+        lat = None if out is None else [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+        if self.window is not None:
+            return self.e2e(place), lat
+        return (_INF if out is None else out.e2e_ms), lat
 
     def timings(self, place: Sequence[int]) -> Timings | None:
         """The estimate's per-node timings (ready, admitted, start, end), None when the mapping cannot
@@ -207,6 +210,7 @@ def fit_interference_local(
     step: float = 0.005,
     memo: dict[tuple[float, tuple[int, ...]], float] | None = None,
     slopes: dict[tuple[int, ...], float] | None = None,
+    latencies: dict[tuple[float, tuple[int, ...]], list[float] | None] | None = None,
 ) -> tuple[float, float]:
     """:func:`fit_interference`'s least squares of log ratios, solved from ``start`` in a handful of
     estimates per mapping instead of a grid's (the fit of large workflows, where each estimate
@@ -220,7 +224,9 @@ def fit_interference_local(
     ``prior``) and that error; measurements that cannot tell interferences apart (nothing ran two
     GPU tasks at once: flat) give ``prior``, as the full fit does. When ``start`` cannot run, the
     full fit answers. ``memo`` keeps estimates across calls; ``slopes``, when given, receives each
-    mapping's slope at the answer for the next call."""
+    mapping's slope at the answer for the next call; ``latencies``, when given, receives the per-node
+    latencies of each estimate (:meth:`Estimator.e2e_latencies`: the next calibration pass reads them
+    at the answer)."""
     if not measured:
         return prior, 0.0
     cache: dict[tuple[float, tuple[int, ...]], float] = {} if memo is None else memo
@@ -237,7 +243,11 @@ def fit_interference_local(
         for codes, e2e in measured:
             got = cache.get((k, codes))
             if got is None:
-                got = cache[(k, codes)] = est.e2e(codes)
+                if latencies is None:
+                    got = est.e2e(codes)
+                else:
+                    got, latencies[(k, codes)] = est.e2e_latencies(codes)
+                cache[(k, codes)] = got
             if not math.isfinite(got) or got <= 0 or e2e <= 0:
                 tried[k] = (math.inf, [])
                 return math.inf

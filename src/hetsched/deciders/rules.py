@@ -321,10 +321,11 @@ class _Compiled:
     """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
     kept for the calibration's repeated fits."""
 
-    latencies: dict[tuple[tuple[float, ...], float, Codes], list[float] | None] = field(default_factory=dict)
-    """(factors, interference, mapping) -> the model's per-node latencies, kept across rounds: each round's
-    first calibration pass reads the cards as given at the machine's interference for the measured
-    mappings, mostly the same ones round after round."""
+    latencies: dict[tuple[float, ...], dict[tuple[float, Codes], list[float] | None]] = field(default_factory=dict)
+    """Per card rescaling: (interference, mapping) -> the model's per-node latencies, kept across passes
+    and rounds: a pass rescales the cards from the latencies at the interference the last pass fitted
+    (from ``SCREEN_MIN_NODES`` nodes on that fit simulated them already), and each round's first pass
+    reads the cards as given at the machine's interference for mostly the same measured mappings."""
 
     def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
         """The estimates kept for one card rescaling."""
@@ -332,15 +333,11 @@ class _Compiled:
             self.estimates.clear()
         return self.estimates.setdefault(factors, {})
 
-    def latencies_of(self, est: Estimator, factors: tuple[float, ...], codes: Codes) -> list[float] | None:
-        """``est.latencies(codes)``, kept; ``est`` is the model rescaled by ``factors``."""
-        key = (factors, est.interference, codes)
-        if key in self.latencies:
-            return self.latencies[key]
-        if len(self.latencies) > 64:
+    def latency_memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], list[float] | None]:
+        """The per-node latencies kept for one card rescaling."""
+        if factors not in self.latencies and len(self.latencies) > 16:
             self.latencies.clear()
-        got = self.latencies[key] = est.latencies(codes)
-        return got
+        return self.latencies.setdefault(factors, {})
 
 
 class RulesDecider(Decider):
@@ -444,8 +441,11 @@ class RulesDecider(Decider):
         base = comp.estimator.rescaled(cpu, gpu) if factors else comp.estimator
         est = base.with_interference(kappa)
         predicted: dict[tuple[int, int], list[float]] = {}
+        kept = comp.latency_memo(factors)
         for m in fit_set:
-            lat = comp.latencies_of(est, factors, m.codes)
+            if (kappa, m.codes) not in kept:
+                kept[(kappa, m.codes)] = est.latencies(m.codes)
+            lat = kept[(kappa, m.codes)]
             if lat is None:
                 continue
             for i, c in enumerate(m.codes):
@@ -557,7 +557,8 @@ class RulesDecider(Decider):
             factors = rescaled
             if screened:
                 kappa, rms = fit_interference_local(model, measured, kappa, prior=prior, step=INTERFERENCE_STEP,
-                                                    memo=comp.memo(factors), slopes=slopes)
+                                                    memo=comp.memo(factors), slopes=slopes,
+                                                    latencies=comp.latency_memo(factors))
             else:
                 kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
