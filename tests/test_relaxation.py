@@ -48,12 +48,17 @@ def test_relaxation_bound_never_exceeds_the_optimum(sc: Scenario, loose: float) 
 def stressed(draw: st.DrawFn) -> Scenario:
     """A scenario of ``scenarios`` under what the relaxation's contention terms lean on: measured CPU
     demands (some below one core, some above), every ``load_sharing``, interference up to 1, a
-    budget from tight to loose, and wide sibling groups (the generator's parallel and fan-out)."""
+    budget from tight to loose, wide sibling groups (the generator's parallel and fan-out), and
+    the opt-in machine terms (cold and warm-reused loads, cross-core interference)."""
     sc = draw(st.one_of(scenarios, st.builds(
         lambda fam, n, seed: random_scenario(WorkflowSpec(fam, n, Mode.THREE_WAY, seed)),
         st.sampled_from(["parallel", "fanout", "forkjoin"]), st.integers(3, 7), st.integers(0, 10_000))))
     demands = st.one_of(st.none(), st.sampled_from([0.0, 0.3, 1.0, 2.5]), st.floats(0.0, 6.0))
-    cards = {name: card.model_copy(update={"cpu_demand": draw(demands)}) for name, card in sc.cards.items()}
+    cold = st.one_of(st.none(), st.floats(0.0, 3.0))
+    cards = {name: card.model_copy(update={
+        "cpu_demand": draw(demands),
+        "load_cold_ms": None if (f := draw(cold)) is None else card.load_ms * (1.0 + f),
+    }) for name, card in sc.cards.items()}
     largest = max((c.vram_mb for c in cards.values() if c.gpu_ms is not None), default=100.0)
     total = sum(c.vram_mb for c in cards.values() if c.gpu_ms is not None)
     budget = max(1.0, draw(st.floats(0.6, 1.2)) * max(largest, draw(st.floats(0.0, 1.0)) * total))
@@ -62,6 +67,9 @@ def stressed(draw: st.DrawFn) -> Scenario:
         "gpu_kappa": draw(st.sampled_from([0.0, 0.1, 0.3, 1.0])),
         "vram_budget_mb": budget,
         "cpu_cores": draw(st.integers(1, 8)),
+        "cold_load_share": draw(st.sampled_from([0.0, 0.5, 1.0])),
+        "warm_reuse_ms": draw(st.sampled_from([0.0, 50.0, 5000.0])),
+        "cross_core_slowdown": draw(st.sampled_from([0.0, 0.3])),
     })
     return Scenario(name=sc.name, mode=sc.mode, workflow=sc.workflow, cards=cards, machine=machine)
 
