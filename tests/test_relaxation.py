@@ -122,3 +122,16 @@ def test_the_queue_admits_each_fifo_line_in_its_order(sc: Scenario, data: st.Dat
     for line in relaxation._fifo_lines(c):
         admitted = [got.admitted[q] for q in line if codes[q] == QUEUE_CODE]
         assert admitted == sorted(admitted), (line, admitted)
+
+
+@needs_ortools
+@pytest.mark.parametrize("family", ["diamond", "random", "fanout"])
+def test_the_second_round_never_proves_less_than_the_first(family: str) -> None:
+    """The strong round is told the first round's bound, so the strong terms cannot cost the bound
+    the first round (the model before them) proves in the same limit, solved or not."""
+    sc = random_scenario(WorkflowSpec(family, 40, Mode.THREE_WAY, 11))
+    upper = best_known(sc, max_evals=200, max_seconds=None).e2e_ms
+    first = relaxation._solve(sc, upper, False, 0.3, 600.0, 0, None)
+    got = relaxation_bound_ms(sc, upper, max_seconds=0.3, wall_seconds=600.0)
+    assert got is not None
+    assert got.lower_ms >= max(0.0, (first.proven - 1.0) * upper / relaxation._UNITS)

@@ -8,8 +8,9 @@ end ``f[i]``; per tool a ``gpu_now`` flag ``y[t]`` and the end ``E[t]`` of its l
 node. For the simulated schedule of any feasible mapping (s = the time a node's inputs have
 arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hold:
 
-- **budget**: ``x[i, gpu_now] <= y[tool(i)] <= sum of x[j, gpu_now] over the tool's nodes`` (a
-  tool is resident exactly when one of its nodes is ``gpu_now``) and the resident tools fit together;
+- **budget**: ``x[i, gpu_now] <= y[tool(i)]`` and the ``gpu_now`` tools fit together (second
+  round: ``y[t] <=`` the sum of ``x[j, gpu_now]`` over the tool's nodes, resident exactly when one
+  of them is ``gpu_now``);
 - **precedence**: ``s[w] >= f[v] + transfer`` (the transfer only when the edge crosses between
   the CPU and the GPU), ``f[i] >= s[i] + isolated time`` (CPU: ``cpu_ms * max(1, d / cores)``,
   d the cores it keeps busy; ``gpu_now``: ``gpu_ms``; ``gpu_queue``: ``load_ms + gpu_ms``),
@@ -143,7 +144,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     left_wall = wall - (time.perf_counter() - t0)
     out = first
     if left_wall > _MIN_ROUND_SECONDS:
-        second = _solve(scenario, upper_ms, True, max_seconds, left_wall, first.proven, first.codes)
+        second = _solve(scenario, upper_ms, True, max_seconds, left_wall, math.floor(first.proven + 1e-9), first.codes)
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
                          second.codes or first.codes)
@@ -154,7 +155,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
 
 @dataclass(frozen=True)
 class _Round:
-    proven: int
+    proven: float
     """The proven bound on ``T`` in time units (0: nothing proven)."""
     optimal: bool
     codes: tuple[int, ...] | None
@@ -188,8 +189,6 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
         if NOW in x[i]:
             model.add_implication(x[i][NOW], y[c.tool_idx[i]])
     model.add(sum(vram_units[t] * y[t] for t in range(ntools)) <= budget_units)
-    for t in range(ntools):  # a tool is resident exactly when one of its nodes is gpu_now
-        model.add(y[t] <= sum(x[i][NOW] for i in range(n) if c.tool_idx[i] == t and NOW in x[i]))
 
     def isolated(i: int, k: int) -> float:
         if k == CPU:
@@ -265,8 +264,8 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     model.add(budget_units * makespan + sum(vram_units) >= queue_mem + held)
     if strong:
         _add_strong_terms(model, c, x, y, s, f, ends, makespan, below, above, allowed, u, top)
-    # a bound the first round proved holds for every image too (it is a bound over a weaker model)
-    model.add(makespan >= floor_units)
+    if floor_units > 0:  # a bound the first round proved holds for every image too (a weaker model's)
+        model.add(makespan >= floor_units)
     if hint is not None:
         for i in range(n):
             for k, var in x[i].items():
@@ -284,7 +283,7 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     if not math.isfinite(proven):
         proven = 0.0
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return _Round(max(floor_units, math.floor(proven + 1e-9)), status == cp_model.OPTIMAL, codes)
+    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes)
 
 
 def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any], s: list[Any], f: list[Any],
@@ -298,6 +297,8 @@ def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any],
     def units(ms: float) -> int:
         return max(0, math.floor(ms / u))
 
+    for t in range(ntools):  # a tool is resident exactly when one of its nodes is gpu_now
+        model.add(y[t] <= sum(x[i][NOW] for i in range(n) if c.tool_idx[i] == t and NOW in x[i]))
     if 0 < c.kappa <= 1:
         # the GPU's sharing caps gpu_ms (u + kappa (1 - u)) per ms too: total, before and after each node
         gpu_b = [0.0 if math.isinf(c.gpu_ms[i]) else c.gpu_ms[i] * (c.util[i] + c.kappa * (1.0 - c.util[i]))
