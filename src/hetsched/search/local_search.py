@@ -18,7 +18,7 @@ One iteration:
    improvement is taken.
 2. **Window re-optimization (large neighbourhood).** A window of up to ``WINDOW`` nodes (a node and
    its DAG neighbours, the nodes of one tool, a sample of the nodes that end last, or a run of
-   consecutive nodes in topological order), or of up to ``WINDOW`` whole tools (one not resident
+   consecutive nodes in topological order), or of up to ``WINDOW - 1`` whole tools (one not resident
    and resident ones), is solved exactly with the rest fixed: every combination is bounded, and
    the survivors are simulated in bound order until the bound reaches the best value.
 3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
@@ -335,14 +335,14 @@ class _Search:
         return self.rng.sample(self._tail, k=min(WINDOW, len(self._tail)))
 
     def residency_window(self, cur: tuple[int, ...]) -> list[list[int]]:
-        """One tool not resident and up to ``WINDOW - 1`` resident ones (others when fewer), each
+        """One tool not resident and up to ``WINDOW - 2`` resident ones (others when fewer), each
         re-placed as a whole: the exchanges of the ``gpu_now`` set under a full budget, where one
         tool coming in needs several going out and each of those a place of its own."""
         resident = [k for k, nodes in enumerate(self.gpu_tools) if any(cur[i] == NOW for i in nodes)]
         outside = [k for k in range(len(self.gpu_tools)) if k not in resident]
         picked = [self.rng.choice(outside)] if outside else []
         pool = resident if len(resident) >= WINDOW - 1 else resident + [k for k in outside if k not in picked]
-        picked += self.rng.sample(pool, k=min(len(pool), WINDOW - len(picked)))[: WINDOW - len(picked)]
+        picked += self.rng.sample(pool, k=min(len(pool), WINDOW - 1 - len(picked)))
         return [list(self.gpu_tools[k]) for k in picked]
 
     def solve_window(
