@@ -572,8 +572,12 @@ class RulesDecider(Decider):
         res = self._search(sc, comp, kappa, starts, model, factors)
         est = model.with_interference(kappa)
 
+        fitted = comp.memo(factors)  # the last fit estimated the measured mappings it read at this kappa
+
         def estimate(codes: Codes) -> float:
             got = res.seen.get(codes)
+            if got is None:
+                got = fitted.get((kappa, codes))
             return est.e2e(codes) if got is None else got
 
         steps.append(f"model search: {res.spent()}; lowest {res.e2e_ms:.1f} ms")
