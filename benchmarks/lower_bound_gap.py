@@ -15,13 +15,15 @@ sizes and seeds from the command line: pick the seeds after the code is written)
    and a generous wall-clock cap so the machine's load does not change the bound), with the
    relaxation's CPU seconds; the two run one after the other, so both see the same machine load.
 
-The table gives per size the median and worst gap before and after, and the relaxation's CPU
-time. The best-first bound search of the reference is left out (its bound depends on the time it
-gets); ``--reference`` adds, per side, the gap ``best_known`` itself reports with its default
-budget (wall-clock: machine-dependent), which is the combined figure a user sees.
+With ``--exact`` (small sizes) the upper bound is the optimum itself
+(``hetsched.search.oracle.solve``), so the gap is the bound's alone. The table gives per size the
+median and worst gap before and after, and the relaxation's CPU time. The best-first bound
+search of the reference is left out (its bound depends on the time it gets); ``--reference``
+adds, per side, the gap ``best_known`` itself reports with its default budget (wall-clock:
+machine-dependent), which is the combined figure a user sees.
 
 Run: python benchmarks/lower_bound_gap.py --baseline-src BASE/src [--sizes 20 50 100] [--seeds 300 301]
-     [--uppers FILE.json] [--out FILE.json] [--reference]
+     [--uppers FILE.json] [--out FILE.json] [--reference] [--exact]
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ best = best_known(sc, seed=0, max_evals={evals}, max_seconds=None).e2e_ms
 for seed in (1, 2):
     best = min(best, local_search(sc, seed=seed, max_evals={evals}).e2e_ms)
 print(json.dumps({{"e2e_ms": best}}))
+"""
+EXACT = """
+import json
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.model import Mode
+from hetsched.search.oracle import solve
+sc = random_scenario(WorkflowSpec({family!r}, {n}, Mode.THREE_WAY, {seed}))
+print(json.dumps({{"e2e_ms": solve(sc, max_seconds=None, workers=1).e2e_ms}}))
 """
 BOUND = """
 import json, time
@@ -92,6 +102,8 @@ def main() -> None:
     parser.add_argument("--relax-seconds", type=float, default=1.0)
     parser.add_argument("--uppers", type=Path, help="cache of the best-known E2E per workflow (read and written)")
     parser.add_argument("--reference", action="store_true", help="also run best_known with its default budget")
+    parser.add_argument("--exact", action="store_true",
+                        help="the upper bound is the optimum (exact search, no time limit): small sizes only")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -106,8 +118,9 @@ def main() -> None:
             for family in args.families:
                 name = f"{family}-n{n}-s{seed}"
                 if name not in uppers:
-                    uppers[name] = child(args.baseline_src, UPPER.format(family=family, n=n, seed=seed,
-                                                                         evals=args.evals))["e2e_ms"]
+                    code = EXACT if args.exact else UPPER
+                    uppers[name] = child(args.baseline_src, code.format(family=family, n=n, seed=seed,
+                                                                        evals=args.evals))["e2e_ms"]
                     if args.uppers:
                         args.uppers.write_text(json.dumps(uppers, indent=1))
                 upper = uppers[name]
