@@ -11,9 +11,14 @@ runs, in one process one after the other (so both see the same machine load):
   six times the time.
 
 The ratio reference / ILS (below 1: the reference is better) and the reported gap to the lower
-bound are printed per workflow, then the median and the worst.
+bound are printed per workflow, then the median and the worst, per family and over all.
 
-Run: python benchmarks/reference_vs_ils.py [--n 50] [--seeds 41 42] [--ils-seconds 60] [--out FILE.json]
+Time budgets depend on the machine's load (the load average is printed before and after, and the
+CPU seconds each search got). ``--evals N`` makes the comparison independent of the machine: the
+reference gets ``best_known(max_evals=N)`` and the ILS ``--ils-evals`` (default 6 N) simulations.
+
+Run: python benchmarks/reference_vs_ils.py [--n 50] [--seeds 41 42] [--ils-seconds 60] [--evals N]
+[--out FILE.json]
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES))
     parser.add_argument("--ils-seconds", type=float, default=60.0)
     parser.add_argument("--reference-seconds", type=float, default=DEFAULT_SEARCH_SECONDS)
+    parser.add_argument("--evals", type=int, help="budgets in simulations instead of seconds (reference: N)")
+    parser.add_argument("--ils-evals", type=int, help="the ILS's simulations with --evals (default 6 N)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -50,29 +57,40 @@ def main() -> None:
         for family in args.families:
             sc = random_scenario(WorkflowSpec(family, args.n, Mode.THREE_WAY, seed))
             t0 = time.process_time()
-            ref = best_known(sc, seed=0, max_seconds=args.reference_seconds)
+            if args.evals:
+                ref = best_known(sc, seed=0, max_seconds=None, max_evals=args.evals)
+            else:
+                ref = best_known(sc, seed=0, max_seconds=args.reference_seconds)
             ref_cpu = time.process_time() - t0
             t0 = time.process_time()
-            ils = local_search(sc, seed=1, max_seconds=args.ils_seconds)
+            if args.evals:
+                ils = local_search(sc, seed=1, max_evals=args.ils_evals or 6 * args.evals)
+            else:
+                ils = local_search(sc, seed=1, max_seconds=args.ils_seconds)
             ils_cpu = time.process_time() - t0
-            row = {"workflow": sc.name, "reference_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms,
+            row = {"workflow": sc.name, "family": family, "reference_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms,
                    "ils_ms": ils.e2e_ms, "ratio": ref.e2e_ms / ils.e2e_ms, "gap": ref.gap,
-                   "reference_cpu_s": ref_cpu, "ils_cpu_s": ils_cpu}
+                   "reference_cpu_s": ref_cpu, "ils_cpu_s": ils_cpu, "ils_evaluations": ils.evaluations}
             rows.append(row)
             print(f"  {sc.name}: reference {ref.e2e_ms:.1f} ms ({ref_cpu:.1f} s CPU, gap to its lower bound "
                   f"{100 * (ref.gap or 0):.1f}%), ILS {ils.e2e_ms:.1f} ms ({ils_cpu:.1f} s CPU): "
                   f"ratio {row['ratio']:.4f}", flush=True)
-    ratios = sorted(r["ratio"] for r in rows)
-    gaps = sorted(r["gap"] or 0.0 for r in rows)
+    budget = (f"reference {args.evals} simulations, ILS {args.ils_evals or 6 * args.evals}" if args.evals
+              else f"reference {args.reference_seconds:g} s, ILS {args.ils_seconds:g} s")
     print()
-    print("| n | workflows | reference / ILS: median / worst | reference better / equal / worse "
+    print(f"budgets: {budget}; seeds {' '.join(map(str, args.seeds))}")
+    print("| n | family | workflows | reference / ILS: median / worst | reference better / equal / worse "
           "| reference gap to its lower bound: median / max |")
-    print("|---|---|---|---|---|")
-    better = sum(1 for r in ratios if r < 1 - 1e-9)
-    worse = sum(1 for r in ratios if r > 1 + 1e-9)
-    print(f"| {args.n} | {len(rows)} | {statistics.median(ratios):.4f} / {ratios[-1]:.4f} "
-          f"| {better} / {len(rows) - better - worse} / {worse} "
-          f"| {100 * statistics.median(gaps):.1f}% / {100 * gaps[-1]:.1f}% |")
+    print("|---|---|---|---|---|---|")
+    for family in [*args.families, "all"]:
+        part = [r for r in rows if family in ("all", r["family"])]
+        ratios = sorted(r["ratio"] for r in part)
+        gaps = sorted(r["gap"] or 0.0 for r in part)
+        better = sum(1 for r in ratios if r < 1 - 1e-9)
+        worse = sum(1 for r in ratios if r > 1 + 1e-9)
+        print(f"| {args.n} | {family} | {len(part)} | {statistics.median(ratios):.4f} / {ratios[-1]:.4f} "
+              f"| {better} / {len(part) - better - worse} / {worse} "
+              f"| {100 * statistics.median(gaps):.1f}% / {100 * gaps[-1]:.1f}% |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

@@ -244,6 +244,20 @@ def test_cards_show_ms_mb_and_dimensionless_figures_and_cold_start_hides_them() 
         assert "Whisper small" in prompt  # descriptions stay
 
 
+def test_the_cards_table_shows_the_cores_the_model_charges() -> None:
+    """The decider reads the cores a CPU run keeps busy as the simulator charges them: a measured
+    ``cpu_demand`` (0.02 for a tool that waits on I/O), else ``cpu_threads``."""
+    from hetsched.llm.prompt import card_lines
+
+    header = next(line for line in card_lines(VRAM) if line.startswith("| tool |"))
+    assert header.endswith("| gpu util | cpu cores busy |")
+    rows = {line.split(" | ")[0]: line for line in card_lines(VRAM) if line.startswith('| "')}
+    assert rows['| "ocr"'].endswith(f"| {VRAM.cards['ocr'].cpu_threads} |")
+    waits = VRAM.cards["ocr"].model_copy(update={"cpu_demand": 0.02})
+    measured = card_lines(VRAM.model_copy(update={"cards": {**VRAM.cards, "ocr": waits}}))
+    assert any(line.startswith('| "ocr"') and line.endswith("| 0.02 |") for line in measured)
+
+
 def card_figures(sc: Scenario) -> re.Pattern[str]:
     """The scenario's card figures (cpu_ms, gpu_ms, load_ms, vram_mb) wherever a prompt would print
     them: with their unit (``4200 ms``, ``1300 MB``), in a table cell (``| 1088 |``) or after the

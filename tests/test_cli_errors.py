@@ -17,6 +17,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.factories import run_cli as cli
@@ -599,3 +600,73 @@ def test_the_local_executor_runs_a_tool_from_a_module_in_the_current_folder(tmp_
     assert proc.returncode == 0, proc.stderr
     (round_0,) = json.loads(proc.stdout)["rounds"]
     assert round_0["feasible"]
+
+
+def _ctrl_c_inside_a_pydantic_serializer(monkeypatch: pytest.MonkeyPatch, after_calls: int) -> None:
+    """Make the store's ``create_run`` meet a Ctrl-C inside a pydantic field serializer on its call number
+    ``after_calls + 1``: pydantic hands the KeyboardInterrupt back as its own PydanticSerializationError (what
+    a CI run met when the SIGINT landed in the store's scenario serialisation)."""
+    import pydantic
+
+    from hetsched.cli.app import _on_ctrl_c
+
+    class Interrupted(pydantic.BaseModel):
+        x: int = 0
+
+        @pydantic.field_serializer("x")
+        def _x(self, value: int) -> int:
+            _on_ctrl_c(2, None)  # what the SIGINT handler does: remember, then raise KeyboardInterrupt
+            return value
+
+    real = RunStore.create_run
+    calls = [0]
+
+    def create_run(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > after_calls:
+            Interrupted().model_dump()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RunStore, "create_run", create_run)
+
+
+def test_a_ctrl_c_a_library_wrapped_still_exits_130_with_what_the_bench_kept(
+        capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import pydantic_core
+
+    _ctrl_c_inside_a_pydantic_serializer(monkeypatch, after_calls=0)
+    with pytest.raises(pydantic_core.PydanticSerializationError, match="KeyboardInterrupt"):
+        RunStore.create_run(None, None)  # type: ignore[arg-type]  # the wrapped interrupt the CLI must recognise
+    monkeypatch.undo()
+    _ctrl_c_inside_a_pydantic_serializer(monkeypatch, after_calls=2)
+    out_dir = tmp_path / "out"
+    code, _, err = cli(capsys, "bench", "--scenario", "chain", "-p", "all-gpu", "--seeds", "5", "-r", "2", "-j", "1",
+                       "--no-progress", "--reference", "oracle", "-o", str(out_dir))
+    text = " ".join(err.split())
+    assert code == 130, err
+    said = re.search(r"interrupted: (\d+) of 5 runs finished and are kept", text)
+    assert said is not None, err
+    with RunStore(out_dir / "runs.sqlite", read_only=True) as st:
+        finished = len(st.runs(status="finished"))
+    assert finished == int(said.group(1)) and 1 <= finished < 5  # what finished before the Ctrl-C is kept
+
+
+def test_a_ctrl_c_a_library_wrapped_in_a_run_exits_130(
+        capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _ctrl_c_inside_a_pydantic_serializer(monkeypatch, after_calls=0)
+    code, _, err = cli(capsys, "run", "chain", "-r", "2", "--store", str(tmp_path / "runs.sqlite"))
+    assert code == 130, err
+    assert "interrupted" in err
+
+
+def test_an_error_after_the_interrupt_flag_was_cleared_is_not_taken_for_a_ctrl_c(
+        capsys: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A command starts with no Ctrl-C remembered: an earlier command's interrupt does not turn a later bad
+    input into exit 130."""
+    from hetsched.cli.app import _on_ctrl_c, interrupted
+
+    with pytest.raises(KeyboardInterrupt):
+        _on_ctrl_c(2, None)
+    assert interrupted()
+    code, _, err = cli(capsys, "run", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "missing.yaml" in err

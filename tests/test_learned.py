@@ -18,7 +18,7 @@ from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import Mode, Scenario
 from hetsched.model.files import bundled_scenarios, load_scenario
-from hetsched.model.learned import MIN_SAMPLES, LearnedFigure, learned_cards, refresh_command
+from hetsched.model.learned import MIN_SAMPLES, LearnedFigure, learned_cards, refresh_call, refresh_command
 from hetsched.policies import make_policy
 from hetsched.sim import Simulator
 
@@ -64,6 +64,7 @@ def test_a_stale_card_is_contradicted_and_the_refresh_names_it(tmp_path) -> None
     for f in learned.contradicted:
         assert f.drift == pytest.approx(1.0, abs=0.2)
     assert learned.refresh is not None and tool in learned.refresh and "--refresh" in learned.refresh
+    assert learned.refresh_call is not None and f"hs.profile([{tool!r}], refresh=" in learned.refresh_call
     text = "\n".join(learned.describe())
     assert "contradict" in text and learned.refresh in text
     data = json.loads(json.dumps(learned.to_dict()))
@@ -151,3 +152,19 @@ def test_the_stored_run_exports_the_same_learned_cards(tmp_path) -> None:
     with RunStore(tmp_path / "runs.sqlite") as st:
         exported = json.loads(json.dumps(st.export(result.run_id)))
     assert exported["cards"] == json.loads(json.dumps(result.learned.to_dict()))
+
+
+@given(st.lists(st.text(alphabet="ab_9'\" -", min_size=1, max_size=12), max_size=3, unique=True),
+       st.sampled_from(["my flow.yaml", "dir/it's.yml", "/abs/x.yaml"]))
+def test_the_python_refresh_call_is_the_call_that_refreshes_that_file(tools: list[str], file: str) -> None:
+    """``refresh_call`` is valid Python: ``hs.profile(TOOLS, refresh=FILE)`` with the user's own file, and for
+    a bundled scenario the copy ``hetsched init`` writes (the package's own files are not rewritten)."""
+    import ast
+
+    for ref, want in ((file, file), ("fanout", "fanout.yaml")):
+        code = refresh_call(ref, tools)
+        call = ast.parse(code.split("  # ")[0], mode="eval").body
+        assert isinstance(call, ast.Call) and ast.unparse(call.func) == "hs.profile"
+        assert [ast.literal_eval(a) for a in call.args] == ([tools] if tools else [])
+        assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == {"refresh": want}
+        assert ("hetsched init fanout -o fanout.yaml" in code) == (ref == "fanout")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,6 +33,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.model.measured import (
+    MODEL_TRIES,
     MeasuredMapping,
     deploy_choice,
     executions,
@@ -209,11 +211,39 @@ def test_a_run_settles_only_once_the_models_close_mappings_ran(rounds: list, pre
         assert state.trial not in ran and not state.exploring and state.contender is None
         assert state.trial_ms is not None and state.best_predicted_ms is not None
         assert state.trial_ms <= state.best_predicted_ms * (1 + state.noise) + 1e-9
-    if state.settled and ranked:
+    if state.settled and ranked and state.trials_left:
         best = ranked[0][1]
-        close = [m for m, e in ranked if e <= best * (1 + state.noise)][:4]
+        close = [m for m, e in ranked if e <= best * (1 + state.noise)][:MODEL_TRIES]
         assert all(m in ran for m in close)
     assert state.best == settling(h).best  # the model never changes what is deployed: the best measured
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 6), st.lists(st.floats(0.0, 0.5), min_size=30, max_size=30), st.randoms(use_true_random=False))
+def test_the_model_tries_are_capped_however_the_ranking_moves(tries: int, slower: list, rnd: Any) -> None:
+    """Each round the model ranks a mapping never run as its best (its ranking moves as the cards learn): the
+    run still makes at most ``tries`` trials once exploring stopped (none measures faster)."""
+    space = [Mapping({"A": a, "B": b, "C": c}) for a in Placement for b in Placement for c in Placement]
+    rnd.shuffle(space)
+    rounds: list[RoundRecord] = []
+    first_new_after_stop: int | None = None
+    for i, extra in enumerate(slower):
+        ran_maps = {r.mapping for r in rounds}
+        fresh = [m for m in space if m not in ran_maps]
+        state = settling(rounds, ranked=lambda fresh=fresh: [(fresh[0], 90.0)] if fresh else [], tries=tries)
+        if state.settled:
+            break
+        nxt = state.next_mapping
+        if nxt is None:  # exploring: the decider's pick, a new mapping never faster than the first
+            nxt = fresh[0] if fresh else space[0]
+        elif first_new_after_stop is None and nxt not in ran_maps:
+            first_new_after_stop = i
+        e2e = 100.0 * (1.0 + extra) if rounds else 100.0
+        rounds.append(RoundRecord(i, Proposal(nxt), Trace(mapping=nxt, feasible=True, e2e_ms=e2e, executor="local"),
+                                  ()))
+    if first_new_after_stop is not None:
+        after = {r.mapping for r in rounds[first_new_after_stop:]} - {r.mapping for r in rounds[:first_new_after_stop]}
+        assert len(after) <= tries
 
 
 class RealDouble:
@@ -275,7 +305,7 @@ def noisy_real_run(family: str, n: int, mode: Mode, seed: int) -> int:
             assert "trying" in r.proposal.rationale
     final = pol.settling(result.rounds)
     assert final is not None and final.best == deploy_choice(executions(result.rounds)) == result.deploy
-    if final.settled:
+    if final.settled and final.trials_left:
         ran = {t.mapping for _, t in executions(result.rounds)}
         ranking = pol.ranking(result.rounds)
         close = [m for m, e in ranking if e <= ranking[0][1] * (1 + final.noise)][:4]

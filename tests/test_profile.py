@@ -97,3 +97,39 @@ def test_profile_cli_keeps_cards_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
     library = load_tool_library(out)
     assert set(library) == {"slow_a", "slow_b"}
     assert library["slow_b"].provenance.device == "standin"
+
+
+def test_cold_loads_are_profiled_apart_from_the_back_to_back_loads(tmp_path: Path) -> None:
+    """With ``cold_loads`` the card carries ``load_cold_ms`` (loads after the device sat idle) with
+    its spread, beside ``load_ms`` (loads back to back); without, it has none and dumps as before.
+    A real tool holding a 40 MB table (tests/shapetools.py); no timing is compared (the machine's load
+    moves both)."""
+    from tests.shapetools import TableLookup
+
+    tool = TableLookup("cold_table", table_mb=40.0, lookups=1000)
+    register_tool(tool, replace=True)
+    try:
+        config = ProfileConfig(runs=3, warmup=1, loads=2, cold_loads=2, cold_pause_s=0.3, cpu_threads=1)
+        (result,) = profile_tools(["cold_table"], config)
+        (plain,) = profile_tools(["cold_table"], ProfileConfig(runs=3, warmup=1, loads=2, cpu_threads=1))
+    finally:
+        unregister_tool(tool.name)
+    card = result.card
+    assert len(result.load_samples_ms) == 2 and len(result.cold_load_samples_ms) == 2
+    assert card.load_cold_ms is not None and card.load_cold_ms > 0
+    spread = card.spread["load_cold_ms"]
+    assert spread.p10 <= card.load_cold_ms <= spread.p90
+    assert "load_cold_ms: median of 2 loads each after 0.3 s idle" in card.provenance.source
+    assert plain.card.load_cold_ms is None and plain.cold_load_samples_ms == ()
+    assert "load_cold_ms" not in plain.card.model_dump(mode="json") and "load_cold_ms" not in plain.card.spread
+    library = load_tool_library(write_library(tmp_path / "cards.yaml", [card]))
+    assert library["cold_table"] == card  # the field and its spread survive the tool library
+
+
+def test_profile_config_refuses_bad_cold_load_settings() -> None:
+    from hetsched.model import InputError
+
+    with pytest.raises(InputError, match="cold_loads must be >= 0, got -1"):
+        ProfileConfig(cold_loads=-1)
+    with pytest.raises(InputError, match="cold_pause_s must be from 0 to 600 s, got 601"):
+        ProfileConfig(cold_pause_s=601)

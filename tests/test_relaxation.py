@@ -4,7 +4,7 @@ without OR-Tools the reference falls back to the other bounds and says so in its
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tests.search_scenarios import FAMILIES, random_search_scenario
 from tests.test_oracle import naive
@@ -13,6 +13,8 @@ from tests.test_sim import instances
 from hetsched.bench.generate import FAMILIES as GEN_FAMILIES
 from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.model import Mode, ReferenceKind, Scenario
+from hetsched.model.contention import simulate
+from hetsched.model.mapping import QUEUE_CODE
 from hetsched.search import reference as reference_mod
 from hetsched.search import relaxation
 from hetsched.search.lower_bound import dual_bound_ms
@@ -42,6 +44,49 @@ def test_relaxation_bound_never_exceeds_the_optimum(sc: Scenario, loose: float) 
     assert 0.0 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6
 
 
+@st.composite
+def stressed(draw: st.DrawFn) -> Scenario:
+    """A scenario of ``scenarios`` under what the relaxation's contention terms lean on: measured CPU
+    demands (some below one core, some above), every ``load_sharing``, interference up to 1, a
+    budget from tight to loose, wide sibling groups (the generator's parallel and fan-out), and
+    the opt-in machine terms (cold and warm-reused loads, cross-core interference)."""
+    sc = draw(st.one_of(scenarios, st.builds(
+        lambda fam, n, seed: random_scenario(WorkflowSpec(fam, n, Mode.THREE_WAY, seed)),
+        st.sampled_from(["parallel", "fanout", "forkjoin"]), st.integers(3, 7), st.integers(0, 10_000))))
+    demands = st.one_of(st.none(), st.sampled_from([0.0, 0.3, 1.0, 2.5]), st.floats(0.0, 6.0))
+    cold = st.one_of(st.none(), st.floats(0.0, 3.0))
+    cards = {name: card.model_copy(update={
+        "cpu_demand": draw(demands),
+        "load_cold_ms": None if (f := draw(cold)) is None else card.load_ms * (1.0 + f),
+    }) for name, card in sc.cards.items()}
+    largest = max((c.vram_mb for c in cards.values() if c.gpu_ms is not None), default=100.0)
+    total = sum(c.vram_mb for c in cards.values() if c.gpu_ms is not None)
+    budget = max(1.0, draw(st.floats(0.6, 1.2)) * max(largest, draw(st.floats(0.0, 1.0)) * total))
+    machine = sc.machine.model_copy(update={
+        "load_sharing": draw(st.sampled_from(["none", "copy", "device"])),
+        "gpu_kappa": draw(st.sampled_from([0.0, 0.1, 0.3, 1.0])),
+        "vram_budget_mb": budget,
+        "cpu_cores": draw(st.integers(1, 8)),
+        "cold_load_share": draw(st.sampled_from([0.0, 0.5, 1.0])),
+        "warm_reuse_ms": draw(st.sampled_from([0.0, 50.0, 5000.0])),
+        "cross_core_slowdown": draw(st.sampled_from([0.0, 0.3])),
+    })
+    return Scenario(name=sc.name, mode=sc.mode, workflow=sc.workflow, cards=cards, machine=machine)
+
+
+@needs_ortools
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(stressed(), st.floats(1.0, 3.0))
+def test_relaxation_bound_never_exceeds_the_optimum_under_contention(sc: Scenario, loose: float) -> None:
+    """The sibling-contention, VRAM-cumulative and interference terms hold for every model setting."""
+    feasible = naive(sc)
+    assume(feasible)
+    opt = min(feasible.values())
+    got = relaxation_bound_ms(sc, opt * loose, max_seconds=2.0)
+    assert got is not None
+    assert 0.0 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6, (got.lower_ms, opt)
+
+
 @needs_ortools
 @pytest.mark.parametrize("family", ["layered", "diamond", "fanout"])
 def test_relaxation_is_tighter_than_the_lagrangian_bound_at_fifty_nodes(family: str) -> None:
@@ -62,3 +107,31 @@ def test_without_ortools_the_reference_keeps_the_other_bounds_and_says_so(monkey
     ref = best_known(sc, max_evals=200, max_seconds=None)
     assert ref.kind is ReferenceKind.BEST_KNOWN and ref.gap is not None and ref.gap > 0
     assert ref.label.endswith(f"of the lower bound; {reference_mod.NO_RELAXATION_NOTE})")
+
+
+@SETTINGS
+@given(stressed(), st.data())
+def test_the_queue_admits_each_fifo_line_in_its_order(sc: Scenario, data: st.DataObject) -> None:
+    """What the relaxation's FIFO constraints assume, checked on the simulator itself: along each
+    line of ``_fifo_lines``, the nodes a mapping puts on ``gpu_queue`` are admitted in line order."""
+    c = sc.compiled
+    codes = tuple(data.draw(st.sampled_from(c.allowed[i])) for i in range(c.n))
+    assume(c.static_ok(codes))
+    got = simulate(c, codes, timings=True)
+    assume(not got.deadlock)
+    for line in relaxation._fifo_lines(c):
+        admitted = [got.admitted[q] for q in line if codes[q] == QUEUE_CODE]
+        assert admitted == sorted(admitted), (line, admitted)
+
+
+@needs_ortools
+@pytest.mark.parametrize("family", ["diamond", "random", "fanout"])
+def test_the_second_round_never_proves_less_than_the_first(family: str) -> None:
+    """The strong round is told the first round's bound, so the strong terms cannot cost the bound
+    the first round (the model before them) proves in the same limit, solved or not."""
+    sc = random_scenario(WorkflowSpec(family, 40, Mode.THREE_WAY, 11))
+    upper = best_known(sc, max_evals=200, max_seconds=None).e2e_ms
+    first = relaxation._solve(sc, upper, False, 0.3, 600.0, 0, None)
+    got = relaxation_bound_ms(sc, upper, max_seconds=0.3, wall_seconds=600.0)
+    assert got is not None
+    assert got.lower_ms >= max(0.0, (first.proven - 1.0) * upper / relaxation._UNITS)

@@ -59,8 +59,9 @@ def reference_card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             steps.append(f"{v}: ratio test: no GPU node runs in parallel, stays gpu_now")
             continue
         bottleneck = sum(scenario.card_of(u).gpu_ms or 0.0 for u in others)
-        threads = c.cpu_threads + sum(scenario.card_of(u).cpu_threads for u in par[v] if place[u] is Placement.CPU)
-        cpu_eff = c.cpu_ms * max(1.0, threads / cores)
+        busy = c.cores_busy + sum(scenario.card_of(u).cores_busy for u in par[v] if place[u] is Placement.CPU)
+        over = max(1.0, busy / cores)  # a v that waits part of the time (demand < 1) slows only on its busy part
+        cpu_eff = c.cpu_ms * (over if c.cores_busy >= 1.0 else 1.0 + c.cores_busy * (over - 1.0))
         if cpu_eff < bottleneck + gpu_v:
             place[v] = Placement.CPU
             steps.append(
@@ -146,6 +147,39 @@ def test_parallel_nodes_are_neither_ancestors_nor_descendants(sc: Scenario) -> N
 @given(scenarios)
 def test_card_rules_equal_the_straightforward_algorithm(sc: Scenario) -> None:
     assert card_rules(sc) == reference_card_rules(sc)
+
+
+
+def with_measured_demands(sc: Scenario, demands: list[float]) -> Scenario:
+    """``sc`` with each tool's ``cpu_demand`` set (cycled from ``demands``): some wait, some are multi-threaded."""
+    cards = {t: c.model_copy(update={"cpu_demand": demands[i % len(demands)]})
+             for i, (t, c) in enumerate(sorted(sc.cards.items()))}
+    return sc.model_copy(update={"cards": cards})
+
+
+@SETTINGS
+@given(scenarios, st.lists(st.sampled_from([0.0, 0.01, 0.3, 0.97, 1.0, 1.5, 3.0]), min_size=1, max_size=5))
+def test_card_rules_charge_the_measured_cpu_demand_as_the_kernel_does(sc: Scenario, demands: list[float]) -> None:
+    sc = with_measured_demands(sc, demands)
+    assert card_rules(sc) == reference_card_rules(sc)
+
+
+def test_an_io_bound_tool_beside_an_ambiguous_one_does_not_count_as_a_busy_core() -> None:
+    """One core; v (30 ms CPU, 10 ms GPU) runs beside a GPU node of 25 ms and a tool that waits 80 ms
+    on I/O (cpu_demand 0.01). Charged a whole core (cpu_threads), the I/O tool doubles v's CPU time
+    (60 ms >= 35 ms contended GPU: v stays on the GPU); charged what it measures, v's CPU run hides
+    behind the GPU bottleneck (30.3 ms < 35 ms) and moves to the CPU."""
+    from tests.factories import make_card, make_scenario, make_workflow
+
+    def scenario(io_demand: float | None) -> Scenario:
+        cards = [make_card("v", 30.0, 10.0), make_card("w", 1000.0, 25.0),
+                 make_card("io", 80.0, None, cpu_demand=io_demand)]
+        return make_scenario(make_workflow([("V", "v"), ("W", "w"), ("IO", "io")]), cards, cpu_cores=1)
+
+    assert card_rules(scenario(None))[0]["V"] is Placement.GPU_NOW
+    mapping, steps = card_rules(scenario(0.01))
+    assert mapping["V"] is Placement.CPU, steps
+    assert any("V: ratio test: CPU 30.3 ms < contended GPU 35.0 ms" in s for s in steps), steps
 
 
 def test_the_references_exercise_every_rule() -> None:

@@ -29,7 +29,13 @@ from hetsched.bench.suites import (
     write_suite_report,
 )
 from hetsched.cli import main
-from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.estimate import (
+    INTERFERENCE_GRID,
+    LOCAL_FIT_STEPS,
+    Estimator,
+    fit_interference,
+    fit_interference_local,
+)
 from hetsched.deciders.evidence import Evidence
 from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_FIRST,
@@ -51,6 +57,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.model.mapping import PLACEMENTS
+from hetsched.model.workload import Workload
 from hetsched.monitor import Monitor, MonitorConfig, critical_path
 from hetsched.monitor.static import StaticCheck
 from hetsched.policies import make_policy
@@ -245,6 +252,89 @@ def test_interference_is_fitted_from_measurements_not_read() -> None:
     # nothing ran two GPU tasks at once: the measurements cannot tell, the prior stands
     alone = [(tuple(PLACEMENTS.index(Placement.of_letter(ch)) for ch in "GCCC"), measured[0][1])]
     assert fit_interference(Estimator(sc, 0.0), alone, prior=0.1)[0] == 0.1
+
+
+def _four_tools(world_kappa: float) -> tuple[Scenario, list[tuple[tuple[int, ...], float]]]:
+    """Four GPU tools in parallel, the machine block declaring 0.1, and what four mappings measure in a
+    world whose GPU interferes at ``world_kappa`` (noise-free)."""
+    wf = make_workflow([(n, f"t{n}") for n in "ABCD"])
+    cards = [make_card(f"t{n}", 300.0 + 40 * i, 40.0 + 9 * i, gpu_util=0.5 + 0.1 * i) for i, n in enumerate("ABCD")]
+    sim = Simulator(make_scenario(wf, cards, gpu_kappa=world_kappa), noise=False)
+    measured = []
+    for code in ("GGGG", "GGGC", "GCGC", "CGGG"):
+        e2e = sim.e2e(Mapping(zip("ABCD", (Placement.of_letter(ch) for ch in code), strict=True)))
+        assert e2e is not None
+        measured.append((tuple(PLACEMENTS.index(Placement.of_letter(ch)) for ch in code), e2e))
+    return make_scenario(wf, cards, gpu_kappa=0.1), measured
+
+
+@pytest.mark.parametrize("start", [0.0, 0.1, 0.5, 1.0])
+def test_local_fit_finds_the_interference_from_any_start_in_a_few_estimates(start: float) -> None:
+    """The large workflows' fit: from wherever it starts it finds the world's 0.23 within a lattice
+    step, trying at most its probe, its steps and the prior per measured mapping."""
+    sc, measured = _four_tools(0.23)
+    memo: dict[tuple[float, tuple[int, ...]], float] = {}
+    kappa, rms = fit_interference_local(Estimator(sc, 0.0), measured, start, prior=0.1, step=0.005, memo=memo)
+    assert kappa == pytest.approx(0.23, abs=0.005) and rms < 2e-3
+    assert len(memo) <= (3 + LOCAL_FIT_STEPS) * len(measured)
+    assert fit_interference_local(Estimator(sc, 0.0), [], start, prior=0.1) == (0.1, 0.0)
+    # nothing ran two GPU tasks at once: the measurements cannot tell, the prior stands (as in the full fit)
+    alone = [(tuple(PLACEMENTS.index(Placement.of_letter(ch)) for ch in "GCCC"), measured[0][1])]
+    assert fit_interference_local(Estimator(sc, 0.0), alone, start, prior=0.1)[0] == 0.1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=spec_strategy(10), world=st.sampled_from(INTERFERENCE_GRID), start=st.floats(0.0, 1.0),
+       picks=st.lists(st.integers(0, 2**30), min_size=1, max_size=3))
+def test_local_fit_never_ends_worse_than_its_start_and_stays_on_its_lattice(
+    spec: WorkflowSpec, world: float, start: float, picks: list[int]
+) -> None:
+    """On unseen workflows and measurements: the answer is a lattice point in [0, the grid's top] (or
+    the prior), its error is the one the full definition gives there, and no larger than at the
+    (snapped) start."""
+    sc = random_scenario(spec)
+    c = sc.compiled
+    world_sim = Simulator(sc.model_copy(update={"machine": sc.machine.model_copy(update={"gpu_kappa": world})}),
+                          noise=False)
+    measured = []
+    for pick in picks:
+        rng = random.Random(pick)
+        codes = tuple(rng.choice(a) for a in c.allowed)
+        e2e = world_sim.e2e(c.mapping(codes)) if c.static_ok(codes) else None
+        if e2e is not None and math.isfinite(e2e) and e2e > 0:
+            measured.append((codes, e2e))
+    if not measured:
+        return
+    est, prior, step = Estimator(sc, 0.0), sc.machine.gpu_kappa, 0.005
+
+    def error(k: float) -> float:
+        e = est.with_interference(k)
+        return math.sqrt(sum(math.log(e.e2e(codes) / m) ** 2 for codes, m in measured) / len(measured))
+
+    kappa, rms = fit_interference_local(est, measured, start, prior=prior, step=step)
+    assert kappa == prior or (0.0 <= kappa <= INTERFERENCE_GRID[-1] and round(kappa / step, 6) % 1 == 0)
+    assert rms == pytest.approx(error(kappa), abs=1e-8)
+    snapped = min(INTERFERENCE_GRID[-1], max(0.0, round(round(start / step) * step, 6)))
+    assert rms <= error(snapped) + 1e-8
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=spec_strategy(12), kappa=st.sampled_from(INTERFERENCE_GRID), picks=st.lists(st.integers(0, 2**30),
+       min_size=1, max_size=4), under_load=st.booleans())
+def test_one_simulation_gives_the_estimate_and_the_latencies(
+    spec: WorkflowSpec, kappa: float, picks: list[int], under_load: bool
+) -> None:
+    """What the large workflows' fit keeps for the next calibration pass: ``e2e_latencies`` is exactly
+    ``(e2e, latencies)``, with a workload window too (where the E2E is the window's p95)."""
+    sc = random_scenario(spec)
+    if under_load:
+        sc = sc.with_workload(Workload.closed(2, requests=4))
+    est = Estimator(sc, kappa)
+    assert (est.window is not None) == under_load
+    for pick in picks:
+        rng = random.Random(pick)
+        codes = tuple(rng.choice(a) for a in sc.compiled.allowed)
+        assert est.e2e_latencies(codes) == (est.e2e(codes), est.latencies(codes))
 
 
 def test_search_is_exhaustive_when_the_space_fits_and_deterministic_otherwise() -> None:

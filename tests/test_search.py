@@ -14,6 +14,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import make_card, make_scenario, make_workflow
 from tests.search_scenarios import FAMILIES, random_search_scenario
 from tests.test_oracle import big_fanout, naive
 from tests.test_sim import instances
@@ -130,6 +131,23 @@ def test_best_known_reaches_the_optimum_on_ten_node_workflows(seed: int) -> None
     opt = solve(sc, max_seconds=None).e2e_ms
     found = local_search(sc, seed=seed, max_evals=400)
     assert opt <= found.e2e_ms <= 1.05 * opt
+
+
+def test_local_search_exchanges_resident_tools_under_a_full_budget() -> None:
+    """The VRAM cliff: tool A (900 of 1000 MB) belongs on the GPU and eight small tools on the
+    CPU, but the greedy start makes the eight resident and fills the budget. A alone cannot join
+    (out of memory), and moving the small tools out one by one does not lower the E2E until all
+    have left, so no single-node move, tool move, window of six nodes or small kick crosses it; a
+    residency swap (A in, the residents out) does. Checked against every mapping."""
+    cards = [make_card("A", cpu_ms=3000.0, gpu_ms=500.0, vram_mb=900.0, gpu_util=0.5)]
+    cards += [make_card(f"B{k}", cpu_ms=800.0, gpu_ms=100.0, vram_mb=125.0, gpu_util=0.1) for k in range(8)]
+    wf = make_workflow([("a", "A")] + [(f"b{k}", f"B{k}") for k in range(8)])
+    sc = make_scenario(wf, cards, Mode.BINARY, cpu_cores=4, vram_budget_mb=1000.0)
+    opt = float(exact_e2e(sc, every_mapping(sc)).min())
+    for seed in range(3):
+        found = local_search(sc, seed=seed, max_evals=300)
+        assert found.e2e_ms == opt == 1600.0
+        assert found.codes == (Placement.GPU_NOW.code,) + (Placement.CPU.code,) * 8
 
 
 def test_best_known_reference_states_its_gap_and_is_seeded() -> None:

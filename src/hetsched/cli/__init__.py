@@ -20,7 +20,9 @@ from hetsched.cli.app import (
     app,
     err,
     error_text,
+    interrupted,
     safe,
+    watch_ctrl_c,
 )
 
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
@@ -47,19 +49,28 @@ def _is(exc: BaseException, module: str, name: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    try:
-        app(args=argv, prog_name="hetsched")
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:
-        if _is(exc, "hetsched.llm.base", "LLMUnreachableError"):  # the server never answered: not bad input
-            err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
-            sys.exit(EXIT_LLM_UNREACHABLE)
-        if _is(exc, "hetsched.model.errors", "HetschedError"):
-            err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
-            sys.exit(EXIT_BAD_INPUT)
-        raise
+    with watch_ctrl_c():
+        try:
+            app(args=argv, prog_name="hetsched")
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            if interrupted():  # a library wrapped the KeyboardInterrupt raised in its callback (app.ctrl_c_wins)
+                err.print("interrupted")
+                sys.exit(EXIT_INTERRUPTED)
+            _exit_on_known(exc)
+            raise
+
+
+def _exit_on_known(exc: Exception) -> None:
+    """Exit with one message for the errors that are not bugs (bad input 2, unreachable LLM server 69)."""
+    if _is(exc, "hetsched.llm.base", "LLMUnreachableError"):  # the server never answered: not bad input
+        err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
+        sys.exit(EXIT_LLM_UNREACHABLE)
+    if _is(exc, "hetsched.model.errors", "HetschedError"):
+        err.print(f"[bold red]error:[/] {safe(error_text(exc))}")
+        sys.exit(EXIT_BAD_INPUT)
 
 
 __all__ = ["app", "load_commands", "main"]

@@ -13,7 +13,11 @@ from __future__ import annotations
 import ast
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 import typer
@@ -35,6 +39,52 @@ EXIT_LLM_UNREACHABLE = 69
 """An LLM decider never got an answer from its server (``EX_UNAVAILABLE`` in sysexits.h)."""
 EXIT_INTERRUPTED = 130
 """Interrupted with Ctrl-C (what was stored is kept)."""
+
+_CTRL_C = threading.Event()
+"""Set once a Ctrl-C (SIGINT) reached the command (see :func:`watch_ctrl_c`)."""
+
+
+def _on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    _CTRL_C.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def watch_ctrl_c() -> Iterator[None]:
+    """While a command runs, remember a Ctrl-C before raising Python's ``KeyboardInterrupt`` (from the main
+    thread, and only where nobody else handles SIGINT), so that :func:`ctrl_c_wins` can tell an interrupt a
+    library wrapped; the previous handler is back afterwards."""
+    _CTRL_C.clear()
+    mine = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if mine:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
+    try:
+        yield
+    finally:
+        if mine:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def interrupted() -> bool:
+    """Has a Ctrl-C reached the command (with :func:`watch_ctrl_c` installed)?"""
+    return _CTRL_C.is_set()
+
+
+@contextmanager
+def ctrl_c_wins() -> Iterator[None]:
+    """Re-raise as ``KeyboardInterrupt`` an error raised after a Ctrl-C arrived.
+
+    A ``KeyboardInterrupt`` raised while a library runs our callback comes out as the library's own error
+    (seen: pydantic's ``PydanticSerializationError`` "Error calling function ...: KeyboardInterrupt" when
+    Ctrl-C lands inside a field serializer), and the command must still say what it kept and exit 130.
+    """
+    try:
+        yield
+    except Exception as exc:
+        if interrupted():
+            raise KeyboardInterrupt from exc
+        raise
 
 
 PARAMETER_FLAGS: dict[str, str] = {

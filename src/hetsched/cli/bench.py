@@ -47,7 +47,7 @@ from hetsched.bench.suites import (
     write_suite_report,
 )
 from hetsched.bench.tables import all_tables
-from hetsched.cli.app import EXIT_INTERRUPTED, app, err, examples, fail, out, safe
+from hetsched.cli.app import EXIT_INTERRUPTED, app, ctrl_c_wins, err, examples, fail, out, safe
 from hetsched.cli.common import check_store_folder, parse_executor_options
 from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
@@ -185,20 +185,21 @@ def bench(
         finished[0] = done
 
     try:
-        if progress:
-            with Progress(
-                TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
-            ) as bar:
-                task = bar.add_task("", total=total)
+        with ctrl_c_wins():
+            if progress:
+                with Progress(
+                    TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
+                ) as bar:
+                    task = bar.add_task("", total=total)
 
-                def tick(r: JobResult, done: int, total: int) -> None:
-                    count(r, done, total)
-                    bar.update(task, completed=done, description=safe(f"{r.scenario} {r.label} ({r.how})"))
+                    def tick(r: JobResult, done: int, total: int) -> None:
+                        count(r, done, total)
+                        bar.update(task, completed=done, description=safe(f"{r.scenario} {r.label} ({r.how})"))
 
-                result = run_bench(config, tick)
-        else:
-            result = run_bench(config, count)
+                    result = run_bench(config, tick)
+            else:
+                result = run_bench(config, count)
     except KeyboardInterrupt:
         again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
                  else "the same hetsched bench command")
@@ -254,18 +255,19 @@ def _run_suite(
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
               f"results in {safe(out_dir)}, store {safe(config.store_path)}", soft_wrap=True)
     try:
-        if progress:
-            with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                          transient=False) as bar:
-                task = bar.add_task("", total=None)
+        with ctrl_c_wins():
+            if progress:
+                with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                              transient=False) as bar:
+                    task = bar.add_task("", total=None)
 
-                def tick(what: str, done: int, of: int) -> None:
-                    bar.update(task, completed=done, total=of, description=safe(what))
+                    def tick(what: str, done: int, of: int) -> None:
+                        bar.update(task, completed=done, total=of, description=safe(what))
 
-                result = run_suite(config, tick)
-        else:
-            result = run_suite(config)
+                    result = run_suite(config, tick)
+            else:
+                result = run_suite(config)
     except KeyboardInterrupt:
         again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
                  else f"the same hetsched bench --suite {name} command")

@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetsched.cli.app import app, err, examples, fail, out, safe
+from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
 from hetsched.model.files import load_scenario, load_tool_library
@@ -56,6 +56,10 @@ def profile(
     runs: int = typer.Option(30, "--runs", min=1, help="Timed runs per device (median, p10, p90)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Untimed calls before the timed runs."),
     loads: int = typer.Option(3, "--loads", min=1, help="Fresh loads timed for load_ms (median)."),
+    cold_loads: int = typer.Option(
+        0, "--cold-loads", min=0, help="Also time this many loads each after the device sat idle 3 s (load_cold_ms: "
+        "memory gone cold; the machine's cold_load_share charges it, docs/simulator.md)."
+    ),
     device: str = typer.Option(
         "auto", "--device",
         help=f"Where GPU figures are measured: {', '.join(d for d in DEVICE_CHOICES if d != 'none')} (or cuda:N); "
@@ -92,7 +96,7 @@ def profile(
         if scenario or out_file is not None or force:
             raise fail("--refresh FILE rewrites FILE's cards in place: it takes no --scenario, --out or --force")
         _refresh(refresh, list(tools or []), size, runs, warmup, loads, device, cpu_threads, device_threads,
-                 tuple(tool_module), progress, own_core)
+                 tuple(tool_module), progress, own_core, cold_loads)
         return
     names = list(tools or [])
     threads = cpu_threads
@@ -105,7 +109,8 @@ def profile(
         names = list(builtin_names())
     config = ProfileConfig(size=size or "tiny", runs=runs, warmup=warmup, loads=loads, device=device,
                            cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=tuple(tool_module), own_core=own_core)
+                           device_threads=device_threads, tool_modules=tuple(tool_module), own_core=own_core,
+                           cold_loads=cold_loads)
     path = out_file or Path(f"cards-{config.size}.yaml")
     if path.is_dir():
         raise fail(f"--out {path} is a directory; give a file such as {path / 'cards.yaml'}")
@@ -130,23 +135,24 @@ def profile(
                           {n: d for n, d in derived.items() if d[0] in cards}, header)
 
         try:
-            if progress:
-                with Progress(TextColumn("[bold]profile[/]"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
-                    task = bar.add_task("", total=len(plan) - len(skip))
+            with ctrl_c_wins():
+                if progress:
+                    with Progress(TextColumn("[bold]profile[/]"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.description}"), TimeElapsedColumn(), console=err) as bar:
+                        task = bar.add_task("", total=len(plan) - len(skip))
 
-                    def tick(name: str, done: int, total: int) -> None:
-                        bar.update(task, completed=done, description=safe(name))
+                        def tick(name: str, done: int, total: int) -> None:
+                            bar.update(task, completed=done, description=safe(name))
 
-                    for result in profile_tools(names, config, skip=skip, progress=tick, profiler=prof):
+                        for result in profile_tools(names, config, skip=skip, progress=tick, profiler=prof):
+                            cards[result.card.name] = result.card
+                            save()
+                            for note in result.notes:
+                                err.print(f"{result.card.name}: {note}", soft_wrap=True)
+                else:
+                    for result in profile_tools(names, config, skip=skip, profiler=prof):
                         cards[result.card.name] = result.card
                         save()
-                        for note in result.notes:
-                            err.print(f"{result.card.name}: {note}", soft_wrap=True)
-            else:
-                for result in profile_tools(names, config, skip=skip, profiler=prof):
-                    cards[result.card.name] = result.card
-                    save()
         except KeyboardInterrupt:
             measured = len(cards) - len(kept)
             err.print(f"interrupted: {measured} new card(s) kept in {path}; run the same command again to profile the "
@@ -168,7 +174,7 @@ def profile(
 
 def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
              cpu_threads: int | None, device_threads: int | None, modules: tuple[str, ...], progress: bool,
-             own_core: bool = False) -> None:
+             own_core: bool = False, cold_loads: int = 0) -> None:
     """``hetsched profile --refresh FILE``: measure FILE's tools and rewrite their cards in place."""
     target = refresh_target(path, names)
     size = size or target.preset
@@ -176,14 +182,15 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     if threads is None and target.cpu_cores is not None:
         threads = min(target.cpu_cores, len(available_cores()))
     config = ProfileConfig(size=size, runs=runs, warmup=warmup, loads=loads, device=device, cpu_threads=threads,
-                           device_threads=device_threads, tool_modules=modules, own_core=own_core)
+                           device_threads=device_threads, tool_modules=modules, own_core=own_core,
+                           cold_loads=cold_loads)
     done: list[ToolCard] = []
     written: dict[Path, None] = {}
     with Profiler(config) as prof:
         err.print(f"refreshing {len(target.tools)} card(s) of {path} at size {config.size}: CPU {prof.cpu_text}; "
                   f"GPU figures on {prof.gpu_text}", soft_wrap=True)
         try:
-            with Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
+            with ctrl_c_wins(), Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                           disable=not progress) as bar:
                 task = bar.add_task("", total=len(target.tools))
@@ -239,4 +246,7 @@ def _header(prof: Profiler, config: ProfileConfig) -> list[str]:
               "spread: p10/p90;",
               f"load_ms: median of {config.loads} fresh loads plus first-call initialization; vram_mb: peak memory",
               "above the device's idle level during load and runs. Provenance per card says the same."]
+    if config.cold_loads:
+        lines.append(f"load_cold_ms: median of {config.cold_loads} loads each after {config.cold_pause_s:g} s "
+                     "with the device idle (memory gone cold).")
     return lines

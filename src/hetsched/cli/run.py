@@ -23,6 +23,7 @@ from hetsched.cli.app import (
     EXIT_LLM_UNREACHABLE,
     EXIT_NO_RESULT,
     app,
+    ctrl_c_wins,
     err,
     error_text,
     escape_markup,
@@ -612,7 +613,8 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
     """Run ``go`` (an api.run / api.resume call); Ctrl-C prints the rounds done and exits 130, an
     unreachable LLM server says how to continue and exits 69."""
     try:
-        return go()
+        with ctrl_c_wins():
+            return go()
     except KeyboardInterrupt:
         run_id = state["run_id"]
         rounds = stream.rounds

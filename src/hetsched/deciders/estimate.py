@@ -29,13 +29,16 @@ import math
 from collections.abc import Sequence
 
 from hetsched.model import Scenario
-from hetsched.model.contention import Compiled, Timings, simulate
+from hetsched.model.contention import Compiled, Timings, simulate, simulate_e2e
 from hetsched.model.workload import percentile
 
 _INF = math.inf
 
 ESTIMATE_WINDOW_REQUESTS = 24
 """Requests of a workload's window the estimator simulates for a p95 (the window's first ones)."""
+
+FEASIBLE_KEPT = 4096
+"""Static checks an estimator keeps (and its copies with it) before it starts afresh."""
 
 INTERFERENCE_GRID: tuple[float, ...] = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 """Interference values :func:`fit_interference` tries (per extra concurrent GPU task)."""
@@ -60,6 +63,9 @@ class Estimator:
         self.gpu_ms: Sequence[float] = c.gpu_ms
         self.evaluations = 0
         """How many estimates this estimator has made (the search's cost)."""
+        self.feasible: dict[tuple[int, ...], bool] = {}
+        """:meth:`static_ok`'s answers (they depend on neither the interference nor the rescaling, so the
+        copies share them): a search checks a candidate when it makes it and again when it estimates it."""
         self.window: tuple[tuple[float, ...], tuple[int, ...] | None, float] | None = None
         """Under a workload: the releases, follows and horizon of the window :meth:`e2e` simulates."""
         wl = scenario.workload
@@ -88,37 +94,45 @@ class Estimator:
     def latencies(self, place: Sequence[int]) -> list[float] | None:
         """Per node, the estimated latency as the monitor measures it (admission to end, the load
         included for ``gpu_queue``); None when the mapping cannot run."""
-        self.evaluations += 1
-        if not self.compiled.static_ok(place):
-            return None
-        out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
-                       timings=True)
-        if out.deadlock:
-            return None
-        return [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+        out = self.timings(place)
+        return None if out is None else [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+
+    def e2e_latencies(self, place: Sequence[int]) -> tuple[float, list[float] | None]:
+        """:meth:`e2e` and :meth:`latencies` of one mapping, from one simulation when there is no workload
+        window (with one, the E2E is the window's p95 and the latencies one request's: two)."""
+        out = self.timings(place)
+        lat = None if out is None else [e - a for a, e in zip(out.admitted, out.end, strict=True)]
+        if self.window is not None:
+            return self.e2e(place), lat
+        return (_INF if out is None else out.e2e_ms), lat
 
     def timings(self, place: Sequence[int]) -> Timings | None:
         """The estimate's per-node timings (ready, admitted, start, end), None when the mapping cannot
         run; counted as an estimate."""
         self.evaluations += 1
-        if not self.compiled.static_ok(place):
+        if not self.static_ok(place):
             return None
         out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
                        timings=True)
         return None if out.deadlock else out
 
     def static_ok(self, place: Sequence[int]) -> bool:
-        """The ``gpu_now`` set fits the budget and every queued node fits it alone."""
-        return self.compiled.static_ok(place)
+        """The ``gpu_now`` set fits the budget and every queued node fits it alone (``Compiled.static_ok``)."""
+        key = tuple(place)
+        got = self.feasible.get(key)
+        if got is None:
+            if len(self.feasible) >= FEASIBLE_KEPT:
+                self.feasible.clear()
+            got = self.feasible[key] = self.compiled.static_ok(key)
+        return got
 
     def e2e(self, place: Sequence[int]) -> float:
         """Estimated E2E of placement codes in node order (inf: cannot run)."""
         self.evaluations += 1
-        if not self.compiled.static_ok(place):
+        if not self.static_ok(place):
             return _INF
         if self.window is None:
-            return simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms,
-                            gpu_ms=self.gpu_ms).e2e_ms
+            return simulate_e2e(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms)
         releases, follows, horizon = self.window
         out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
                        releases=releases, follows=follows, horizon_ms=horizon)
@@ -181,4 +195,110 @@ def fit_interference(
     return best[2], best[0]
 
 
-__all__ = ["INTERFERENCE_GRID", "Estimator", "fit_interference"]
+LOCAL_FIT_PROBE = 0.05
+"""The second interference :func:`fit_interference_local` tries, this far above its start (below it at
+the grid's top): the secant that gives the first slope of each mapping's E2E."""
+LOCAL_FIT_STEPS = 4
+"""The most Gauss-Newton steps :func:`fit_interference_local` takes after its two first points."""
+
+
+def fit_interference_local(
+    estimator: Estimator,
+    measured: Sequence[tuple[tuple[int, ...], float]],
+    start: float,
+    prior: float = 0.0,
+    step: float = 0.005,
+    memo: dict[tuple[float, tuple[int, ...]], float] | None = None,
+    slopes: dict[tuple[int, ...], float] | None = None,
+    latencies: dict[tuple[float, tuple[int, ...]], list[float] | None] | None = None,
+) -> tuple[float, float]:
+    """:func:`fit_interference`'s least squares of log ratios, solved from ``start`` in a handful of
+    estimates per mapping instead of a grid's (the fit of large workflows, where each estimate
+    simulates the whole workflow). Every interference tried is a multiple of ``step`` in [0, the
+    grid's top] (or ``prior``). Each mapping's log ratio is close to linear in the interference, so
+    Gauss-Newton steps solve it: the first from ``start`` with the slopes ``slopes`` holds for every
+    measured mapping (a previous fit's), else through ``start`` and a probe :data:`LOCAL_FIT_PROBE`
+    above it; each next one through the lowest error so far and its nearest neighbour tried; at most
+    :data:`LOCAL_FIT_STEPS` steps, until a step lands on an interference already tried (a step that
+    does is halved first). Returns the lowest error tried (ties: the interference closest to
+    ``prior``) and that error; measurements that cannot tell interferences apart (nothing ran two
+    GPU tasks at once: flat) give ``prior``, as the full fit does. When ``start`` cannot run, the
+    full fit answers. ``memo`` keeps estimates across calls; ``slopes``, when given, receives each
+    mapping's slope at the answer for the next call; ``latencies``, when given, receives the per-node
+    latencies of each estimate (:meth:`Estimator.e2e_latencies`: the next calibration pass reads them
+    at the answer)."""
+    if not measured:
+        return prior, 0.0
+    cache: dict[tuple[float, tuple[int, ...]], float] = {} if memo is None else memo
+    top = max(INTERFERENCE_GRID[-1], prior)
+
+    def snap(k: float) -> float:
+        return min(top, max(0.0, round(round(k / step) * step, 6)))
+
+    tried: dict[float, tuple[float, list[float]]] = {}
+
+    def probe(k: float) -> float:
+        est = estimator.with_interference(k)
+        logs: list[float] = []
+        for codes, e2e in measured:
+            got = cache.get((k, codes))
+            if got is None:
+                if latencies is None:
+                    got = est.e2e(codes)
+                else:
+                    got, latencies[(k, codes)] = est.e2e_latencies(codes)
+                cache[(k, codes)] = got
+            if not math.isfinite(got) or got <= 0 or e2e <= 0:
+                tried[k] = (math.inf, [])
+                return math.inf
+            logs.append(math.log(got / e2e))
+        err = round(math.sqrt(sum(x * x for x in logs) / len(logs)), 9)
+        tried[k] = (err, logs)
+        return err
+
+    def secant() -> tuple[float, list[float]] | None:
+        """The lowest error tried and the slopes through it and its nearest neighbour tried."""
+        finite = sorted((e, k) for k, (e, _logs) in tried.items() if math.isfinite(e))
+        if len(finite) < 2:
+            return None
+        a = finite[0][1]
+        b = min((abs(k - a), k) for _e, k in finite[1:])[1]
+        return a, [(y - x) / (b - a) for x, y in zip(tried[a][1], tried[b][1], strict=True)]
+
+    k0 = snap(start)
+    if not math.isfinite(probe(k0)):  # the start cannot run: the full fit, its answer on the lattice
+        k, err = fit_interference(estimator, measured, prior=prior, memo=memo)
+        if k != prior and math.isfinite(err) and math.isfinite(probe(snap(k))):
+            return snap(k), tried[snap(k)][0]
+        return k, err
+    hinted = slopes is not None and all(codes in slopes for codes, _ in measured)
+    if not hinted:
+        probe(snap(k0 + LOCAL_FIT_PROBE) if k0 + LOCAL_FIT_PROBE <= top else snap(k0 - LOCAL_FIT_PROBE))
+    flat = False
+    for _ in range(LOCAL_FIT_STEPS):
+        got = secant()
+        if got is None:
+            if not hinted or len(tried) > 1:
+                break
+            got = k0, [slopes[codes] for codes, _ in measured]  # type: ignore[index]
+        a, slope = got
+        ss = sum(x * x for x in slope)
+        if ss <= 1e-18:
+            flat = True
+            break
+        k = snap(a - sum(r * x for r, x in zip(tried[a][1], slope, strict=True)) / ss)
+        while k in tried and k != a:  # the step lands where it has been: halve it (on the lattice)
+            half = snap((a + k) / 2)
+            k = a if half == k else half
+        if k == a:
+            break
+        probe(k)
+    if flat and prior not in tried:
+        probe(prior)
+    best = min((e, abs(k - prior), k) for k, (e, _logs) in tried.items())
+    if slopes is not None and (got := secant()) is not None:
+        slopes.update(zip((codes for codes, _ in measured), got[1], strict=True))
+    return best[2], best[0]
+
+
+__all__ = ["INTERFERENCE_GRID", "Estimator", "fit_interference", "fit_interference_local"]

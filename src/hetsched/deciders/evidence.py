@@ -23,6 +23,7 @@ Codes = tuple[int, ...]
 """A mapping as placement codes in workflow node order (``Placement.code``)."""
 
 _OF_LETTER = {p.short: p.code for p in PLACEMENTS}
+_LETTERS = frozenset(_OF_LETTER)
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,8 @@ class Evidence:
 
     def codes(self, code: str, mapping: Pairs) -> Codes:
         """A record's mapping as codes: from its letter code when it has one, else from its pairs."""
-        if len(code) == len(self.order) and all(ch in _OF_LETTER for ch in code):
-            return tuple(_OF_LETTER[ch] for ch in code)
+        if len(code) == len(self.order) and _LETTERS.issuperset(code):  # one pass in C per record
+            return tuple(map(_OF_LETTER.__getitem__, code))
         by_node = dict(mapping)
         return tuple(Placement(by_node[n]).code for n in self.order)
 

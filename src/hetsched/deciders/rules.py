@@ -10,8 +10,10 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
 4. the ratio test, for ambiguous tools (speedup <= 5x), lowest speedup first: let B be the GPU
    time of the GPU nodes that may run in parallel with node v, added up (concurrent tools on
    one GPU roughly serialize: the paper's Figure 1). v moves to the CPU when its CPU time,
-   stretched by CPU oversubscription (threads of v and of its parallel CPU nodes over the
-   cores), is below B + v's GPU time: its CPU run hides behind the contended GPU bottleneck;
+   stretched by CPU oversubscription (the cores v and its parallel CPU nodes keep busy, as the
+   contention model charges them: measured ``cpu_demand``, else ``cpu_threads``, over the cores;
+   a v that waits part of the time slows only on its busy part), is below B + v's GPU time: its
+   CPU run hides behind the contended GPU bottleneck;
 5. VRAM packing, when the ``gpu_now`` tools do not fit the budget together: each tool's value
    is the time ``gpu_now`` saves over its best alternative (the CPU, or in three-way scenarios
    ``gpu_queue`` = gpu + load when that fits the budget alone); tools are kept on ``gpu_now``
@@ -29,7 +31,9 @@ the uniform ones). Round 0 runs the lowest estimate.
 Later rounds use the evidence the monitor reports (docs/agentic.md):
 - calibration: the running averages rescale the cards a node's measured latency contradicts
   by more than ``CARD_TOLERANCE``, and the GPU interference is fitted to the measured E2Es of
-  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times);
+  the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times; from
+  ``SCREEN_MIN_NODES`` nodes on by Gauss-Newton steps from the previous pass's answer,
+  :func:`~hetsched.deciders.estimate.fit_interference_local`, not a grid);
 - the calibrated model is searched again (also from the best measured mappings);
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
@@ -57,12 +61,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetsched.deciders.base import Decider, Decision, DecisionContext, check_mapping
-from hetsched.deciders.estimate import Estimator, fit_interference
+from hetsched.deciders.estimate import Estimator, fit_interference, fit_interference_local
 from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, local_search
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
+from hetsched.model.contention import cpu_slowdown
 
 DEFAULT_MARGIN = 0.02
 """Relative E2E margin within which the rules keep the current mapping (noise hysteresis)."""
@@ -96,7 +101,9 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
     n_nodes = len(node_ids)
     at = {v: i for i, v in enumerate(node_ids)}
     gpu_ms = np.array([scenario.card_of(u).gpu_ms or 0.0 for u in node_ids], dtype=np.float64)
-    threads_of = np.array([scenario.card_of(u).cpu_threads for u in node_ids], dtype=np.int64)
+    # cores a CPU run keeps busy, as the kernel charges them (ToolCard.cores_busy: the measured
+    # cpu_demand, else cpu_threads; integer-valued floats without measured demands: exact sums)
+    busy_of = np.array([scenario.card_of(u).cores_busy for u in node_ids], dtype=np.float64)
     on_gpu = np.array([place[u].on_gpu for u in node_ids], dtype=bool)
     cores = scenario.machine.cpu_cores
     ambiguous = [
@@ -112,8 +119,8 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             steps.append(f"{v}: ratio test: no GPU node runs in parallel, stays gpu_now")
             continue
         bottleneck = float(np.cumsum(gpu_ms[others])[-1])
-        threads = c.cpu_threads + int(threads_of[beside & ~on_gpu].sum())
-        cpu_eff = c.cpu_ms * max(1.0, threads / cores)
+        busy = c.cores_busy + float(busy_of[beside & ~on_gpu].sum())
+        cpu_eff = c.cpu_ms * cpu_slowdown(c.cores_busy, busy / cores)
         if cpu_eff < bottleneck + gpu_v:
             place[v] = Placement.CPU
             on_gpu[at[v]] = False
@@ -294,7 +301,9 @@ FIT_RECENT = 4
 """...and of this many most recently measured ones (keeps the fit's cost flat as runs grow)."""
 FIT_SCREENED = (2, 1)
 """(lowest, most recent) measured mappings the fit reads from ``SCREEN_MIN_NODES`` nodes on: each costs
-every interference the fit tries as a simulation of the whole workflow."""
+every interference the fit tries as a simulation of the whole workflow, so there the fit is the local
+one (``fit_interference_local``: at most 2 + ``LOCAL_FIT_STEPS`` interferences a pass, usually 2-5, instead
+of the grid's 26)."""
 CANDIDATES = 8
 """How many of the model's lowest mappings are considered for the next measurement."""
 
@@ -312,11 +321,23 @@ class _Compiled:
     """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
     kept for the calibration's repeated fits."""
 
+    latencies: dict[tuple[float, ...], dict[tuple[float, Codes], list[float] | None]] = field(default_factory=dict)
+    """Per card rescaling: (interference, mapping) -> the model's per-node latencies, kept across passes
+    and rounds: a pass rescales the cards from the latencies at the interference the last pass fitted
+    (from ``SCREEN_MIN_NODES`` nodes on that fit simulated them already), and each round's first pass
+    reads the cards as given at the machine's interference for mostly the same measured mappings."""
+
     def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
         """The estimates kept for one card rescaling."""
         if factors not in self.estimates and len(self.estimates) > 16:
             self.estimates.clear()
         return self.estimates.setdefault(factors, {})
+
+    def latency_memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], list[float] | None]:
+        """The per-node latencies kept for one card rescaling."""
+        if factors not in self.latencies and len(self.latencies) > 16:
+            self.latencies.clear()
+        return self.latencies.setdefault(factors, {})
 
 
 class RulesDecider(Decider):
@@ -420,8 +441,11 @@ class RulesDecider(Decider):
         base = comp.estimator.rescaled(cpu, gpu) if factors else comp.estimator
         est = base.with_interference(kappa)
         predicted: dict[tuple[int, int], list[float]] = {}
+        kept = comp.latency_memo(factors)
         for m in fit_set:
-            lat = est.latencies(m.codes)
+            if (kappa, m.codes) not in kept:
+                kept[(kappa, m.codes)] = est.latencies(m.codes)
+            lat = kept[(kappa, m.codes)]
             if lat is None:
                 continue
             for i, c in enumerate(m.codes):
@@ -513,7 +537,8 @@ class RulesDecider(Decider):
         # calibrate: the interference that best explains what was measured
         ranked = sorted(ev.measured.values(), key=lambda m: (m.mean_e2e_ms, m.listed))
         recent = sorted(ev.measured.values(), key=lambda m: (-m.last_round, m.listed))
-        lowest, latest = FIT_SCREENED if len(comp.allowed) >= SCREEN_MIN_NODES else (FIT_BEST, FIT_RECENT)
+        screened = len(comp.allowed) >= SCREEN_MIN_NODES
+        lowest, latest = FIT_SCREENED if screened else (FIT_BEST, FIT_RECENT)
         fit_set = list({m.codes: m for m in ranked[:lowest] + recent[:latest]}.values())
         measured = [(m.codes, m.mean_e2e_ms) for m in fit_set]
         # calibrate in two passes: the running averages first rescale the cards a node's measured
@@ -524,12 +549,18 @@ class RulesDecider(Decider):
         factors: tuple[float, ...] = ()
         notes: list[str] = []
         rms = 0.0
+        slopes: dict[Codes, float] = {}  # from 17 nodes on: each pass's fit starts from the last one's slopes
         for passes in range(CALIBRATION_PASSES):
             model, rescaled, notes = self._cards_from_latencies(sc, comp, ev, kappa, fit_set, factors)
             if passes and rescaled == factors:
                 break  # the running averages agree with the model as fitted: done
             factors = rescaled
-            kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
+            if screened:
+                kappa, rms = fit_interference_local(model, measured, kappa, prior=prior, step=INTERFERENCE_STEP,
+                                                    memo=comp.memo(factors), slopes=slopes,
+                                                    latencies=comp.latency_memo(factors))
+            else:
+                kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
         steps = [
             f"calibration: interference {kappa:g} per extra concurrent GPU task fits the {len(fit_set)} "
@@ -541,8 +572,12 @@ class RulesDecider(Decider):
         res = self._search(sc, comp, kappa, starts, model, factors)
         est = model.with_interference(kappa)
 
+        fitted = comp.memo(factors)  # the last fit estimated the measured mappings it read at this kappa
+
         def estimate(codes: Codes) -> float:
             got = res.seen.get(codes)
+            if got is None:
+                got = fitted.get((kappa, codes))
             return est.e2e(codes) if got is None else got
 
         steps.append(f"model search: {res.spent()}; lowest {res.e2e_ms:.1f} ms")

@@ -72,9 +72,10 @@ def card_lines(scenario: Scenario) -> list[str]:
         f"speedup = cpu/gpu; queue speedup = cpu/(gpu+load); vram share = vram / budget; "
         f"cpu share and gpu share = that latency / the isolated critical path ({cp:.1f} ms: the longest "
         f"chain with every node at its faster isolated latency); gpu util = share of the GPU the tool "
-        f"keeps busy alone.",
+        f"keeps busy alone; cpu cores busy = cores a CPU run keeps busy (measured: below 1 for a tool that "
+        f"mostly waits on I/O or a remote call).",
         "| tool | cpu ms | gpu ms | load ms | vram MB | speedup | queue speedup | vram share | cpu share "
-        "| gpu share | gpu util | cpu threads |",
+        "| gpu share | gpu util | cpu cores busy |",
     ]
     for tool in scenario.workflow.tools:
         c = scenario.cards[tool]
@@ -88,7 +89,7 @@ def card_lines(scenario: Scenario) -> list[str]:
             util = f"{c.gpu_util:.2f}"
         lines.append(
             f"| {quote(tool)} | {_fmt(c.cpu_ms)} | {gpu} | {load} | {vram} | {sp} | {qsp} | {vshare} "
-            f"| {c.cpu_ms / cp:.2f} | {gshare} | {util} | {c.cpu_threads} |"
+            f"| {c.cpu_ms / cp:.2f} | {gshare} | {util} | {_fmt(c.cores_busy)} |"
         )
     return lines
 

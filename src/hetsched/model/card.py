@@ -97,6 +97,14 @@ class ToolCard(BaseModel):
     """Median warm latency on the GPU in isolation, ms; None when the tool has no GPU implementation."""
     load_ms: float = Field(default=0.0, ge=0, le=MAX_MS, allow_inf_nan=False)
     """Cost of loading the model onto the GPU, paid by ``gpu_queue`` on admission, ms."""
+    load_cold_ms: float | None = Field(default=None, ge=0, le=MAX_MS, allow_inf_nan=False)
+    """A load whose memory has gone cold, ms: the profiler's loads after the device sat idle (its
+    ``cold_loads``), where ``load_ms`` comes from loads back to back, each reusing the memory the
+    previous one just freed. On a virtual machine that hands freed memory back to its host (free
+    page reporting), a memory-heavy load that finds none recently freed pays the host's page
+    faults: measured 4-9x ``load_ms`` for a 250 MB table. The model charges it to the machine's
+    ``cold_load_share`` of the loads (docs/simulator.md, "Cold memory"). None (not measured):
+    every load takes ``load_ms``."""
     vram_mb: float = Field(default=0.0, ge=0, le=MAX_VRAM_MB, allow_inf_nan=False)
     """GPU memory the tool holds while resident, MB."""
     gpu_util: float = Field(default=1.0, ge=MIN_GPU_UTIL, le=1, allow_inf_nan=False)
@@ -121,7 +129,7 @@ class ToolCard(BaseModel):
     @field_validator("spread")
     @classmethod
     def _known_spread_keys(cls, value: dict[str, Spread]) -> dict[str, Spread]:
-        allowed = {"cpu_ms", "gpu_ms", "load_ms", "vram_mb"}
+        allowed = {"cpu_ms", "gpu_ms", "load_ms", "load_cold_ms", "vram_mb"}
         for key in value:
             if key not in allowed:
                 raise ValueError(f"spread key {key!r} is not a figure; accepted: {sorted(allowed)}")
@@ -129,11 +137,23 @@ class ToolCard(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_unmeasured_demand(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A card without ``cpu_demand`` dumps as before the field existed (stored scenario fingerprints hold)."""
+        """A card without ``cpu_demand`` or ``load_cold_ms`` dumps as before those fields existed
+        (stored scenario fingerprints hold)."""
         data: dict[str, Any] = handler(self)
         if self.cpu_demand is None:
             data.pop("cpu_demand", None)
+        if self.load_cold_ms is None:
+            data.pop("load_cold_ms", None)
         return data
+
+    def expected_load_ms(self, cold_share: float) -> float:
+        """The load time the model charges when ``cold_share`` of the loads find their memory cold:
+        ``load_ms`` + share x (``load_cold_ms`` - ``load_ms``), never below ``load_ms`` (a cold load
+        measured faster is noise; the lower bounds count on loads of at least ``load_ms``);
+        ``load_ms`` itself at share 0 or without a measured cold load."""
+        if cold_share <= 0.0 or self.load_cold_ms is None or self.load_cold_ms <= self.load_ms:
+            return self.load_ms
+        return self.load_ms + cold_share * (self.load_cold_ms - self.load_ms)
 
     @model_validator(mode="after")
     def _gpu_consistent(self) -> ToolCard:

@@ -13,13 +13,23 @@ simulation on it that every number hetsched prints comes from.
   ``load_ms``, run, then free their memory. What a load contends with is the machine's
   ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
   (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
-  ``gpu_util`` 1 under the GPU sharing: the stand-in device).
+  ``gpu_util`` 1 under the GPU sharing: the stand-in device). A load takes its card's expected
+  time under the machine's ``cold_load_share`` (``ToolCard.expected_load_ms``: that share of
+  the loads at ``load_cold_ms``; 0, the default: ``load_ms``). With ``warm_reuse_ms`` W, the
+  share of its memory freed on the device (queued nodes' ends, resident tools' unloads) in the W ms
+  before its admission is reused warm at ``load_ms``, the rest at that expectation.
+- Cross-core interference (``machine.cross_core_slowdown`` x, 0 by default: skipped): while both
+  the CPU and the device run something, CPU tasks slow by 1 + x min(1, device utilization) and
+  device tasks and loads by 1 + x min(1, cores busy / cores), on top of the sharing above.
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
 Each device keeps its running tasks' remaining isolated work, which every event advances (the
-simulator's arithmetic, kept bit for bit: a virtual clock
-per device, as the decider's old estimator had, is faster on wide fan-outs but rounds differently,
-and the bench tables and golden files are pinned to these numbers).
+simulator's arithmetic, kept bit for bit: a virtual clock per device, as the decider's old
+estimator had, is faster on wide fan-outs but rounds differently, and the bench tables and golden
+files are pinned to these numbers). The work left is kept in ascending order: every task of a
+device loses the same step and rounding is monotone, so the order holds, the first task sets the
+device's next finish and the finished ones leave from the front. :func:`simulate_e2e` is the same
+loop returning the E2E alone (no :class:`Timings` built).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
@@ -40,10 +50,12 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from itertools import compress
+from typing import TYPE_CHECKING, cast
 
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
@@ -96,6 +108,8 @@ class Compiled:
     """Per node, (successor, transfer ms when the edge crosses between CPU and GPU)."""
     preds: tuple[tuple[int, ...], ...]
     sinks: tuple[int, ...]
+    sources: tuple[int, ...]
+    """Nodes without inputs, ascending."""
     allowed: tuple[tuple[int, ...], ...]
     """Placement codes each node may take (the scenario's mode and the tool's GPU support)."""
     cores: int
@@ -103,6 +117,14 @@ class Compiled:
     kappa: float
     load_sharing: int = 0
     """What a load contends with: 0 nothing, 1 the other loads (copy path), 2 the device's compute."""
+    cross: float = 0.0
+    """Cross-core interference (``machine.cross_core_slowdown``): 0 leaves the arithmetic untouched."""
+    warm_ms: float = 0.0
+    """``machine.warm_reuse_ms``: memory freed on the device this recently is reused warm by a load
+    (0: off, ``load_ms`` is each load's fixed expected time)."""
+    load_cold_ms: tuple[float, ...] = ()
+    """With ``warm_ms``: per node, a load's expected time when none of its memory is reused warm
+    (``ToolCard.expected_load_ms``; ``load_ms`` then holds the warm floor, the card's ``load_ms``)."""
     window: bool = False
     """The scenario runs windows of several requests (its workload): the ``gpu_now`` tools stay
     resident for the whole window, so every queued node must fit beside all of them."""
@@ -115,6 +137,7 @@ class Compiled:
         tools = wf.tools
         tindex = {t: i for i, t in enumerate(tools)}
         cards = [scenario.card_of(n) for n in names]
+        warm_ms = scenario.machine.warm_reuse_ms
         pcie = scenario.machine.pcie_mb_per_ms
         succs: list[list[tuple[int, float]]] = [[] for _ in names]
         preds: list[list[int]] = [[] for _ in names]
@@ -129,7 +152,7 @@ class Compiled:
             tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
             cpu_ms=tuple(c.cpu_ms for c in cards),
             gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
-            load_ms=tuple(c.load_ms for c in cards),
+            load_ms=tuple(c.expected_load_ms(0.0 if warm_ms else scenario.machine.cold_load_share) for c in cards),
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
@@ -139,11 +162,15 @@ class Compiled:
             succs=tuple(tuple(s) for s in succs),
             preds=tuple(tuple(p) for p in preds),
             sinks=tuple(index[s] for s in wf.sinks),
+            sources=tuple(i for i, p in enumerate(preds) if not p),
             allowed=tuple(tuple(p.code for p in scenario.allowed(n)) for n in names),
             cores=scenario.machine.cpu_cores,
             budget=scenario.machine.vram_budget_mb,
             kappa=scenario.machine.gpu_kappa,
             load_sharing=_SHARING[scenario.machine.load_sharing],
+            cross=scenario.machine.cross_core_slowdown,
+            warm_ms=warm_ms,
+            load_cold_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards) if warm_ms else (),
             window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
@@ -249,6 +276,40 @@ def simulate(
     The caller checks the static feasibility first (:meth:`Compiled.static_ok`); a FIFO queue that
     never moves comes back as ``e2e_ms = inf`` with the head of the queue named.
     """
+    return cast(Timings, _simulate(c, place, kappa, cpu_ms, gpu_ms, work_factor, load_factor, releases, follows,
+                                   horizon_ms, timings, record, False))
+
+
+def simulate_e2e(
+    c: Compiled,
+    place: Sequence[int],
+    *,
+    kappa: float | None = None,
+    cpu_ms: Sequence[float] | None = None,
+    gpu_ms: Sequence[float] | None = None,
+) -> float:
+    """``simulate(c, place, kappa=, cpu_ms=, gpu_ms=).e2e_ms`` (one instance, noise-free), the same
+    loop without building the :class:`Timings`: the estimators' and searches' hot path."""
+    return cast(float, _simulate(c, place, kappa, cpu_ms, gpu_ms, None, None, (0.0,), None, _INF, False, False, True))
+
+
+def _simulate(
+    c: Compiled,
+    place: Sequence[int],
+    kappa: float | None,
+    cpu_ms: Sequence[float] | None,
+    gpu_ms: Sequence[float] | None,
+    work_factor: Sequence[float] | None,
+    load_factor: Sequence[float] | None,
+    releases: Sequence[float],
+    follows: Sequence[int] | None,
+    horizon_ms: float,
+    timings: bool,
+    record: bool,
+    e2e_only: bool,
+) -> Timings | float:
+    """:func:`simulate`'s event loop; with ``e2e_only`` (one instance, no ``follows``, no timings)
+    it returns the E2E alone."""
     n1 = len(c.names)
     copies = len(releases)
     n = n1 * copies
@@ -264,7 +325,7 @@ def simulate(
         tool, threads, util, vram = c.tool_idx * copies, c.demand * copies, c.util * copies, c.vram * copies
         loads = c.load_ms * copies
         cpu_t, gpu_t = list(cpu_t) * copies, list(gpu_t) * copies
-        succs = tuple(tuple((w + r * n1, d) for w, d in s) for r in range(copies) for s in c.succs)
+        succs = _copied_succs(c.succs, n1, copies)
         npreds = c.npreds * copies
     if work_factor is None:
         work_cpu, work_gpu = cpu_t, gpu_t
@@ -275,15 +336,21 @@ def simulate(
         load_of: Sequence[float] = loads
     else:
         load_of = [a * f for a, f in zip(loads, load_factor, strict=True)]
+    warm_ms = c.warm_ms
+    load_now: list[float] = []
+    freed: deque[list[float]] = deque()  # [when, MB of it still unclaimed], oldest first
+    if warm_ms:  # loads reuse memory freed within warm_ms warm (machine.warm_reuse_ms): each load's time is set
+        cold = c.load_cold_ms * copies  # at its admission, between its warm floor and its cold expectation
+        cold_of = cold if load_factor is None else [a * f for a, f in zip(cold, load_factor, strict=True)]
+        load_now = list(load_of)  # each load's time, set at its admission
     timings = timings or record
     budget, cores = c.budget, c.cores
     tool_vram = c.tool_vram
     # gpu_now residency: a tool stays resident until its last gpu_now node (of any instance) ends
     now_left = [0] * len(c.tools)
-    for i in range(n):
-        if pl[i] == NOW:
-            now_left[tool[i]] += 1
-    used = sum(tool_vram[t] for t, k in enumerate(now_left) if k)
+    for ti in compress(tool, map(NOW.__eq__, pl)):
+        now_left[ti] += 1
+    used = sum(compress(tool_vram, now_left))
     vram_tl: list[tuple[float, float]] = [(0.0, used)] if record else []
 
     preds_left = list(npreds)
@@ -305,36 +372,57 @@ def simulate(
                 followers[f].append(r)
             else:
                 released[r] = releases[r]
-    sources = [i for i in range(n1) if npreds[i] == 0]
+    # arrivals at exactly the current time (the releases at 0, then those the finishes make): in the
+    # heap they would come last among its events at that time, so they are taken after those and
+    # before any later ones, without the heap
+    now_due: deque[int] = deque()
+    sources = c.sources
     for r, rel in enumerate(released):
         if rel == _INF:
             continue
         for i in sources:
             v = r * n1 + i
             ready[v] = rel
-            events.append((rel, seq, _ARRIVE, v))
-            seq += 1
+            if rel == 0.0:
+                now_due.append(v)
+            else:
+                events.append((rel, seq, _ARRIVE, v))
+                seq += 1
     heapq.heapify(events)
-    # running tasks per device: node -> remaining isolated work
-    cpu_run: dict[int, float] = {}
-    gpu_run: dict[int, float] = {}
+    heappop, heappush = heapq.heappop, heapq.heappush
+    # running tasks per device: their nodes and remaining isolated work, two lists in step kept in
+    # ascending order of the work left. Every event subtracts one step from all of a device's
+    # remaining work (one pass in C) and rounding is monotone, so the order holds: the first task
+    # sets the next event, the finished ones are a prefix, a newcomer goes in by bisection.
+    cpu_v: list[int] = []
+    cpu_w: list[float] = []
+    gpu_v: list[int] = []
+    gpu_w: list[float] = []
     threads_sum = 0.0  # cores demanded by the running CPU tasks (integer-valued without measured demands)
     util_sum = 0.0
     waits = c.waits
     queue: deque[int] = deque()
     sharing = c.load_sharing
+    device_loads = sharing == _DEVICE
+    cross = c.cross
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
 
     while True:
-        # timed events due now: arrivals (inputs complete) and finished loads
-        while events and events[0][0] <= t + EPS:
-            _, _, kind, v = heapq.heappop(events)
+        # timed events due now, in (time, push order): arrivals (inputs complete) and finished loads
+        while now_due or (events and events[0][0] <= t + EPS):
+            if now_due and not (events and events[0][0] <= t):
+                kind, v = _ARRIVE, now_due.popleft()
+            else:
+                _, _, kind, v = heappop(events)
             if kind == _LOADED:
                 if timings:
                     start[v] = t
-                gpu_run[v] = work_gpu[v]
+                wk = work_gpu[v]
+                i = bisect_right(gpu_w, wk)
+                gpu_w.insert(i, wk)
+                gpu_v.insert(i, v)
                 util_sum += util[v]
                 continue
             ready[v] = t
@@ -342,12 +430,18 @@ def simulate(
             if p == CPU:
                 if timings:
                     admitted[v] = start[v] = t
-                cpu_run[v] = work_cpu[v]
+                wk = work_cpu[v]
+                i = bisect_right(cpu_w, wk)
+                cpu_w.insert(i, wk)
+                cpu_v.insert(i, v)
                 threads_sum += threads[v]
             elif p == NOW:
                 if timings:
                     admitted[v] = start[v] = t
-                gpu_run[v] = work_gpu[v]
+                wk = work_gpu[v]
+                i = bisect_right(gpu_w, wk)
+                gpu_w.insert(i, wk)
+                gpu_v.insert(i, v)
                 util_sum += util[v]
             else:
                 queue.append(v)
@@ -357,86 +451,110 @@ def simulate(
             used += vram[v]
             if timings:
                 admitted[v] = t
-            if record:
-                if vram_tl[-1][0] == t:
-                    vram_tl[-1] = (t, used)
-                elif vram_tl[-1][1] != used:
-                    vram_tl.append((t, used))
-            lv = load_of[v]
-            if lv > 0 and sharing:
-                load_run[v] = lv
-                if sharing == _DEVICE:
-                    util_sum += LOAD_UTIL
-            elif lv > 0:
-                heapq.heappush(events, (t + lv, seq, _LOADED, v))
-                seq += 1
+                if record:
+                    if vram_tl[-1][0] == t:
+                        vram_tl[-1] = (t, used)
+                    elif vram_tl[-1][1] != used:
+                        vram_tl.append((t, used))
+            if warm_ms:
+                lv = load_now[v] = _warm_load(freed, t - warm_ms, vram[v], load_of[v], cold_of[v])
+            else:
+                lv = load_of[v]
+            if lv > 0:
+                if sharing:
+                    load_run[v] = lv
+                    if device_loads:
+                        util_sum += LOAD_UTIL
+                else:
+                    heappush(events, (t + lv, seq, _LOADED, v))
+                    seq += 1
             else:
                 if timings:
                     start[v] = t
-                gpu_run[v] = work_gpu[v]
+                wk = work_gpu[v]
+                i = bisect_right(gpu_w, wk)
+                gpu_w.insert(i, wk)
+                gpu_v.insert(i, v)
                 util_sum += util[v]
         if done == n:
             break
-        if not cpu_run and not gpu_run and not load_run:
+        if not cpu_v and not gpu_v and not load_run:
             if events:
                 t = events[0][0]
                 continue
             # nothing runs, nothing arrives, the queue head never fits: deadlock
+            if e2e_only:
+                return _INF
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
-                           start, end, _loads(pl, load_of) if timings else [], vram_tl)
-        cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-        k = len(gpu_run) + len(load_run) if sharing == _DEVICE else len(gpu_run)
-        gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
-        load_slow = gpu_slow if sharing == _DEVICE else float(len(load_run))
+                           start, end, _loads(pl, load_now if warm_ms else load_of) if timings else [], vram_tl)
+        # the rates: a device's slowdown from its running set, and the time to the next event
         dt = _INF
-        per_task = waits and cpu_slow > 1.0
-        if per_task:  # a task waiting part of the time slows only on its busy part
-            dt = min(w * _slowed(threads[v], cpu_slow) for v, w in cpu_run.items())
-        elif cpu_run:
-            dt = min(cpu_run.values()) * cpu_slow
-        if gpu_run:
-            dt = min(dt, min(gpu_run.values()) * gpu_slow)
-        if load_run:
-            dt = min(dt, min(load_run.values()) * load_slow)
+        crossed = cross and cpu_v and (gpu_v or load_run)
+        if crossed:  # cross-core interference: while both sides run, each slows the other
+            cpu_x, dev_x = _cross(cross, threads_sum / cores, util_sum if device_loads else util_sum + len(load_run))
+        if cpu_v:
+            cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+            if crossed:
+                cpu_slow *= cpu_x
+            per_task = waits and cpu_slow > 1.0
+            # a task waiting part of the time slows only on its busy part
+            dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
+        if gpu_v or load_run:
+            k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
+            gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+            if crossed:
+                gpu_slow *= dev_x
+            if gpu_v:
+                due = gpu_w[0] * gpu_slow
+                if due < dt:
+                    dt = due
+            if load_run:
+                load_slow = gpu_slow if device_loads else float(len(load_run))
+                if crossed and not device_loads:
+                    load_slow *= dev_x
+                dt = min(dt, min(load_run.values()) * load_slow)
         if events:
-            dt = min(dt, events[0][0] - t)
+            due = events[0][0] - t
+            if due < dt:
+                dt = due
         t += dt
         finished: list[int] = []
-        if per_task:
-            for v in cpu_run:
-                left = cpu_run[v] - dt / _slowed(threads[v], cpu_slow)
-                cpu_run[v] = left
-                if left <= EPS:
-                    finished.append(v)
-        elif cpu_run:
-            step = dt / cpu_slow
-            for v in cpu_run:
-                left = cpu_run[v] - step
-                cpu_run[v] = left
-                if left <= EPS:
-                    finished.append(v)
-        if gpu_run:
-            step = dt / gpu_slow
-            for v in gpu_run:
-                left = gpu_run[v] - step
-                gpu_run[v] = left
-                if left <= EPS:
-                    finished.append(v)
+        if cpu_v:
+            if per_task:  # per-task steps may reorder the work left: sort it again
+                cpu_v, cpu_w = _per_task_step(cpu_v, cpu_w, threads, cpu_slow, dt)
+            elif len(cpu_w) == 1:
+                cpu_w[0] -= dt / cpu_slow
+            else:
+                cpu_w = _less(cpu_w, dt / cpu_slow)
+            while cpu_w and cpu_w[0] <= EPS:
+                finished.append(cpu_v.pop(0))
+                del cpu_w[0]
+        if gpu_v:
+            if len(gpu_w) == 1:
+                gpu_w[0] -= dt / gpu_slow
+            else:
+                gpu_w = _less(gpu_w, dt / gpu_slow)
+            while gpu_w and gpu_w[0] <= EPS:
+                finished.append(gpu_v.pop(0))
+                del gpu_w[0]
         if load_run:
             step = dt / load_slow
             loaded = []
             for v in load_run:
-                left = load_run[v] - step
-                load_run[v] = left
-                if left <= EPS:
+                lw = load_run[v] - step
+                load_run[v] = lw
+                if lw <= EPS:
                     loaded.append(v)
             for v in sorted(loaded):  # loaded: compute starts under the GPU sharing
                 del load_run[v]
-                if sharing == _DEVICE:
+                if device_loads:
                     util_sum -= LOAD_UTIL
                 if timings:
                     start[v] = t
-                gpu_run[v] = work_gpu[v]
+                wk = work_gpu[v]
+                i = bisect_right(gpu_w, wk)
+                gpu_w.insert(i, wk)
+                gpu_v.insert(i, v)
                 util_sum += util[v]
         if not finished:
             continue
@@ -446,25 +564,27 @@ def simulate(
             done += 1
             p = pl[v]
             if p == CPU:
-                del cpu_run[v]
                 threads_sum -= threads[v]
             else:
-                del gpu_run[v]
                 util_sum -= util[v]
                 if p == NOW:
                     ti = tool[v]
                     now_left[ti] -= 1
                     if now_left[ti] == 0:
                         used -= tool_vram[ti]
+                        if warm_ms:
+                            freed.append([t, tool_vram[ti]])
                 else:
                     used -= vram[v]
-            if not cpu_run and not gpu_run and not load_run:
-                threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
+                    if warm_ms:
+                        freed.append([t, vram[v]])
             if follows is not None:
                 r = v // n1
                 left_of[r] -= 1
                 if left_of[r] == 0:  # instance r returned: release those that follow it
-                    todo = [(f, t + releases[f]) for f in followers[r]]
+                    todo = []
+                    for f in followers[r]:
+                        todo.append((f, t + releases[f]))
                     while todo:
                         f, rel = todo.pop()
                         if rel < horizon_ms:
@@ -472,8 +592,11 @@ def simulate(
                             for i in sources:
                                 w = f * n1 + i
                                 ready[w] = rel
-                                heapq.heappush(events, (rel, seq, _ARRIVE, w))
-                                seq += 1
+                                if rel == t:
+                                    now_due.append(w)
+                                else:
+                                    heappush(events, (rel, seq, _ARRIVE, w))
+                                    seq += 1
                             continue
                         # past the horizon: never sent; its resident tools stop waiting for it
                         done += n1
@@ -485,30 +608,38 @@ def simulate(
                                 if now_left[ti] == 0:
                                     used -= tool_vram[ti]
                         todo.extend((g, _INF) for g in followers[f])
+            on_cpu = p == CPU
             for w, delay in succs[v]:
-                crossing = (pl[w] == CPU) != (p == CPU)
-                arrive = t + delay if crossing else t
+                arrive = t + delay if (pl[w] == CPU) != on_cpu else t  # data crossing PCIe
                 if arrive > ready[w]:
                     ready[w] = arrive
                 preds_left[w] -= 1
                 if preds_left[w] == 0:
-                    heapq.heappush(events, (ready[w], seq, _ARRIVE, w))
-                    seq += 1
+                    if ready[w] == t:
+                        now_due.append(w)
+                    else:
+                        heappush(events, (ready[w], seq, _ARRIVE, w))
+                        seq += 1
+        if not cpu_v and not gpu_v and not load_run:
+            threads_sum, util_sum = 0.0, 0.0  # drop accumulated float error
         if record:
             if vram_tl[-1][0] == t:
                 vram_tl[-1] = (t, used)
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
 
-    loads_ms = (_loads(pl, load_of) if not sharing else
-                [start[i] - admitted[i] if p == QUEUE else 0.0 for i, p in enumerate(pl)]) if timings else []
+    loads_ms = (_loads(pl, load_now if warm_ms else load_of) if not sharing else
+                _load_spans(pl, start, admitted)) if timings else []
+    if e2e_only:
+        return max(map(end.__getitem__, c.sinks)) - releases[0]
     if follows is None:
-        per = [max(end[r * n1 + s] for s in c.sinks) - rel for r, rel in enumerate(releases)]
+        per = [max(map(end.__getitem__, c.sinks)) - releases[0]] if copies == 1 else \
+            _per_instance(end, n1, c.sinks, releases)
         if not timings:
             return Timings(max(per), per)
         return Timings(max(per), per, ready=ready, admitted=admitted, start=start, end=end,
                        load=loads_ms, vram=vram_tl)
-    per = [max(end[r * n1 + s] for s in c.sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
+    per = _per_instance(end, n1, c.sinks, released)
     worst = max(x for x in per if x == x)
     if not timings:
         return Timings(worst, per, released=released)
@@ -522,8 +653,79 @@ def _slowed(demand: float, cpu_slow: float) -> float:
     return cpu_slow if demand >= 1.0 else 1.0 + demand * (cpu_slow - 1.0)
 
 
+def _cross(x: float, cpu_busy: float, dev_busy: float) -> tuple[float, float]:
+    """The slowdowns of cross-core interference ``x`` while both sides run something: (CPU tasks'
+    1 + x min(1, ``dev_busy``: the device's utilization, with the loads when they share no compute),
+    the device's tasks' and loads' 1 + x min(1, ``cpu_busy``: the cores the CPU tasks keep busy over
+    the machine's))."""
+    return 1.0 + x * min(1.0, dev_busy), 1.0 + x * min(1.0, cpu_busy)
+
+
+def _warm_load(freed: deque[list[float]], since: float, need_mb: float, warm_ms: float, cold_ms: float) -> float:
+    """A load's time when it may reuse memory freed on the device since ``since`` (``freed``: [when, MB
+    unclaimed], oldest first; what it reuses is claimed): ``warm_ms`` for the share of its ``need_mb``
+    found there, ``cold_ms`` for the rest. Frees older than ``since`` have gone cold and are dropped."""
+    while freed and freed[0][0] < since:
+        freed.popleft()
+    if need_mb <= 0.0:
+        return warm_ms
+    took = 0.0
+    while freed and took < need_mb:
+        unclaimed = freed[0][1]
+        use = min(unclaimed, need_mb - took)
+        took += use
+        if use >= unclaimed:
+            freed.popleft()
+        else:
+            freed[0][1] = unclaimed - use
+    return warm_ms + (cold_ms - warm_ms) * (1.0 - took / need_mb)
+
+
+def cpu_slowdown(demand: float, cores_asked: float) -> float:
+    """The kernel's CPU slowdown of a task demanding ``demand`` cores while the running CPU tasks
+    together demand ``cores_asked`` times the machine's cores (no slowdown up to 1), for callers
+    that reason about one task outside :func:`simulate` (the rules decider's ratio test)."""
+    return _slowed(demand, cores_asked) if cores_asked > 1.0 else 1.0
+
+
+def _less(work: list[float], step: float) -> list[float]:
+    """Every running task's work left after ``step`` of isolated work (rounding is monotone, so
+    ascending work stays ascending)."""
+    return [w - step for w in work]
+
+
+def _per_task_dt(nodes: list[int], work: list[float], demand: Sequence[float], cpu_slow: float) -> float:
+    """Time to the first CPU finish when each task slows by its own :func:`_slowed`."""
+    return min(w * _slowed(demand[v], cpu_slow) for v, w in zip(nodes, work, strict=True))
+
+
+def _per_task_step(nodes: list[int], work: list[float], demand: Sequence[float], cpu_slow: float,
+                   dt: float) -> tuple[list[int], list[float]]:
+    """The CPU tasks after ``dt`` ms when each slows by its own :func:`_slowed`, sorted again by work
+    left (their steps differ, so the order may change)."""
+    left = sorted(zip([w - dt / _slowed(demand[v], cpu_slow) for v, w in zip(nodes, work, strict=True)],
+                      nodes, strict=True))
+    return [v for _, v in left], [w for w, _ in left]
+
+
+def _copied_succs(succs: tuple[tuple[tuple[int, float], ...], ...], n1: int,
+                  copies: int) -> tuple[tuple[tuple[int, float], ...], ...]:
+    """The successor table of ``copies`` instances of an ``n1``-node workflow (node ``r * n1 + i``)."""
+    return tuple(tuple((w + r * n1, d) for w, d in s) for r in range(copies) for s in succs)
+
+
+def _per_instance(end: list[float], n1: int, sinks: tuple[int, ...], released: Sequence[float]) -> list[float]:
+    """Per instance, its last sink's end minus its release (nan: never released)."""
+    return [max(end[r * n1 + s] for s in sinks) - rel if rel < _INF else math.nan for r, rel in enumerate(released)]
+
+
+def _load_spans(place: Sequence[int], start: list[float], admitted: list[float]) -> list[float]:
+    """Per node, admission to start for queued nodes (their load, however it was shared), else 0."""
+    return [start[i] - admitted[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
+
+
 def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:
     return [load_of[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
 
 
-__all__ = ["EPS", "Codes", "Compiled", "Timings", "simulate"]
+__all__ = ["EPS", "Codes", "Compiled", "Timings", "cpu_slowdown", "simulate", "simulate_e2e"]

@@ -168,6 +168,15 @@ class LearnedCards:
             return None
         return refresh_command(self.source or self.scenario_name, list(dict.fromkeys(f.tool for f in bad)))
 
+    @property
+    def refresh_call(self) -> str | None:
+        """:attr:`refresh` for a Python caller: the ``hs.profile(...)`` call that re-profiles the contradicted
+        cards (after copying a bundled scenario to a file), or None when nothing is contradicted."""
+        bad = self.contradicted
+        if not bad:
+            return None
+        return refresh_call(self.source or self.scenario_name, list(dict.fromkeys(f.tool for f in bad)))
+
     def scenario(self, scenario: Scenario, min_samples: int = MIN_SAMPLES) -> Scenario:
         """``scenario`` with each figure measured ``min_samples`` times or more replaced by its learned median."""
         cards = dict(scenario.cards)
@@ -193,23 +202,46 @@ class LearnedCards:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``{"figures": [...], "contradicted": [[tool, figure], ...], "refresh": cmd or null}``."""
+        """JSON-ready: ``{"figures": [...], "contradicted": [[tool, figure], ...], "refresh": cmd or null,
+        "refresh_call": Python call or null}``."""
         return {"figures": [f.to_dict() for f in self.figures],
-                "contradicted": [[f.tool, f.figure] for f in self.contradicted], "refresh": self.refresh}
+                "contradicted": [[f.tool, f.figure] for f in self.contradicted], "refresh": self.refresh,
+                "refresh_call": self.refresh_call}
 
 
 def refresh_command(scenario_ref: str, tools: Sequence[str] = ()) -> str:
     """``hetsched profile --refresh FILE [TOOL...]``; a bundled scenario (or one built in code) is
     copied first with ``hetsched init``, since the package's own files are not refreshed in place."""
     tail = "".join(f" {shlex.quote(t)}" for t in tools)
-    path = Path(scenario_ref) if scenario_ref else None
-    bundled = path is None or not path.suffix or "hetsched/data/" in path.as_posix()
-    if bundled:
-        name = path.stem if path is not None and path.name else "SCENARIO"
+    path = _own_file(scenario_ref)
+    if path is None:
+        name = Path(scenario_ref).stem if scenario_ref and Path(scenario_ref).name else "SCENARIO"
         copy = f"{name}.yaml"
         return (f"hetsched init {shlex.quote(name)} -o {shlex.quote(copy)} && "
                 f"hetsched profile --refresh {shlex.quote(copy)}{tail}")
     return f"hetsched profile --refresh {shlex.quote(scenario_ref)}{tail}"
+
+
+def _own_file(scenario_ref: str) -> Path | None:
+    """The scenario's file when it is the user's own; None for a bundled scenario or one built in code."""
+    path = Path(scenario_ref) if scenario_ref else None
+    if path is None or not path.suffix or "hetsched/data/" in path.as_posix():
+        return None
+    return path
+
+
+def refresh_call(scenario_ref: str, tools: Sequence[str] = ()) -> str:
+    """:func:`refresh_command` for Python callers: ``hs.profile([TOOL...], refresh=FILE)``; a bundled scenario
+    (or one built in code) is first copied to a file of its own (``hetsched init``), since the package's files
+    are not refreshed in place."""
+    names = f"{list(tools)!r}, " if tools else ""
+    path = _own_file(scenario_ref)
+    if path is None:
+        name = Path(scenario_ref).stem if scenario_ref and Path(scenario_ref).name else "SCENARIO"
+        copy = f"{name}.yaml"
+        init = f"hetsched init {shlex.quote(name)} -o {shlex.quote(copy)}"
+        return f"hs.profile({names}refresh={copy!r})  # after `{init}`"
+    return f"hs.profile({names}refresh={str(path)!r})"
 
 
 # ---------------------------------------------------------------------------- de-contention

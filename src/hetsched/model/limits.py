@@ -30,6 +30,8 @@ MAX_CORES = 4096
 """Most CPU cores of a machine, and most threads a tool may keep busy."""
 MAX_KAPPA = 10.0
 """Largest GPU interference per extra concurrent task (the calibrated default is 0.10)."""
+MAX_CROSS_CORE = 10.0
+"""Largest cross-core interference (``machine.cross_core_slowdown``): a task at most 11x slower."""
 MAX_NOISE_CV = 1.0
 """Largest coefficient of variation of the latency noise."""
 MIN_PCIE_MB_PER_MS = 1e-3

@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from hetsched.model.limits import (
     MAX_CORES,
+    MAX_CROSS_CORE,
     MAX_KAPPA,
+    MAX_MS,
     MAX_NOISE_CV,
     MAX_PCIE_MB_PER_MS,
     MAX_VRAM_MB,
@@ -57,11 +59,36 @@ class Machine(BaseModel):
     """What a ``gpu_queue`` load contends with: ``none`` (nothing, the default), ``copy`` (concurrent
     loads share the copy path), ``device`` (loads take a compute share: the stand-in device)."""
 
+    cold_load_share: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    """Share of the ``gpu_queue`` loads that find their memory cold and take their card's
+    ``load_cold_ms`` (cards without it: ``load_ms``); each load is charged the expected time. 0
+    (the default): every load as the profiler's back-to-back loads. Calibrate it with
+    ``benchmarks/calibrate_cold_loads.py`` for the gaps between requests (docs/simulator.md,
+    "Cold memory")."""
+    warm_reuse_ms: float = Field(default=0.0, ge=0, le=MAX_MS, allow_inf_nan=False)
+    """How long memory freed on the device stays warm for a ``gpu_queue`` load, ms: a load reuses
+    what was freed this recently (a resident tool's unload, an earlier queued node) and takes its
+    card's ``load_ms`` for that share of its ``vram_mb``, the ``cold_load_share`` expectation for
+    the rest. 0 (the default): off, every load the expectation. About 2,000 on a virtual machine with
+    free page reporting (docs/simulator.md, "Cold memory")."""
+    cross_core_slowdown: float = Field(default=0.0, ge=0, le=MAX_CROSS_CORE, allow_inf_nan=False)
+    """x: cross-core interference. A CPU task runs (1 + x u_dev) slower while the device is busy
+    (u_dev: its utilization, at most 1) and a device task or load (1 + x u_cpu) slower while the
+    CPU cores are (u_cpu: the cores the running CPU tasks keep busy over ``cpu_cores``, at most 1):
+    shared caches, memory bandwidth, a host core's SMT sibling. 0 (the default): none. Calibrate
+    it with ``benchmarks/calibrate_cross_core.py`` (docs/simulator.md, "Cross-core interference")."""
+
     @model_serializer(mode="wrap")
     def _omit_default_load_sharing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A machine of the default ``load_sharing`` dumps as before the field existed (stored
-        scenario fingerprints hold)."""
+        """A machine of the default ``load_sharing``, ``cold_load_share``, ``warm_reuse_ms`` and ``cross_core_slowdown``
+        dumps as before those fields existed (stored scenario fingerprints hold)."""
         data: dict[str, Any] = handler(self)
         if self.load_sharing == "none":
             data.pop("load_sharing", None)
+        if self.cold_load_share == 0.0:
+            data.pop("cold_load_share", None)
+        if self.cross_core_slowdown == 0.0:
+            data.pop("cross_core_slowdown", None)
+        if self.warm_reuse_ms == 0.0:
+            data.pop("warm_reuse_ms", None)
         return data

@@ -178,6 +178,9 @@ class Settling:
     """``trial``'s place in the model's ranking (1: its best prediction)."""
     best_predicted_ms: float | None = None
     """The model's best prediction, ms (None without a ranking)."""
+    trials_left: int = 0
+    """Once exploring stopped: how many more of the model's mappings may be tried (``tries`` less the
+    trials made since exploring stopped)."""
 
     @property
     def settled(self) -> bool:
@@ -227,8 +230,11 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
       repeated until it has ``repeats`` runs; then, given the model's ``ranked`` mappings (or a
       callable returning them, called only once exploring stopped), each of the model's ``tries``
       best-ranked mappings predicted within the noise band of its best prediction that never ran is
-      tried once (best-ranked first); then each mapping whose median lies within the noise band of
-      the best's is repeated until it has ``repeats`` runs too (a faster one becomes the best).
+      tried once (best-ranked first), at most ``tries`` trials in all since exploring stopped (the
+      ranking moves as the cards learn; the trials are the new mappings measured past the stale count,
+      and one measuring faster than the noise band reopens exploring); then each mapping whose median
+      lies within the noise band of the best's is repeated until it has ``repeats`` runs too (a faster one
+      becomes the best).
     - **Settled** when nothing is left to try or repeat: the mapping to deploy is the best measured one.
     """
     everything = executions(history)
@@ -252,11 +258,13 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
     contender: MeasuredMapping | None = None
     trial: tuple[Mapping, float, int] | None = None
     best_predicted: float | None = None
+    trials_left = 0
     if best is not None and not exploring:
         if len(best.runs_ms) < repeats:
             contender = best
         else:
-            if ranked is not None:
+            trials_left = max(0, tries - (stale - stale_after))  # the new mappings past the stale count: trials
+            if ranked is not None and trials_left:
                 ranking = ranked() if callable(ranked) else ranked
                 if ranking:
                     best_predicted = min(e2e for _, e2e in ranking)
@@ -269,5 +277,6 @@ def settling(history: Sequence[RoundRecord], repeats: int = SETTLE_REPEATS, stal
                      and len(m.runs_ms) < repeats]
             contender = min(short, key=lambda m: len(m.runs_ms)) if short and trial is None else None
     if trial is None:
-        return Settling(best, noise, stale, exploring, contender, best_predicted_ms=best_predicted)
-    return Settling(best, noise, stale, exploring, None, trial[0], trial[1], trial[2], best_predicted)
+        return Settling(best, noise, stale, exploring, contender, best_predicted_ms=best_predicted,
+                        trials_left=trials_left)
+    return Settling(best, noise, stale, exploring, None, trial[0], trial[1], trial[2], best_predicted, trials_left)

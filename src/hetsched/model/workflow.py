@@ -7,7 +7,6 @@ scenario does not pay networkx's import).
 
 from __future__ import annotations
 
-import heapq
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -21,25 +20,30 @@ if TYPE_CHECKING:
 
 
 def _topological(ids: list[str], pairs: list[tuple[str, str]]) -> tuple[list[str], dict[str, list[str]]]:
-    """Kahn's algorithm with the ready nodes in a heap by file position: the same order as networkx's
-    ``lexicographical_topological_sort`` keyed by file order. Returns the order (shorter than ``ids`` when
-    there is a cycle) and the successors."""
+    """Kahn's algorithm taking the first ready node in file order: the same order as networkx's
+    ``lexicographical_topological_sort`` keyed by file position. The ready nodes are a bit set over
+    file positions (a Python int), so the first of them is its lowest set bit. Returns the order
+    (shorter than ``ids`` when there is a cycle) and the successors."""
     index = {n: i for i, n in enumerate(ids)}
     succs: dict[str, list[str]] = {n: [] for n in ids}
     indegree = dict.fromkeys(ids, 0)
     for src, dst in pairs:
         succs[src].append(dst)
         indegree[dst] += 1
-    ready = [index[n] for n in ids if indegree[n] == 0]
-    heapq.heapify(ready)
+    ready = 0
+    for i, n in enumerate(ids):
+        if indegree[n] == 0:
+            ready |= 1 << i
     order: list[str] = []
     while ready:
-        node = ids[heapq.heappop(ready)]
+        first = ready & -ready  # the lowest set bit: the ready node first in the file
+        ready ^= first
+        node = ids[first.bit_length() - 1]
         order.append(node)
         for nxt in succs[node]:
             indegree[nxt] -= 1
             if indegree[nxt] == 0:
-                heapq.heappush(ready, index[nxt])
+                ready |= 1 << index[nxt]
     return order, succs
 
 

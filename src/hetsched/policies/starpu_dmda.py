@@ -39,7 +39,6 @@ identically. Imports the model and the Policy base only.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -277,10 +276,13 @@ class StarpuDmda(Policy):
         device: dict[str, str] = {}
         timing: dict[str, tuple[float, float]] = {}
         forced: list[str] = []
-        ready_heap: list[tuple[float, int, str]] = [(0.0, order_index[n], n) for n in ids if preds_left[n] == 0]
-        heapq.heapify(ready_heap)
-        while ready_heap:
-            now, _, n = heapq.heappop(ready_heap)
+        # a list scheduler: the next task pushed is the ready one that became ready first (ties in
+        # topological order), as StarPU pushes tasks when their inputs complete
+        ready_list: list[tuple[float, int, str]] = [(0.0, order_index[n], n) for n in ids if preds_left[n] == 0]
+        while ready_list:
+            first = min(ready_list)
+            ready_list.remove(first)
+            now, _, n = first
             tool = wf.tool_of[n]
             can_gpu = sc.card_of(n).has_gpu
             choice = self._choose(workers, now, tool, can_gpu, model, in_edges[n], device, pcie)
@@ -306,7 +308,7 @@ class StarpuDmda(Policy):
                     preds_left[e.dst] -= 1
                     if preds_left[e.dst] == 0:
                         ready = max(timing[p][1] for p in wf.preds(e.dst))
-                        heapq.heappush(ready_heap, (ready, order_index[e.dst], e.dst))
+                        ready_list.append((ready, order_index[e.dst], e.dst))
         return device, forced, timing
 
     def _choose(

@@ -13,7 +13,11 @@ Per tool (PAPER.md: 30 isolated runs, median):
   timed runs alternate between the two devices in blocks (one device busy at a time), so a slow
   spell of a shared machine hits both figures alike.
 - ``load_ms``: ``loads`` fresh loads, each followed by one call: load time + (first call - warm
-  median), i.e. the weights-to-device copy plus first-call initialization.
+  median), i.e. the weights-to-device copy plus first-call initialization. The loads run back to
+  back, each on the memory the previous one just freed.
+- ``load_cold_ms`` (with ``cold_loads``): the same, each load after the device sat idle
+  ``cold_pause_s``, so its memory has gone cold (a virtual machine that returns freed memory to
+  its host does so about 2 s after the free: the load pays the host's page faults).
 - ``vram_mb``: a pass of its own (so its fine sampling does not slow the timed runs): a fresh load
   and two calls, the device's peak memory above its idle level, sampled every 0.5 ms
   (``torch.cuda.max_memory_allocated`` on CUDA, exact).
@@ -33,6 +37,7 @@ import datetime as dt
 import importlib.metadata
 import re
 import statistics
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +81,11 @@ class ProfileConfig:
     """Pin the CPU pool and the stand-in device to separate cores when there are enough."""
     tool_modules: tuple[str, ...] = ()
     """Modules to import first (they register the user's tools)."""
+    cold_loads: int = 0
+    """Loads measured after the device sat idle ``cold_pause_s`` (``load_cold_ms``, median; 0:
+    not measured, the card has none)."""
+    cold_pause_s: float = 3.0
+    """Idle time before each cold load, s."""
     own_core: bool = False
     """Time each call as if it had its core: leave out what the calling thread waited for a core
     during it (Linux schedstat). On a busy machine a tool run back to back waits behind other
@@ -90,6 +100,10 @@ class ProfileConfig:
         for name in ("runs", "loads"):
             if getattr(self, name) < 1:
                 raise InputError(f"profile: {name} must be >= 1, got {getattr(self, name)}")
+        if self.cold_loads < 0:
+            raise InputError(f"profile: cold_loads must be >= 0, got {self.cold_loads}")
+        if not 0.0 <= self.cold_pause_s <= 600.0:
+            raise InputError(f"profile: cold_pause_s must be from 0 to 600 s, got {self.cold_pause_s}")
         if self.warmup < 0:
             raise InputError(f"profile: warmup must be >= 0, got {self.warmup}")
         if str(self.device).strip().lower() == "none":
@@ -112,6 +126,8 @@ class ToolProfile:
     """Figures that were not measured, and why."""
     derived: dict[str, ToolCard] = field(default_factory=dict)
     """Amplified cards asked for (``NAME_xK``), derived from ``card``."""
+    cold_load_samples_ms: tuple[float, ...] = ()
+    """The same for each load after the device sat idle (``ProfileConfig.cold_loads``)."""
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float, float, float]:
@@ -197,6 +213,9 @@ class Profiler:
         meter = self.gpu.meter or ("cuda allocator" if self.real_gpu else "malloc")
         source = (f"hetsched profile: median of {c.runs} isolated runs after {c.warmup} warm-up call(s); load_ms: "
                   f"median of {c.loads} fresh loads incl. first-call init; vram_mb: peak device memory by {meter}")
+        if c.cold_loads:
+            source += (f"; load_cold_ms: median of {c.cold_loads} loads each after {c.cold_pause_s:g} s idle "
+                       "(memory gone cold)")
         if c.own_core:
             source += "; each call timed less what its thread waited for a core (own_core)"
         if not self.real_gpu:
@@ -287,17 +306,12 @@ class Profiler:
         notes: list[str] = []
         gpu_times: tuple[float, ...] = ()
         loads: list[float] = []
+        cold: list[float] = []
         if tool.has_gpu:
             g = self.gpu.label
             gpu_times = tuple(times[g])
             med, p10, p90 = _percentiles(gpu_times)
-            for _ in range(c.loads):
-                loaded = self._load(self.gpu, tool, "l")
-                try:
-                    first = self._runs(self.gpu, tool, "l", 0, 1)
-                finally:
-                    self.gpu.call("unload", key="l")
-                loads.append(loaded["load_ms"] + max(0.0, first["first_ms"] - med))
+            loads = [self._timed_load(tool, med) for _ in range(c.loads)]
             util = statistics.mean(extra[g]) if extra[g] else None
             if util is None and self.device.kind is DeviceKind.STANDIN:
                 util = cpu_s[g] / max(wall_s[g] * self.device.threads, 1e-9)
@@ -305,15 +319,32 @@ class Profiler:
                 notes.append("gpu_util not measured (install pynvml for NVML); set to 1.0")
                 util = 1.0
             peak = self._memory_pass(tool)
+            for _ in range(c.cold_loads):
+                time.sleep(c.cold_pause_s)  # nothing runs on the device: the memory it freed goes cold
+                cold.append(self._timed_load(tool, med))
             lmed, lp10, lp90 = _percentiles(loads)
             fields.update(gpu_ms=_round(med), load_ms=_round(lmed), vram_mb=round(max(peak, 0.0), 2),
                           gpu_util=round(min(1.0, max(0.01, util)), 2))
             spread.update(gpu_ms=Spread(p10=_round(p10), p90=_round(p90)),
                           load_ms=Spread(p10=_round(lp10), p90=_round(lp90)))
+            if cold:
+                cmed, cp10, cp90 = _percentiles(cold)
+                fields.update(load_cold_ms=_round(cmed))
+                spread.update(load_cold_ms=Spread(p10=_round(cp10), p90=_round(cp90)))
         card = ToolCard(name=tool.name, description=tool.description, provenance=self.provenance(), spread=spread,
                         **fields)
         return ToolProfile(card=card, cpu_times_ms=tuple(cpu_times), gpu_times_ms=gpu_times,
-                           load_samples_ms=tuple(loads), notes=tuple(notes))
+                           load_samples_ms=tuple(loads), notes=tuple(notes), cold_load_samples_ms=tuple(cold))
+
+    def _timed_load(self, tool: Tool, warm_ms: float) -> float:
+        """One fresh load on the device and its first call: the load time plus the first call's
+        initialization (first call - ``warm_ms``), ms."""
+        loaded = self._load(self.gpu, tool, "l")
+        try:
+            first = self._runs(self.gpu, tool, "l", 0, 1)
+        finally:
+            self.gpu.call("unload", key="l")
+        return float(loaded["load_ms"]) + max(0.0, first["first_ms"] - warm_ms)
 
 
 def plan_names(names: Sequence[str]) -> dict[str, list[str]]:
@@ -355,7 +386,7 @@ def profile_tools(names: Sequence[str], config: ProfileConfig = ProfileConfig(),
                 k = int(_AMPLIFIED.match(name)["k"])  # type: ignore[index]
                 derived[name] = result.card.amplified(k, name=name)
             yield ToolProfile(result.card, result.cpu_times_ms, result.gpu_times_ms, result.load_samples_ms,
-                              result.notes, derived)
+                              result.notes, derived, result.cold_load_samples_ms)
         if progress is not None:
             progress("", len(tools), len(tools))
     finally:

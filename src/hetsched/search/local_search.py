@@ -8,18 +8,22 @@ then the result is the same for a seed on every machine).
 One iteration:
 
 1. **Descent.** Single-node moves (each node to each other placement; a seeded sample of
-   ``MAX_NEIGHBOURS`` of them on long workflows) and tool moves (every node
+   ``MAX_NEIGHBOURS`` of them on long workflows), tool moves (every node
    of one tool to one placement: ``gpu_now`` residency is per tool, so these cross VRAM cliffs
-   that single moves cannot). Each neighbourhood is bounded at once with
+   that single moves cannot) and residency swaps (one tool made resident while resident tools
+   leave for the queue or the CPU until the ``gpu_now`` set fits: with the budget full, neither
+   adding a tool nor removing one first is an improvement). Each neighbourhood is bounded at once with
    :class:`~hetsched.search.bounds.BoundModel`; a neighbour whose lower bound cannot beat the current
    mapping is never simulated, the others are simulated in order of their bound and the first
    improvement is taken.
 2. **Window re-optimization (large neighbourhood).** A window of up to ``WINDOW`` nodes (a node and
-   its DAG neighbours, the nodes of one tool, or a run of consecutive nodes in topological order)
-   is solved exactly with the rest fixed: every combination is bounded, and the survivors are
-   simulated in bound order until the bound reaches the best value.
+   its DAG neighbours, the nodes of one tool, a sample of the nodes that end last, or a run of
+   consecutive nodes in topological order), or of up to ``WINDOW - 1`` whole tools (one not resident
+   and resident ones), is solved exactly with the rest fixed: every combination is bounded, and
+   the survivors are simulated in bound order until the bound reaches the best value.
 3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
-   few random nodes (or one random tool) moved.
+   tool made resident, one tool moved or a few random nodes moved, then resident tools moved out
+   at random until the ``gpu_now`` set fits.
 
 Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
 a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
@@ -145,6 +149,10 @@ class _Search:
         for i in range(self.n):
             by_tool.setdefault(c.tool_idx[i], []).append(i)
         self.tool_nodes = [nodes for nodes in by_tool.values() if len(self.allowed[nodes[0]]) > 1 and len(nodes) > 1]
+        self.gpu_tools = [nodes for nodes in by_tool.values() if NOW in self.allowed[nodes[0]]]
+        """Nodes of each tool that may be resident (``gpu_now``), by tool."""
+        self.tool_vram = [c.tool_vram[c.tool_idx[nodes[0]]] for nodes in self.gpu_tools]
+        self.budget = c.budget
         self.best: tuple[int, ...] = tuple(CPU for _ in self.ids)
         self.best_e = math.inf
         self.elite: dict[tuple[int, ...], float] = {}
@@ -153,6 +161,8 @@ class _Search:
         self._mv_nodes = np.array([i for i, _ in moves], dtype=np.intp)
         self._mv_codes = np.array([c for _, c in moves], dtype=np.int8)
         self.steps = 0
+        self._tail_of: tuple[int, ...] | None = None
+        self._tail: list[int] = []
         self.max_steps = 0 if max_evals is None else 2 * (max_evals - ev.evaluations) + 20
 
     # ------------------------------------------------------------------ evaluation
@@ -223,8 +233,57 @@ class _Search:
                     row = base.copy()
                     row[group] = c
                     blocks.append(row[None, :])
+        swaps = self.swaps(base)
+        if len(swaps):
+            blocks.append(swaps)
         out = np.concatenate(blocks, axis=0)
         return out[self.nprng.permutation(len(out))]
+
+    def _evicted_to(self, nodes: list[int], to: int) -> int:
+        """Where the nodes of an evicted resident tool go: ``to`` when each of them may take it, else the CPU."""
+        if to == QUEUE and (QUEUE not in self.allowed[nodes[0]] or self.ev.compiled.vram[nodes[0]] > self.budget):
+            return CPU
+        return to
+
+    def swaps(self, base: NDArray[np.int8]) -> NDArray[np.int8]:
+        """Residency swaps: one tool made resident (all its nodes ``gpu_now``) while resident tools
+        leave for the queue or the CPU until the ``gpu_now`` set fits the budget again (the one
+        resident that frees enough with the least memory, else the largest first). A single move
+        cannot cross this: with the budget full, adding a tool is infeasible and removing one
+        first is worse, so the descent alone never reaches a better resident set."""
+        is_now = [bool((base[nodes] == NOW).any()) for nodes in self.gpu_tools]
+        resident = [k for k, r in enumerate(is_now) if r]
+        if not resident:
+            return np.empty((0, self.n), dtype=np.int8)
+        used = sum(self.tool_vram[k] for k in resident)
+        by_size = sorted(resident, key=lambda j: -self.tool_vram[j])
+        rows: list[NDArray[np.int8]] = []
+        for k, nodes in enumerate(self.gpu_tools):
+            if is_now[k]:
+                continue
+            need = used + self.tool_vram[k] - self.budget
+            if need <= 0 or self.tool_vram[k] > self.budget:
+                continue
+            fit = [j for j in resident if self.tool_vram[j] >= need]
+            if fit:
+                out = [min(fit, key=lambda j: self.tool_vram[j])]
+            else:
+                out, freed = [], 0.0
+                for j in by_size:
+                    out.append(j)
+                    freed += self.tool_vram[j]
+                    if freed >= need:
+                        break
+            for to in (QUEUE, CPU):
+                row = base.copy()
+                row[nodes] = NOW
+                for j in out:
+                    gn = [i for i in self.gpu_tools[j] if base[i] == NOW]
+                    row[gn] = self._evicted_to(gn, to)
+                rows.append(row)
+        if not rows:
+            return np.empty((0, self.n), dtype=np.int8)
+        return np.stack(rows)
 
     def descend(self, cur: tuple[int, ...], cur_e: float) -> tuple[tuple[int, ...], float]:
         while True:
@@ -233,8 +292,16 @@ class _Search:
                 return cur, cur_e
             cur, cur_e = step
 
-    def window(self, cur: tuple[int, ...]) -> list[int]:
+    def window(self, cur: tuple[int, ...]) -> list[list[int]]:
+        """Groups of nodes to re-optimize together (each group takes one placement): single nodes
+        (DAG neighbours, one tool's nodes, the nodes that end last, a run in topological order)
+        or whole tools (:meth:`residency_window`)."""
         kind = self.rng.random()
+        if kind >= 0.8 and self.gpu_tools:
+            return self.residency_window(cur)
+        return [[i] for i in self.node_window(cur, kind / 0.8)]
+
+    def node_window(self, cur: tuple[int, ...], kind: float) -> list[int]:
         free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
         if not free:
             return []
@@ -252,27 +319,61 @@ class _Search:
             nodes = list(self.rng.choice(self.tool_nodes))
             self.rng.shuffle(nodes)
             return nodes[:WINDOW]
+        if kind < 0.8:
+            return self.tail_window(cur, free)
         topo_free = [i for i in self.topo if len(self.allowed[i]) > 1]
         start = self.rng.randrange(max(1, len(topo_free) - WINDOW + 1))
         return topo_free[start : start + WINDOW]
 
+    def tail_window(self, cur: tuple[int, ...], free: list[int]) -> list[int]:
+        """A random ``WINDOW`` of the free nodes that end last under ``cur``: on wide workflows the
+        E2E is set by what finishes last on each device, and these nodes are seldom DAG neighbours."""
+        if self._tail_of != cur:
+            end = simulate(self.ev.compiled, cur, timings=True).end
+            self._tail_of = cur
+            self._tail = sorted(free, key=lambda i: -end[i])[: 3 * WINDOW]
+        return self.rng.sample(self._tail, k=min(WINDOW, len(self._tail)))
+
+    def residency_window(self, cur: tuple[int, ...]) -> list[list[int]]:
+        """One tool not resident and up to ``WINDOW - 2`` resident ones (others when fewer), each
+        re-placed as a whole: the exchanges of the ``gpu_now`` set under a full budget, where one
+        tool coming in needs several going out and each of those a place of its own."""
+        resident = [k for k, nodes in enumerate(self.gpu_tools) if any(cur[i] == NOW for i in nodes)]
+        outside = [k for k in range(len(self.gpu_tools)) if k not in resident]
+        picked = [self.rng.choice(outside)] if outside else []
+        pool = resident if len(resident) >= WINDOW - 1 else resident + [k for k in outside if k not in picked]
+        picked += self.rng.sample(pool, k=min(len(pool), WINDOW - 1 - len(picked)))
+        return [list(self.gpu_tools[k]) for k in picked]
+
     def solve_window(
-        self, cur: tuple[int, ...], cur_e: float, nodes: list[int]
+        self, cur: tuple[int, ...], cur_e: float, groups: list[list[int]]
     ) -> tuple[tuple[int, ...], float] | None:
-        """The first improvement among every placement of ``nodes`` with the rest as in ``cur``."""
-        if not nodes:
+        """The first improvement among every placement of the groups (each group's nodes together)
+        with the rest as in ``cur``."""
+        if not groups:
             return None
-        grids = np.meshgrid(*[np.array(self.allowed[i], dtype=np.int8) for i in nodes], indexing="ij")
+        grids = np.meshgrid(*[np.array(self.allowed[g[0]], dtype=np.int8) for g in groups], indexing="ij")
         combos = np.stack([g.reshape(-1) for g in grids], axis=1)
         base = np.array(cur, dtype=np.int8)
         full = np.repeat(base[None, :], combos.shape[0], axis=0)
-        full[:, nodes] = combos
+        for k, g in enumerate(groups):
+            full[:, g] = combos[:, k : k + 1]
         full = full[(full != base).any(axis=1)]
         return self.first_improvement(cur, cur_e, full[self.nprng.permutation(len(full))])
 
     def kick(self, cur: tuple[int, ...]) -> tuple[int, ...]:
+        """A perturbation of ``cur``: a tool made resident (``gpu_now``), a tool moved, or a few random
+        nodes moved; then resident tools leave at random until the ``gpu_now`` set fits (a kick
+        that breaks the budget would be wasted)."""
         lst = list(cur)
-        if self.tool_nodes and self.rng.random() < 0.3:
+        r = self.rng.random()
+        keep = -1
+        outside = [k for k, nodes in enumerate(self.gpu_tools) if any(lst[i] != NOW for i in nodes)]
+        if outside and r < 0.3:
+            keep = self.rng.choice(outside)
+            for i in self.gpu_tools[keep]:
+                lst[i] = NOW
+        elif self.tool_nodes and r < 0.45:
             nodes = self.rng.choice(self.tool_nodes)
             c = self.rng.choice(self.allowed[nodes[0]])
             for i in nodes:
@@ -281,7 +382,21 @@ class _Search:
             free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
             for i in self.rng.sample(free, k=min(len(free), self.rng.randint(2, max(2, min(8, self.n // 6 + 2))))):
                 lst[i] = self.rng.choice([c for c in self.allowed[i] if c != lst[i]])
+        self.evict(lst, keep)
         return tuple(lst)
+
+    def evict(self, lst: list[int], keep: int) -> None:
+        """Move random resident tools (not ``keep``) to the queue or the CPU until the ``gpu_now`` set fits."""
+        resident = [k for k, nodes in enumerate(self.gpu_tools) if any(lst[i] == NOW for i in nodes)]
+        used = sum(self.tool_vram[k] for k in resident)
+        others = [k for k in resident if k != keep]
+        while used > self.budget and others:
+            k = others.pop(self.rng.randrange(len(others)))
+            nodes = [i for i in self.gpu_tools[k] if lst[i] == NOW]
+            to = self._evicted_to(nodes, self.rng.choice((QUEUE, CPU)))
+            for i in nodes:
+                lst[i] = to
+            used -= self.tool_vram[k]
 
     # ------------------------------------------------------------------ starts
     def starts(self) -> list[tuple[int, ...]]:
@@ -334,10 +449,10 @@ class _Search:
                 return False
             cur, cur_e = self.descend(self.best, self.best_e)
             stale = 0
-            seen_windows: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+            seen_windows: set[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = set()
             while True:
                 nodes = self.window(cur)
-                key = (cur, tuple(sorted(nodes)))
+                key = (cur, tuple(sorted(tuple(g) for g in nodes)))
                 if key in seen_windows:
                     stale += 1
                 else:
@@ -351,7 +466,7 @@ class _Search:
                 if stale >= PATIENCE:
                     free = [i for i in range(self.n) if len(self.allowed[i]) > 1]
                     if len(free) <= WINDOW:  # the whole workflow is one window: solve it from the best
-                        step = self.solve_window(self.best, self.best_e, free)
+                        step = self.solve_window(self.best, self.best_e, [[i] for i in free])
                         if step is None:
                             return False  # nothing beats the best: it is optimal
                         cur, cur_e = self.descend(*step)

@@ -87,6 +87,11 @@ def _incumbent_evals(n: int) -> int:
     return 30 + 3 * n
 
 
+_ALTERNATIVE = ("For a best-known mapping with a lower bound use `hetsched.reference(scenario)` (or "
+                "`reference='best-known'` in a run or bench), or raise `max_seconds`")
+"""What a search refused on its estimate and one that ran out of time both suggest."""
+
+
 class SearchTooLong(InputError):
     """The exact search is estimated (or was found) to need more than its time budget."""
 
@@ -668,9 +673,7 @@ def _check_fits(plan: _Plan, est: Estimate | None, coll: _Collector, workers: in
         raise SearchTooLong(
             f"{_describe(plan.sc)}: the exact search is estimated to take {_fmt_s(total)} on "
             f"{workers} process(es) (about {_fmt_n(est.rows)} prefixes bounded and {_fmt_n(est.simulations)} "
-            f"simulations); the limit is {_fmt_s(limit)} (`max_seconds`). For a best-known mapping with a "
-            "lower bound use `hetsched.reference(scenario)` (or `reference='best-known'` in a run or bench), or "
-            "raise `max_seconds`",
+            f"simulations); the limit is {_fmt_s(limit)} (`max_seconds`). {_ALTERNATIVE}",
             estimate_s=total,
             best=(best[0], _to_mapping(plan.sc, best[1])),
         )
@@ -744,7 +747,7 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
             f"{_describe(scenario)}: the exact search did not finish in {_fmt_s(limit)} (`max_seconds`)"
             + settled
             + ("" if estimate is None else f" (estimated {_fmt_s(estimate)} beforehand)")
-            + ". Use `reference='best-known'`, or raise `max_seconds`",
+            + f". {_ALTERNATIVE}",
             estimate_s=limit / share if 0 < share <= 1 else math.inf,
             best=(best[0], _to_mapping(scenario, best[1])),
         )

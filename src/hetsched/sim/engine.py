@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 
 from hetsched.model import Infeasibility, InfeasibleKind, Mapping, NodeTrace, Scenario, Trace, VramPoint
-from hetsched.model.contention import Compiled, Timings, simulate
+from hetsched.model.contention import Compiled, Timings, simulate, simulate_e2e
 from hetsched.model.workload import ArrivalPlan, RequestTrace, Workload, load_infeasibility, window_trace
 
 
@@ -183,7 +183,7 @@ class Simulator:
         The caller must have checked the static feasibility (``gpu_now`` set within budget).
         This is the oracle's hot path: no trace is built.
         """
-        return simulate(self._c, codes).e2e_ms
+        return simulate_e2e(self._c, codes)
 
     def infeasibility(self, mapping: Mapping) -> Infeasibility | None:
         """Why a mapping cannot run under the model, or None: the static checks, then a noise-free

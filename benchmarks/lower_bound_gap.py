@@ -1,0 +1,152 @@
+"""The lower bound's gap to the best known mapping, before and after a change, side by side.
+
+Issue 17 asks for a lower bound that brings the median gap (best-known E2E / lower bound - 1)
+at 50 tools under 10%. For each workflow of ``hetsched.bench.generate`` (every family, three-way,
+sizes and seeds from the command line: pick the seeds after the code is written):
+
+1. the best-known E2E (the upper bound both sides are measured against) is the best of
+   ``best_known(sc, seed=0, max_evals=EVALS)`` and two more seeded local searches of EVALS
+   simulations, run with the *baseline* code (deterministic: the same on every machine), cached
+   in ``--uppers`` so a re-run reuses it;
+2. a child process with ``--baseline-src`` on its path and one with this checkout's ``src`` each
+   compute the search-free bound the reference starts from: the largest of the bound of the empty
+   mapping, the Lagrangian bound and the CP-SAT relaxation (``relaxation_bound_ms`` with a
+   deterministic limit of ``--relax-seconds``, the reference's share of its default 10 s budget,
+   and a generous wall-clock cap so the machine's load does not change the bound), with the
+   relaxation's CPU seconds; the two run one after the other, so both see the same machine load.
+
+The table gives per size the median and worst gap before and after, and the relaxation's CPU
+time. The best-first bound search of the reference is left out (its bound depends on the time it
+gets); ``--reference`` adds, per side, the gap ``best_known`` itself reports with its default
+budget (wall-clock: machine-dependent), which is the combined figure a user sees.
+
+Run: python benchmarks/lower_bound_gap.py --baseline-src BASE/src [--sizes 20 50 100] [--seeds 300 301]
+     [--uppers FILE.json] [--out FILE.json] [--reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+UPPER = """
+import json
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.model import Mode
+from hetsched.search.local_search import local_search
+from hetsched.search.reference import best_known
+sc = random_scenario(WorkflowSpec({family!r}, {n}, Mode.THREE_WAY, {seed}))
+best = best_known(sc, seed=0, max_evals={evals}, max_seconds=None).e2e_ms
+for seed in (1, 2):
+    best = min(best, local_search(sc, seed=seed, max_evals={evals}).e2e_ms)
+print(json.dumps({{"e2e_ms": best}}))
+"""
+BOUND = """
+import json, time
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.model import Mode
+from hetsched.search.lower_bound import dual_bound_ms, root_bound_ms
+from hetsched.search.relaxation import relaxation_bound_ms
+sc = random_scenario(WorkflowSpec({family!r}, {n}, Mode.THREE_WAY, {seed}))
+t0 = time.process_time()
+got = relaxation_bound_ms(sc, {upper!r}, max_seconds={relax_s!r}, wall_seconds=600.0)
+cpu = time.process_time() - t0
+out = {{"relax_ms": got.lower_ms, "optimal": got.optimal, "relax_cpu_s": cpu,
+        "lower_ms": max(got.lower_ms, root_bound_ms(sc), dual_bound_ms(sc))}}
+if {reference!r}:
+    from hetsched.search.reference import best_known
+    ref = best_known(sc, seed=0)
+    out["reference_gap"] = ref.gap
+print(json.dumps(out))
+"""
+
+
+def child(src: Path, code: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+def median_worst(values: list[float]) -> str:
+    return f"{100 * statistics.median(values):.1f}% / {100 * max(values):.1f}%"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline-src", type=Path, required=True)
+    parser.add_argument("--src", type=Path, default=HERE.parent / "src", help="the code after (default: this checkout)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[20, 50, 100])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[300, 301])
+    parser.add_argument("--families", nargs="+",
+                        default=["chain", "parallel", "fanout", "forkjoin", "diamond", "layered", "random"])
+    parser.add_argument("--evals", type=int, default=3000, help="the best-known search's budget in simulations")
+    parser.add_argument("--relax-seconds", type=float, default=1.0)
+    parser.add_argument("--uppers", type=Path, help="cache of the best-known E2E per workflow (read and written)")
+    parser.add_argument("--reference", action="store_true", help="also run best_known with its default budget")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"machine: {platform.machine()}, {cpus} CPUs, Python {platform.python_version()}; "
+          f"load average before: {os.getloadavg()[0]:.1f}")
+    uppers: dict[str, float] = {}
+    if args.uppers and args.uppers.exists():
+        uppers = json.loads(args.uppers.read_text())
+    rows: list[dict[str, Any]] = []
+    for n in args.sizes:
+        for seed in args.seeds:
+            for family in args.families:
+                name = f"{family}-n{n}-s{seed}"
+                if name not in uppers:
+                    uppers[name] = child(args.baseline_src, UPPER.format(family=family, n=n, seed=seed,
+                                                                         evals=args.evals))["e2e_ms"]
+                    if args.uppers:
+                        args.uppers.write_text(json.dumps(uppers, indent=1))
+                upper = uppers[name]
+                sides = {}
+                for side, src in (("before", args.baseline_src), ("after", args.src)):
+                    sides[side] = child(src, BOUND.format(family=family, n=n, seed=seed, upper=upper,
+                                                          relax_s=args.relax_seconds, reference=args.reference))
+                row = {"workflow": name, "n": n, "upper_ms": upper, **{
+                    f"{side}_{k}": v for side, got in sides.items() for k, v in got.items()}}
+                for side in sides:
+                    row[f"{side}_gap"] = upper / row[f"{side}_lower_ms"] - 1.0
+                rows.append(row)
+                print(f"  {name}: best known {upper:.1f} ms; gap {100 * row['before_gap']:.1f}% -> "
+                      f"{100 * row['after_gap']:.1f}%; relaxation CPU {row['before_relax_cpu_s']:.2f} -> "
+                      f"{row['after_relax_cpu_s']:.2f} s (solved: {row['before_optimal']} -> {row['after_optimal']})"
+                      + (f"; reported gap {100 * (row['before_reference_gap'] or 0):.1f}% -> "
+                         f"{100 * (row['after_reference_gap'] or 0):.1f}%" if args.reference else ""), flush=True)
+    print()
+    print("| n | workflows | gap before: median / worst | gap after: median / worst "
+          "| relaxation CPU s before: median / max | after: median / max | solved before / after |"
+          + (" reported gap before / after: median |" if args.reference else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.reference else ""))
+    for n in args.sizes:
+        part = [r for r in rows if r["n"] == n]
+        cpu_b = [r["before_relax_cpu_s"] for r in part]
+        cpu_a = [r["after_relax_cpu_s"] for r in part]
+        line = (f"| {n} | {len(part)} | {median_worst([r['before_gap'] for r in part])} "
+                f"| {median_worst([r['after_gap'] for r in part])} "
+                f"| {statistics.median(cpu_b):.2f} / {max(cpu_b):.2f} "
+                f"| {statistics.median(cpu_a):.2f} / {max(cpu_a):.2f} "
+                f"| {sum(r['before_optimal'] for r in part)} / {sum(r['after_optimal'] for r in part)} |")
+        if args.reference:
+            line += (f" {100 * statistics.median([r['before_reference_gap'] or 0 for r in part]):.1f}% / "
+                     f"{100 * statistics.median([r['after_reference_gap'] or 0 for r in part]):.1f}% |")
+        print(line)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
