@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -77,7 +78,8 @@ def play(checkout: Path, family: str, n: int, mode: str, seed: int) -> list[floa
     env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
     res = subprocess.run([sys.executable, "-c", QUALITY_CHILD, family, str(n), mode, str(seed)], env=env,
                          capture_output=True, text=True, check=True, cwd=checkout)
-    return json.loads(res.stdout.strip().splitlines()[-1])["played"]  # type: ignore[no-any-return]
+    played: list[float] = json.loads(res.stdout.strip().splitlines()[-1])["played"]
+    return played
 
 
 def reference_ms(family: str, n: int, mode: str, seed: int, ref_evals: int, search_evals: int) -> float:
@@ -105,7 +107,7 @@ def quality(args: argparse.Namespace) -> None:
           f"{args.search_evals} estimates, every mapping played)")
     print("| n | workflow | " + " | ".join(f"{side} best of R0-R5 / best known (R0)" for side, _ in sides) + " |")
     print("|---|---|" + "---|" * len(sides))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for family in args.families:
             for mode in ("binary", "three_way"):
@@ -126,12 +128,12 @@ def quality(args: argparse.Namespace) -> None:
         goal = 1.03 if n >= 100 else 1.01
         for mode in ("binary", "three_way"):
             sub = [r for r in rows if r["n"] == n and r["mode"] == mode]
-            cells = []
+            summary: list[str] = []
             for side, _ in sides:
                 ratios = sorted(r[side]["ratio"] for r in sub)
                 ok = sum(1 for x in ratios if x <= goal)
-                cells.append(f"{ratios[-1]:.4f} / {statistics.median(ratios):.4f} / {ok} of {len(ratios)}")
-            print(f"| {n} | {mode} | " + " | ".join(cells) + " |")
+                summary.append(f"{ratios[-1]:.4f} / {statistics.median(ratios):.4f} / {ok} of {len(ratios)}")
+            print(f"| {n} | {mode} | " + " | ".join(summary) + " |")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 
