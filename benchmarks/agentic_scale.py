@@ -8,6 +8,19 @@ checkout too, alternating, each under ``--timeout`` seconds (a run past it is re
 
 Run: python benchmarks/agentic_scale.py [--sizes 1000 2000 5000 10000] [--rounds 2]
      [--old /path/to/old/checkout] [--timeout 400]
+
+Quality mode (issue 17: best of rounds 0-5 against the best known mapping at 20-100 tools):
+``--quality`` runs, per generated workflow (``--families``, ``--sizes``, both modes, ``--seeds``), 6
+rounds of ``agentic:rules`` on each checkout (this one, and ``--old`` when given) in a subprocess
+and scores the noise-free E2E of the best mapping played against the best known: the lowest of the
+search room's ``best_known`` (``--reference-evals`` simulations; 0 skips it), a screened search of
+the decider's own noise-free model with ``--search-evals`` estimates (16 times the round-0 budget
+by default; the model is the simulator's kernel, so its estimate is the noise-free E2E) from the
+cards' rules and the uniform mappings, and every mapping either checkout played.
+
+Run: python benchmarks/agentic_scale.py --quality --sizes 20 30 50 100 --seeds 41
+     [--families layered random forkjoin diamond fanout] [--old /path/to/old/checkout]
+     [--reference-evals 0] [--search-evals 6400] [--out F.json]
 """
 
 from __future__ import annotations
@@ -16,9 +29,11 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -41,6 +56,88 @@ print(json.dumps({"s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).
 """
 
 
+QUALITY_CHILD = r"""
+import json, sys
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.loop import LoopConfig, run_rounds
+from hetsched.model import Mode
+from hetsched.policies import make_policy
+from hetsched.sim import Simulator
+
+family, n, mode, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
+result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=6, seed=0))
+exact = Simulator(sc, noise=False)
+played = [exact.run(r.mapping).e2e_ms for r in result.rounds]
+print(json.dumps({"played": played}))
+"""
+
+
+def play(checkout: Path, family: str, n: int, mode: str, seed: int) -> list[float]:
+    """Noise-free E2E of each round's mapping (rounds 0-5) of ``agentic:rules`` on ``checkout``."""
+    env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
+    res = subprocess.run([sys.executable, "-c", QUALITY_CHILD, family, str(n), mode, str(seed)], env=env,
+                         capture_output=True, text=True, check=True, cwd=checkout)
+    played: list[float] = json.loads(res.stdout.strip().splitlines()[-1])["played"]
+    return played
+
+
+def reference_ms(family: str, n: int, mode: str, seed: int, ref_evals: int, search_evals: int) -> float:
+    """The best of ``best_known`` (``ref_evals`` simulations, 0: skipped) and a screened search of the
+    ``rules`` decider's noise-free model with ``search_evals`` estimates (this checkout's code)."""
+    from hetsched.bench.generate import WorkflowSpec, random_scenario
+    from hetsched.deciders.rules import RulesDecider
+    from hetsched.deciders.search import local_search
+    from hetsched.model import Mode
+    from hetsched.search.reference import best_known
+
+    sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    best = local_search(est, comp.starts, comp.allowed, max_evaluations=search_evals, seed=1, screen=True).e2e_ms
+    if ref_evals:
+        best = min(best, best_known(sc, seed=0, max_seconds=None, max_evals=ref_evals).e2e_ms)
+    return best
+
+
+def quality(args: argparse.Namespace) -> None:
+    sides = [("new", HERE.parent)] + ([("old", args.old)] if args.old else [])
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"agentic:rules rounds 0-5; best known = min(best_known {args.reference_evals} sims, screened search "
+          f"{args.search_evals} estimates, every mapping played)")
+    print("| n | workflow | " + " | ".join(f"{side} best of R0-R5 / best known (R0)" for side, _ in sides) + " |")
+    print("|---|---|" + "---|" * len(sides))
+    rows: list[dict[str, Any]] = []
+    for n in args.sizes:
+        for family in args.families:
+            for mode in ("binary", "three_way"):
+                for seed in args.seeds:
+                    got = {side: play(path.resolve(), family, n, mode, seed) for side, path in sides}
+                    ref = reference_ms(family, n, mode, seed, args.reference_evals, args.search_evals)
+                    known = min([ref] + [e for played in got.values() for e in played])
+                    row = {"n": n, "family": family, "mode": mode, "seed": seed, "best_known_ms": known,
+                           **{side: {"played": got[side], "ratio": min(got[side]) / known,
+                                     "r0": got[side][0] / known} for side, _ in sides}}
+                    rows.append(row)
+                    tag = "3w" if mode == "three_way" else "bin"
+                    cells = " | ".join(f"{row[side]['ratio']:.4f} ({row[side]['r0']:.4f})" for side, _ in sides)
+                    print(f"| {n} | {family}-{tag}-s{seed} | {cells} |", flush=True)
+    print("\n| n | mode | " + " | ".join(f"{side}: worst / median / within goal" for side, _ in sides) + " |")
+    print("|---|---|" + "---|" * len(sides))
+    for n in args.sizes:
+        goal = 1.03 if n >= 100 else 1.01
+        for mode in ("binary", "three_way"):
+            sub = [r for r in rows if r["n"] == n and r["mode"] == mode]
+            summary: list[str] = []
+            for side, _ in sides:
+                ratios = sorted(r[side]["ratio"] for r in sub)
+                ok = sum(1 for x in ratios if x <= goal)
+                summary.append(f"{ratios[-1]:.4f} / {statistics.median(ratios):.4f} / {ok} of {len(ratios)}")
+            print(f"| {n} | {mode} | " + " | ".join(summary) + " |")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
 def measure(checkout: Path, n: int, rounds: int, timeout: float) -> dict[str, float] | None:
     env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
     try:
@@ -57,7 +154,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--old", type=Path, help="checkout of the code before the change (optional)")
     ap.add_argument("--timeout", type=float, default=400.0)
+    ap.add_argument("--quality", action="store_true", help="best of rounds 0-5 against the best known (see above)")
+    ap.add_argument("--families", nargs="+", default=["layered", "random", "forkjoin", "diamond", "fanout"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[41])
+    ap.add_argument("--reference-evals", type=int, default=0)
+    ap.add_argument("--search-evals", type=int, default=6400)
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.quality:
+        quality(args)
+        return
     sides = [("new", HERE.parent)] + ([("old", args.old)] if args.old else [])
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{args.rounds} agentic:rules rounds, layered three-way, seed 0")

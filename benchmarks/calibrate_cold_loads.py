@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import sys
 import time
@@ -44,10 +45,7 @@ def make_tool(table_mb: float) -> Any:
 
 
 def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 def main() -> None:

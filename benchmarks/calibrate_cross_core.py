@@ -97,10 +97,7 @@ class Side:
 
 
 def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 def main() -> None:

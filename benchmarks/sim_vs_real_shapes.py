@@ -167,10 +167,7 @@ def _sign(v: float) -> int:
 
 
 def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
+    return f"{os.getloadavg()[0]:.2f}"
 
 
 # ---------------------------------------------------------------------------- measuring
