@@ -278,14 +278,13 @@ def test_memory_over_the_card_is_an_oom_and_a_timeout_is_a_timeout(cluster: Clus
     sc = scenario([("A", "hog"), ("B", "sleepy")], [("A", "B")], [card("hog", 30, 4), card("sleepy", 10, 4)],
                   budget_mb=30, name="hog")
     try:
-        with RayExecutor(sc, address=cluster.address, timeout_s=3) as ex:
+        # 20 s: far below the sleepy tool's 120 s, far above what a worker's start takes on a loaded machine
+        with RayExecutor(sc, address=cluster.address, timeout_s=20) as ex:
             oom = ex.run(Mapping({"A": Q, "B": C}))
             assert oom.kind is InfeasibleKind.OOM and "over its card" in oom.reason, oom.reason
             slow.touch()
-            t0 = time.monotonic()
-            late = ex.run(Mapping({"A": C, "B": C}))
+            late = ex.run(Mapping({"A": C, "B": C}))  # B sleeps 120 s: only the 20 s limit can end it
             assert late.kind is InfeasibleKind.TIMEOUT and "'B'" in late.reason, late.reason
-            assert time.monotonic() - t0 < 60, "the timeout fired long before the tool's 120 s sleep"
             again = ex.run(Mapping({"A": C, "B": Q}))
             assert again.feasible, again.reason
     finally:
@@ -314,10 +313,17 @@ def test_a_failed_round_is_recorded_and_the_run_goes_on(cluster: Cluster, tools:
 
 # ---------------------------------------------------------------------------- queue semantics
 def test_ray_admits_queued_nodes_out_of_fifo_order_where_the_simulator_does_not(cluster: Cluster,
-                                                                               tools: dict[str, Spin]) -> None:
-    register_tool(Spin("res", ms=600, mem_mb=10, value=1), replace=True)
+                                                                               tools: dict[str, Spin],
+                                                                               tmp_path: Path) -> None:
+    # R holds 10 of the head's 30 MB, so L (25 MB, ready first) must wait for R, while S (8 MB, ready
+    # after A) fits at once. R's call ends only once S's has (a flag file, not durations: on a loaded
+    # machine A's worker may start later than R's 600 card-ms), so S finishes before L can be
+    # admitted exactly when the executor lets S pass L (R then still spins 300 ms: margin for the
+    # clocks); a FIFO executor would keep R waiting (60 s)
+    done = str(tmp_path / "small.done")
+    register_tool(Spin("res", ms=300, mem_mb=10, value=1, wait_flag=done, wait_s=60), replace=True)
     register_tool(Spin("large", ms=50, mem_mb=25, value=2), replace=True)
-    register_tool(Spin("small", ms=50, mem_mb=8, value=3), replace=True)
+    register_tool(Spin("small", ms=50, mem_mb=8, value=3, done_flag=done), replace=True)
     sc = scenario([("R", "res"), ("L", "large"), ("A", "prep"), ("S", "small"), ("J", "join")],
                   [("A", "S"), ("R", "J"), ("L", "J"), ("S", "J")],
                   [card("res", 600, 10), card("large", 50, 25), card("small", 50, 8), card("prep", 20, has_gpu=False),
@@ -487,12 +493,11 @@ def test_a_dead_node_ends_the_round_and_later_rounds_are_refused_as_unavailable(
 
             killer = threading.Thread(target=kill_soon)
             killer.start()
-            t0 = time.monotonic()
             tr = ex.run(Mapping({"A": C}))
             killer.join()
             slow.unlink()
+            # the node's death, not the round's 100 s limit (a TIMEOUT), ended the round
             assert not tr.feasible and tr.kind in (InfeasibleKind.TOOL_ERROR, InfeasibleKind.UNAVAILABLE), tr.reason
-            assert time.monotonic() - t0 < 60, "the node's death ended the round long before its time limit"
             cluster.processes.pop("worker1").wait(timeout=30)
             deadline = time.monotonic() + 60
             while len(ex.refresh_hosts()) > 1 and time.monotonic() < deadline:
