@@ -26,9 +26,10 @@ nothing changes: the median against ``load_ms``.
 
 A :class:`LearnedFigure` is the median of its samples (the mean for a queued load under a cold
 share, above) with their 10th-90th percentile spread and the drift from the card (learned / card - 1).
-A card is **contradicted** when, with at least ``MIN_SAMPLES`` samples, the learned figure lies outside the card's own p10-p90 spread (the
-card's figure when it has none) widened by ``DRIFT_FLOOR``, *and* the card's figure lies outside
-the samples' p10-p90 widened the same way: beyond both spreads, not noise. Such a run says so and
+A card is **contradicted** when, with at least ``MIN_SAMPLES`` samples, the learned figure lies
+outside the card's own p10-p90 spread (the card's figure when it has none) widened by
+``DRIFT_FLOOR``, *and* the card's figure lies outside the samples' p10-p90 widened the same way:
+beyond both spreads, not noise. Such a run says so and
 names the command that refreshes the cards (:func:`refresh_command`).
 
 :meth:`LearnedCards.scenario` is the scenario with the learned figures in place of the cards'
