@@ -7,6 +7,27 @@ round (probes if this request is sampled for exploration -> the monitor observes
 proposes -> the static check and the planner -> execute -> record). :meth:`Session.begin_request`
 lets another runtime (LangGraph) drive a request node by node on the in-process executor.
 
+Requests overlap. On the in-process executor, requests submitted from several threads (and
+requests driven node by node) run at once, as a service's requests do (docs/simulator.md "Under
+load" is the model of it): they share the CPU pool and the device; a ``gpu_now`` tool is loaded
+once and serves every request's calls (concurrent calls share it); ``gpu_queue`` nodes of every
+request wait in the device's one FIFO queue, admitted when their VRAM fits beside everything held.
+``max_in_flight`` caps the requests running at once (1: one at a time, in arrival order; the local,
+Ray and simulator executors always run a session's requests one at a time). Decisions:
+
+- the *mapping in force* (:attr:`Session.mapping`) is what every request that starts while it is in
+  force runs under; the policy's next proposal is taken by the first request that starts after
+  ``window`` requests (default 1) have finished since the last decision, from every round recorded
+  by then. A request is recorded as the next round when it finishes (rounds are numbered in the
+  order requests finish; its seed and exploration draw come from its arrival index);
+- a mapping change never takes a tool from a running request: a GPU request starts only when the
+  GPU requests in flight place the same tools ``gpu_now`` (or none is in flight), so a change of
+  the resident tools waits until the requests using them have drained, then unloads the tools
+  moved off ``gpu_now`` and loads the new ones; requests whose mapping keeps every queued node
+  within the budget beside its resident tools overlap freely, while one whose queued node needs a
+  resident tool's room (``load_infeasibility``'s rule) runs with no other GPU request in flight,
+  under the one-request rules.
+
 Guarantees (docs/python.md "Sessions"):
 
 - no request runs a mapping that fails the scenario's static check or the planner's noise-free
@@ -17,10 +38,12 @@ Guarantees (docs/python.md "Sessions"):
   exploration cost (``probe_ms``, ``waited_ms``);
 - a tool that raises fails that request with :class:`~hetsched.exec.inproc.ToolError` (recorded
   as a ``tool_error`` round); the session goes on;
-- requests from several threads are queued in arrival order and run one at a time (a round's
-  decision needs the previous round's trace); within a request independent nodes run in parallel;
+- a tool that raises fails only its own request; requests in flight beside it go on (a resident
+  tool it used is unloaded once no request in flight uses it: its state may be damaged);
+- within a request independent nodes run in parallel;
 - every round is written to the run store before ``submit`` returns; a session opened again with
-  the same ``name`` and store (in any process) continues from the stored rounds.
+  the same ``name`` and store (in any process) continues from the stored rounds; ``close`` waits
+  for the requests in flight.
 
 Imports the model, the executors, the policies, the simulator's planner, the store and the loop's
 helpers (it sits beside the loop, above everything it drives).
@@ -560,12 +583,13 @@ class Session:
 
     # ------------------------------------------------------------------ node by node
     def begin_request(self, *, thread_bound: bool = True) -> RequestHandle:
-        """Start a request another runtime drives node by node (in-process executor only); it holds
-        the session's turn until :meth:`RequestHandle.finish` (or the ``with`` block ends).
+        """Start a request another runtime drives node by node (in-process executor only), under the
+        mapping in force; it counts among the requests in flight (``max_in_flight``) until
+        :meth:`RequestHandle.finish` (or the ``with`` block ends), and overlaps with the others.
 
-        ``thread_bound=False`` for a driver that hops threads (asyncio's ``to_thread``): the turn is then
-        held by the request, not by the calling thread, so a pool thread that began it may begin the next
-        one (which waits for the turn) instead of being told it is already driving a request."""
+        ``thread_bound=False`` for a driver that hops threads (asyncio's ``to_thread``): the request is
+        then not tied to the calling thread, so a pool thread that began it may begin the next one
+        instead of being told it is already driving a request."""
         if not isinstance(self.executor, InProcessExecutor):
             raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
                              f"{self.executor.name!r} (use submit() there)")
@@ -597,8 +621,9 @@ class Session:
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
-        """Release the executor's workers and device memory and the store (idempotent). The
-        session's run stays ``running`` in the store: open it again by name to continue."""
+        """Wait for the requests in flight, then release the executor's workers and device memory and
+        the store (idempotent). The session's run stays ``running`` in the store: open it again by
+        name to continue."""
         if self._closed:
             return
         self._not_driving("close")
@@ -668,7 +693,7 @@ class RequestHandle:
         self.request.fail(reason)
 
     def finish(self) -> Response:
-        """Build the round's trace, record it, release the session's turn; the next decision uses it."""
+        """Build the round's trace, record it as the next round, leave the requests in flight."""
         if self._done:
             raise InputError(f"request {self.round} is already finished")
         self._done = True

@@ -17,6 +17,21 @@ be driven from outside, one at a time, by another runtime (LangGraph):
 - ``gpu_queue`` nodes wait in one FIFO queue until their card's ``vram_mb`` fits beside what is
   held (the budget), then load, run and unload (their load is inside the E2E).
 
+Requests overlap: :meth:`InProcessExecutor.run_request` and :meth:`InProcessExecutor.begin` may be
+called from several threads, and every request in flight shares one device state (the model under
+load, docs/simulator.md "Under load"): the CPU pool (``max_threads`` nodes running at once), the
+resident tools (one load serves every request; concurrent calls run at once, up to
+``device_threads`` on the stand-in device), the one FIFO queue of every request's queued nodes, and
+the budget, never exceeded at any instant across requests (:attr:`InProcessExecutor.vram_peak_mb`;
+each trace's VRAM timeline is the device's while that request ran, every request counted). A
+request with GPU nodes starts in arrival order, once the GPU requests in flight place the same
+tools ``gpu_now`` (so a tool is never unloaded or moved under a running request; a tool moved off
+``gpu_now`` is unloaded when no request in flight places it there) and, when it must load one,
+once it fits beside what is held and no queued node waits. A request whose queued node does not
+fit beside its resident tools runs with no other GPU request in flight (the one-request rules,
+eviction included); under load a resident tool is never evicted. A failed request's resident
+tools are unloaded once no request in flight uses them, and no request starts on them meanwhile.
+
 The device is CUDA when torch sees one (``device="auto"``), else the stand-in device: the GPU
 implementation runs on CPU threads of this process, and every trace says so. Independent nodes
 run in parallel threads. A tool that raises ends the request as a ``tool_error`` trace naming
