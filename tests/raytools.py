@@ -8,7 +8,8 @@ round fail and the next succeed: ``fail_flag`` raises, ``crash_flag`` kills the 
 ``slow_flag`` sleeps; a flag named ``*.once`` is removed by the run it triggers. ``wait_flag`` and
 ``done_flag`` order tools without trusting their durations (a loaded machine stretches those): a
 tool with ``wait_flag`` waits until that file exists (at most ``wait_s``), one with ``done_flag``
-creates it when its call ends.
+creates it when its call ends, one with ``start_flag`` when its call begins (a test waits for it
+instead of guessing how long a worker takes to start).
 
 The Ray executor ships this module to its workers by value (it is not installed), so nothing
 here may need more than numpy and hetsched.
@@ -58,18 +59,21 @@ class Spin(Tool):
 
     def __init__(self, name: str, ms: float = 10.0, mem_mb: float = 1.0, value: int = 1, *, has_gpu: bool = True,
                  run_mem_mb: float = 0.0, fail_flag: str = "", crash_flag: str = "", slow_flag: str = "",
-                 slow_s: float = 60.0, wait_flag: str = "", wait_s: float = 120.0, done_flag: str = "") -> None:
+                 slow_s: float = 60.0, wait_flag: str = "", wait_s: float = 120.0, done_flag: str = "",
+                 start_flag: str = "") -> None:
         super().__init__("tiny")
         self.name, self.ms, self.mem_mb, self.value, self.has_gpu = name, ms, mem_mb, value, has_gpu
         self.run_mem_mb, self.fail_flag, self.crash_flag = run_mem_mb, fail_flag, crash_flag
         self.slow_flag, self.slow_s = slow_flag, slow_s
-        self.wait_flag, self.wait_s, self.done_flag = wait_flag, wait_s, done_flag
+        self.wait_flag, self.wait_s, self.done_flag, self.start_flag = wait_flag, wait_s, done_flag, start_flag
         self.description = f"test tool: {ms:g} ms of CPU, {mem_mb:g} MB"
 
     def load(self, device: Device) -> Any:
         return {"weights": np.ones(int(self.mem_mb * MB) // 8, dtype=np.float64), "device": device.label}
 
     def run(self, handle: Any, inputs: Sequence[Any]) -> Any:
+        if self.start_flag:
+            Path(self.start_flag).touch()
         if _flag(self.fail_flag):
             raise RuntimeError(f"{self.name}: injected failure")
         if _flag(self.crash_flag):
