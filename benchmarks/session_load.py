@@ -42,7 +42,7 @@ from hetsched.exec.devices import cpu_model
 from hetsched.model import Mapping, Placement, Proposal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load_real import deployable  # noqa: E402
+from load_real import deployable
 
 SCENARIO = "rag_tiny"
 MODES = (("one at a time", 1), ("overlapping", None))
