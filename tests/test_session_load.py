@@ -426,3 +426,36 @@ def test_a_mapping_whose_queued_node_needs_a_resident_tools_room_runs_its_reques
         assert ex.vram_peak_mb <= 1000.0 + 1e-6
     for i in range(0, len(seq), 2):  # one request at a time: each L call is followed by its own R
         assert seq[i][0] == "L" and seq[i + 1] == ("R", seq[i][1])
+
+
+def test_idle_exploration_waits_until_no_request_is_in_flight() -> None:
+    hold, inside = threading.Event(), threading.Event()
+
+    def src(x: int) -> int:
+        if x == 0:
+            inside.set()
+            wait_for(hold, "request 0 let go")
+        return x + 1
+
+    wf = (hs.Workflow("idle", mode="three_way", vram_budget_mb=2000.0)
+          .node("src", hs.function_tool("src", src))
+          .node("L", hs.function_tool("l", lambda x: 2 * x, lambda x: 2 * x, cpu_ms=20, gpu_ms=2, vram_mb=600),
+                after="src"))
+    explore = hs.Explore(mode="idle", probes_per_request=2)
+    with hs.Session(wf, executor_options=STANDIN, store=False, explore=explore) as s:
+        clients = Clients(s)
+        clients.submit(0)
+        wait_for(inside, "request 0 running")
+        assert s.submit(1).outputs == {"L": 4}  # finishes while request 0 is in flight: not idle
+        first = s._idle_thread
+        assert first is not None
+        first.join(timeout=WAIT_S)
+        assert s._idle_probes == [] and s.in_flight == 1
+        hold.set()
+        clients.join()
+        assert not clients.errors, clients.errors
+        last = s._idle_thread
+        assert last is not None and last is not first
+        last.join(timeout=WAIT_S)  # nothing in flight now: the probes ran on the last request's inputs
+        following = s.submit(2)
+        assert following.outputs == {"L": 6} and 0 < following.probes <= 2

@@ -556,7 +556,8 @@ class Session:
 
     # ------------------------------------------------------------------ idle exploration
     def _start_idle(self) -> None:
-        if self.explore.mode != "idle" or self.explore.probes_per_request == 0 or self._last_inputs is None:
+        if self._closed or self.explore.mode != "idle" or self.explore.probes_per_request == 0 or \
+                self._last_inputs is None:
             return
         if self.policy.monitor is None and type(self.policy).next_probe is Policy.next_probe:
             return
