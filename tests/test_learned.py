@@ -268,3 +268,20 @@ def test_at_share_zero_the_learned_load_is_the_median_against_the_card() -> None
             assert not f.by_mean and f.card_ms == sc.cards[f.tool].load_ms
             assert f.learned_ms == pytest.approx(sc.cards[f.tool].load_ms * 1.1)
             assert learned.scenario(sc).cards[f.tool].load_ms == pytest.approx(f.learned_ms)
+
+
+def test_the_real_executor_table_shows_the_learned_load_the_model_charges() -> None:
+    """``hetsched run``/``show-run`` on a real executor print a table per figure: a queued load under a cold
+    share shows the learned mean (the figure the learned card charges), not the samples' median."""
+    from hetsched.cli.app import out
+    from hetsched.cli.common import print_learned
+
+    sc = cold_share_case(0.5)
+    loads = [[sc.cards[t].load_ms * f for t in sc.workflow.tools] for f in (1.0, 1.0, 1.0, 9.0)]
+    learned = learned_cards(sc, queued_rounds(sc, loads))
+    f = learned.get("t0", "load_ms")
+    assert f is not None and f.by_mean and f.learned_ms == pytest.approx(30.0) and f.median_ms == pytest.approx(10.0)
+    with out.capture() as cap:
+        print_learned(learned, measured=True)
+    row = next(line for line in cap.get().splitlines() if line.split()[:2] == ["t0", "load_ms"])
+    assert row.split()[2:4] == [f"{f.card_ms:.4g}", "30"], row
