@@ -37,8 +37,7 @@ Guarantees (docs/python.md "Sessions"):
   share of requests, or probes while the session is idle; each response reports what its
   exploration cost (``probe_ms``, ``waited_ms``);
 - a tool that raises fails that request with :class:`~hetsched.exec.inproc.ToolError` (recorded
-  as a ``tool_error`` round); the session goes on;
-- a tool that raises fails only its own request; requests in flight beside it go on (a resident
+  as a ``tool_error`` round); the session and the requests in flight beside it go on (a resident
   tool it used is unloaded once no request in flight uses it: its state may be damaged);
 - within a request independent nodes run in parallel;
 - every round is written to the run store before ``submit`` returns; a session opened again with
@@ -247,8 +246,9 @@ class Session:
             the same workflow or its tools (:mod:`hetsched.warm`); default True.
         max_in_flight: most requests running at once (None: no limit on the in-process executor; 1 runs
             them one at a time, in arrival order; the other executors always run one at a time).
-        window: the policy's next proposal is taken once this many requests that started under the
-            mapping in force have finished (default 1: every finished request informs the next decision).
+        window: the policy's next proposal is taken by the first request that starts once this many
+            requests have finished since the last decision (default 1: every finished request informs
+            the next decision).
     """
 
     def __init__(
@@ -268,6 +268,10 @@ class Session:
         max_in_flight: int | None = None,
         window: int = 1,
     ) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise InputError(f"Session: max_in_flight must be >= 1 (or None: no limit), got {max_in_flight}")
+        if window < 1:
+            raise InputError(f"Session: window must be >= 1 finished requests, got {window}")
         self.scenario, impls = _scenario_of(workflow)
         impls.update(tools_of(tools))
         self.explore = explore if isinstance(explore, Explore) else Explore(mode=explore)
@@ -299,10 +303,6 @@ class Session:
             spec = ExecutorSpec(executor.name, {})
             self.executor = executor
             self._own_executor = False
-        if max_in_flight is not None and max_in_flight < 1:
-            raise InputError(f"Session: max_in_flight must be >= 1 (or None: no limit), got {max_in_flight}")
-        if window < 1:
-            raise InputError(f"Session: window must be >= 1 finished requests, got {window}")
         if not isinstance(self.executor, InProcessExecutor):
             if max_in_flight not in (None, 1):
                 if self._own_executor:

@@ -31,6 +31,9 @@ once it fits beside what is held and no queued node waits. A request whose queue
 fit beside its resident tools runs with no other GPU request in flight (the one-request rules,
 eviction included); under load a resident tool is never evicted. A failed request's resident
 tools are unloaded once no request in flight uses them, and no request starts on them meanwhile.
+:meth:`InProcessExecutor.run_window` / ``run_workload`` run a workload's window of requests this
+way (a thread per request, released as the arrival plan says; the resident tools loaded before the
+window and held to its end), as the local and Ray executors do.
 
 The device is CUDA when torch sees one (``device="auto"``), else the stand-in device: the GPU
 implementation runs on CPU threads of this process, and every trace says so. Independent nodes
@@ -55,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetsched.exec.base import ClosingExecutor
+from hetsched.exec.window import ReleaseClock, WindowRun, instance_id, request_ends, run_workload, window_mapping
 from hetsched.model import (
     HetschedError,
     Infeasibility,
@@ -67,6 +71,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.model.trace import vram_steps
+from hetsched.model.workload import Workload
 from hetsched.tools.base import Device, DeviceKind, Tool, check_size
 from hetsched.tools.registry import import_tool_modules
 
@@ -337,7 +342,10 @@ class InProcessExecutor(ClosingExecutor):
                     seed: int | None = 0) -> RequestResult:
         """Run the whole DAG once: source node ``s`` gets ``[inputs[s]]`` (``[]`` when absent), every
         other node its predecessors' outputs in edge order; returns the trace and the sinks' outputs."""
-        req = self.begin(mapping, seed)
+        return self._drive(self.begin(mapping, seed), inputs)
+
+    def _drive(self, req: Request, inputs: MappingABC[str, Any] | None) -> RequestResult:
+        """Run a begun request's DAG to its end (:meth:`run_request`)."""
         if not req.start():
             return RequestResult(req.finish())
         wf = self.scenario.workflow
@@ -377,6 +385,122 @@ class InProcessExecutor(ClosingExecutor):
         """Execute one round (sources get no inputs); infeasible or failed rounds come back refused."""
         return self.run_request(mapping, None, seed).trace
 
+    # ------------------------------------------------------------------ a window of requests under load
+    def run_window(self, mapping: Mapping, *, releases_ms: Sequence[float] | None = None, clients: int | None = None,
+                   count: int | None = None, think_ms: float = 0.0, clock: ReleaseClock | None = None,
+                   inputs: MappingABC[str, Any] | None = None) -> WindowRun:
+        """Run a window of overlapping requests for real under one mapping (:mod:`hetsched.exec.window`),
+        as the local executor's ``run_window`` does: released at ``releases_ms`` (open loop), by
+        ``clients`` clients sending ``count`` requests in all (closed loop, ``think_ms`` after the last
+        returned), or as ``clock`` says. Each request runs in its own thread with the executor's
+        overlapping-request rules; the resident tools are loaded before the window (outside every
+        request's latency) and held until its end. A request that fails makes the window's trace
+        refused (the others run to their end). ``inputs``: every request's source inputs."""
+        mapping = self.scenario.validate_mapping(mapping)
+        if clock is None:
+            if (releases_ms is None) == (clients is None):
+                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
+            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
+                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        sc, budget = self.scenario, self.scenario.machine.vram_budget_mb
+        none: tuple[float | None, ...] = (None,) * clock.count
+        composite = window_mapping(mapping, clock.count)
+
+        def refused(why: Infeasibility) -> WindowRun:
+            return WindowRun(trace=Trace.refused(composite, why, vram_budget_mb=budget, executor=self.name),
+                             release_ms=none, end_ms=none, budget_mb=budget)
+
+        loads_before = dict(self.resident_loads)
+        hold = self.begin(mapping, None)  # loads the resident tools before the window and holds them
+        hold._holder = True
+        if hold.alone and clock.count > 1:
+            return refused(Infeasibility(InfeasibleKind.NEVER_ADMISSIBLE, "under load: a gpu_queue node does not "
+                                         f"fit beside gpu_now tools {list(hold.now_tools)}, which serve every "
+                                         "request for the whole window"))
+        if not hold.start():
+            hold.finish()
+            return refused(hold.failure or Infeasibility(InfeasibleKind.TOOL_ERROR, "the window could not start"))
+        given = dict(inputs or {})
+        cond = threading.Condition()
+        results: dict[int, tuple[Request, RequestResult]] = {}
+        returned: list[tuple[int, float]] = []
+        zero = time.monotonic()
+        first_event = len(self.fifo_log)
+
+        def one(r: int) -> None:
+            req = self.begin(mapping, r)
+            try:
+                res = self._drive(req, {s: given[s] for s in sc.workflow.sources if s in given})
+            except BaseException as exc:  # a bug in the driving itself: the request's failure, kept
+                req.fail(f"the request raised {type(exc).__name__}: {exc}")
+                res = RequestResult(req.finish())
+            with cond:
+                results[r] = (req, res)
+                returned.append((r, (time.monotonic() - zero) * 1000.0))
+                cond.notify_all()
+
+        threads: list[threading.Thread] = []
+        try:
+            with cond:
+                while True:
+                    for r, end_ms in returned:
+                        clock.completed(r, end_ms)
+                    returned.clear()
+                    now_ms = (time.monotonic() - zero) * 1000.0
+                    due, _ = clock.due(now_ms)
+                    for r in due:
+                        t = threading.Thread(target=one, args=(r,), name=f"hetsched-request-{r}", daemon=True)
+                        t.start()
+                        threads.append(t)
+                    if not clock.pending and len(results) == len(threads):
+                        break
+                    nxt = clock.next_ms()
+                    cond.wait(1.0 if nxt is None else max(0.0, (nxt - now_ms) / 1000.0))
+            for t in threads:
+                t.join()
+        finally:
+            hold.finish()
+        with self._dev:
+            start_mb, changes = self._vram_since(zero, time.monotonic())
+        nodes: dict[str, NodeTrace] = {}
+        failure: Infeasibility | None = None
+        used_device = False
+        for r in sorted(results):
+            req, res = results[r]
+            used_device = used_device or req._used_device
+            if failure is None and not res.trace.feasible:
+                failure = res.trace.infeasibility
+            off = (req.t0 - zero) * 1000.0
+            for n, nt in res.trace.nodes.items():
+                cid = instance_id(n, r)
+                nodes[cid] = NodeTrace(node=cid, tool=nt.tool, placement=nt.placement, ready_ms=nt.ready_ms + off,
+                                       admitted_ms=nt.admitted_ms + off, start_ms=nt.start_ms + off,
+                                       end_ms=nt.end_ms + off, load_ms=nt.load_ms)
+        notes = (STANDIN_NOTE,) if used_device and self.device is not None and \
+            self.device.kind is DeviceKind.STANDIN else ()
+        timeline = vram_steps([((t - zero) * 1000.0, d) for t, d in changes], start_mb, _EPS_MB)
+        if failure is not None or not nodes:
+            trace = Trace.refused(composite, failure or Infeasibility(InfeasibleKind.TOOL_ERROR, "no request ran"),
+                                  vram_budget_mb=budget, executor=self.name, nodes=nodes, vram_timeline=timeline,
+                                  notes=notes)
+        else:
+            trace = Trace(mapping=composite, feasible=True, e2e_ms=max(nt.end_ms for nt in nodes.values()),
+                          nodes=nodes, vram_timeline=timeline, vram_budget_mb=budget, executor=self.name, notes=notes)
+        index = {req.id: r for r, (req, _) in results.items()}
+        events = list(self.fifo_log)[first_event:] if len(self.fifo_log) < FIFO_LOG_SIZE else []
+        enqueued = tuple(instance_id(node, index[rid]) for e, rid, node in events if e == "enqueue" and rid in index)
+        loads = {t: n - loads_before.get(t, 0) for t, n in self.resident_loads.items() if n > loads_before.get(t, 0)}
+        return WindowRun(trace=trace, release_ms=tuple(clock.sent.get(r) for r in range(clock.count)),
+                         end_ms=tuple(request_ends(sc, nodes, clock.count)), enqueued=enqueued,
+                         resident_loads=loads, budget_mb=budget)
+
+    def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
+        """Run ``workload``'s window of requests for real under one mapping (:meth:`run_window`) and
+        return the window's ``Trace`` (``load``, ``requests``; ``e2e_ms`` the p95 latency), as every
+        executor builds it. ``seed`` is unused: times are real. A mapping that cannot serve a window
+        is refused before anything runs."""
+        return run_workload(self, mapping, workload)
+
 
 class Request:
     """One request in flight on an :class:`InProcessExecutor` (see :meth:`InProcessExecutor.begin`)."""
@@ -406,6 +530,7 @@ class Request:
         self._now_inflight = {t: 0 for t in self.now_tools}
         self._now_handles = ex.resident  # shared with the executor: resident across requests
         self._registered = False
+        self._holder = False  # holds the resident tools for a window (runs no node; not a failure)
         self._nodes: dict[str, NodeTrace] = {}
         self._nodes_lock = threading.Lock()
         self.failure: Infeasibility | None = None
@@ -668,7 +793,7 @@ class Request:
                 ex._inflight.remove(self)
                 for t in self.now_tools:
                     ex._users[t] -= 1
-                if self.failure is not None or not self._nodes:
+                if self.failure is not None or (not self._nodes and not self._holder):
                     ex._damaged.update(t for t in self.now_tools if t in ex.resident)
             for tool in [t for t in ex._damaged if not ex._users.get(t)]:
                 ex._damaged.discard(tool)
