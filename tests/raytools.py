@@ -5,7 +5,11 @@ processes run them in milliseconds without the [tools] extra.
 for its run time; its output is its value plus the sum of its inputs, so tests can check that
 outputs flowed along the edges. Failures are switched on by flag files, so a test can make one
 round fail and the next succeed: ``fail_flag`` raises, ``crash_flag`` kills the worker process,
-``slow_flag`` sleeps; a flag named ``*.once`` is removed by the run it triggers.
+``slow_flag`` sleeps; a flag named ``*.once`` is removed by the run it triggers. ``wait_flag`` and
+``done_flag`` order tools without trusting their durations (a loaded machine stretches those): a
+tool with ``wait_flag`` waits until that file exists (at most ``wait_s``), one with ``done_flag``
+creates it when its call ends, one with ``start_flag`` when its call begins (a test waits for it
+instead of guessing how long a worker takes to start).
 
 The Ray executor ships this module to its workers by value (it is not installed), so nothing
 here may need more than numpy and hetsched.
@@ -17,6 +21,7 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,26 +59,36 @@ class Spin(Tool):
 
     def __init__(self, name: str, ms: float = 10.0, mem_mb: float = 1.0, value: int = 1, *, has_gpu: bool = True,
                  run_mem_mb: float = 0.0, fail_flag: str = "", crash_flag: str = "", slow_flag: str = "",
-                 slow_s: float = 60.0) -> None:
+                 slow_s: float = 60.0, wait_flag: str = "", wait_s: float = 120.0, done_flag: str = "",
+                 start_flag: str = "") -> None:
         super().__init__("tiny")
         self.name, self.ms, self.mem_mb, self.value, self.has_gpu = name, ms, mem_mb, value, has_gpu
         self.run_mem_mb, self.fail_flag, self.crash_flag = run_mem_mb, fail_flag, crash_flag
         self.slow_flag, self.slow_s = slow_flag, slow_s
+        self.wait_flag, self.wait_s, self.done_flag, self.start_flag = wait_flag, wait_s, done_flag, start_flag
         self.description = f"test tool: {ms:g} ms of CPU, {mem_mb:g} MB"
 
     def load(self, device: Device) -> Any:
         return {"weights": np.ones(int(self.mem_mb * MB) // 8, dtype=np.float64), "device": device.label}
 
     def run(self, handle: Any, inputs: Sequence[Any]) -> Any:
+        if self.start_flag:
+            Path(self.start_flag).touch()
         if _flag(self.fail_flag):
             raise RuntimeError(f"{self.name}: injected failure")
         if _flag(self.crash_flag):
             os._exit(3)  # the worker process dies, as on a segfault
         if _flag(self.slow_flag):
             time.sleep(self.slow_s)
+        if self.wait_flag:
+            deadline = time.monotonic() + self.wait_s
+            while not os.path.exists(self.wait_flag) and time.monotonic() < deadline:
+                time.sleep(0.01)
         scratch = np.ones(int(self.run_mem_mb * MB) // 8) if self.run_mem_mb else None
         spin(self.ms)
         del scratch
+        if self.done_flag:
+            Path(self.done_flag).touch()
         return int(self.value + sum(int(x) for x in inputs if isinstance(x, int | np.integer)))
 
 

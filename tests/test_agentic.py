@@ -258,6 +258,32 @@ def test_the_cards_table_shows_the_cores_the_model_charges() -> None:
     assert any(line.startswith('| "ocr"') and line.endswith("| 0.02 |") for line in measured)
 
 
+def test_the_cards_table_shows_the_load_the_model_charges() -> None:
+    """Under a ``cold_load_share`` the model charges a queued load its warm/cold expectation
+    (``queue_load_ms``): the table's load, its queue speedup and its wording say that figure, not the
+    warm ``load_ms`` (the decider would otherwise queue a tool the model finds slower than the CPU).
+    Without a measured cold load, or at share 0, the table is the same text as before."""
+    from hetsched.llm.prompt import card_lines
+    from hetsched.model.contention import queue_load_ms
+
+    plain = card_lines(VRAM)
+    no_cold = VRAM.model_copy(update={"machine": VRAM.machine.model_copy(update={"cold_load_share": 0.4})})
+    assert card_lines(no_cold) == plain  # no card measured a cold load: every load is its load_ms
+    ocr = VRAM.cards["ocr"].model_copy(update={"load_cold_ms": VRAM.cards["ocr"].load_ms * 4.0})
+    cards = {**VRAM.cards, "ocr": ocr}
+    assert card_lines(VRAM.model_copy(update={"cards": cards})) == plain  # share 0: unchanged
+    sc = no_cold.model_copy(update={"cards": cards})
+    expected = queue_load_ms(ocr, sc.machine)
+    assert expected == pytest.approx(1300.0 * (1 + 0.4 * 3))
+    lines = card_lines(sc)
+    row = next(line for line in lines if line.startswith('| "ocr"')).split(" | ")
+    assert row[3] == f"{expected:.0f}"
+    assert row[6] == f"{ocr.cpu_ms / (ocr.gpu_ms + expected):.2f}x"
+    assert "40% of the loads find their memory gone cold" in lines[0] and "0.4 x (cold load - warm load)" in lines[0]
+    others = [line for line in lines[2:] if not line.startswith('| "ocr"')]
+    assert others == [line for line in plain[2:] if not line.startswith('| "ocr"')]
+
+
 def card_figures(sc: Scenario) -> re.Pattern[str]:
     """The scenario's card figures (cpu_ms, gpu_ms, load_ms, vram_mb) wherever a prompt would print
     them: with their unit (``4200 ms``, ``1300 MB``), in a table cell (``| 1088 |``) or after the

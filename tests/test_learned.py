@@ -168,3 +168,170 @@ def test_the_python_refresh_call_is_the_call_that_refreshes_that_file(tools: lis
         assert [ast.literal_eval(a) for a in call.args] == ([tools] if tools else [])
         assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == {"refresh": want}
         assert ("hetsched init fanout -o fanout.yaml" in code) == (ref == "fanout")
+
+
+# ---------------------------------------------------------------------------- queued loads under cold_load_share
+def cold_share_case(share: float, warm_ms: float = 10.0, cold_factor: float = 5.0) -> Scenario:
+    """Three tools in a chain, every one with a measured cold load, on a machine where ``share`` of the
+    queued loads find their memory cold (the model charges each load its expectation)."""
+    from tests.factories import chain, make_card, make_scenario
+
+    cards = [make_card(f"t{k}", cpu_ms=400.0, gpu_ms=20.0, load_ms=warm_ms * (k + 1),
+                       load_cold_ms=warm_ms * (k + 1) * cold_factor, vram_mb=100.0) for k in range(3)]
+    return make_scenario(chain(3), cards, mode=Mode.THREE_WAY, cold_load_share=share, noise_cv=0.03)
+
+
+class _Round:
+    """The part of a RoundRecord ``learned_cards`` reads: its probes and its trace."""
+
+    def __init__(self, trace) -> None:
+        self.probes = ()
+        self.trace = trace
+
+
+def queued_rounds(sc: Scenario, loads: list[list[float]]):
+    """Rounds of ``sc`` with every node ``gpu_queue``, run on the simulator, whose measured loads are
+    replaced by ``loads[round][node]`` (a real device's warm and cold loads, which a trace does not tell apart)."""
+    import dataclasses
+
+    from hetsched.model import Placement
+    from hetsched.model.mapping import Mapping
+
+    mapping = Mapping({n: Placement.GPU_QUEUE for n in sc.workflow.node_ids})
+    base = Simulator(sc, noise=False).run(mapping)
+    out = []
+    for row in loads:
+        nodes = {n: dataclasses.replace(nt, load_ms=row[i]) for i, (n, nt) in enumerate(base.nodes.items())}
+        out.append(_Round(dataclasses.replace(base, nodes=nodes)))
+    return out
+
+
+def test_simulated_cold_share_loads_are_learned_against_the_expected_load() -> None:
+    """The simulator charges each queued load its expectation under the share: learned against the card's
+    warm ``load_ms`` every load drifted and contradicted the card, and the learned card then charged the
+    cold share again on top of a figure that already held it."""
+    from hetsched.model.contention import queue_load_ms
+
+    sc = cold_share_case(0.4)
+    rounds = queued_rounds(sc, [[queue_load_ms(sc.cards[t], sc.machine) for t in sc.workflow.tools]] * 4)
+    learned = learned_cards(sc, rounds)
+    loads = [f for f in learned.figures if f.figure == "load_ms"]
+    assert len(loads) == 3
+    for f in loads:
+        assert f.card_ms == pytest.approx(queue_load_ms(sc.cards[f.tool], sc.machine))
+        assert f.drift == pytest.approx(0.0, abs=1e-9) and not f.contradicted, f.describe()
+    fixed = learned.scenario(sc)
+    for f in loads:
+        assert queue_load_ms(fixed.cards[f.tool], fixed.machine) == pytest.approx(f.learned_ms)
+    # and with noise, on the agentic loop: nothing is contradicted, nothing drifts beyond the noise
+    result = run(sc, rounds=8)
+    for f in learned_cards(sc, result.rounds).figures:
+        assert not f.contradicted and abs(f.drift) < 0.2, f.describe()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(0.05, 1.0), st.floats(0.3, 3.0), st.floats(1.5, 12.0),
+       st.lists(st.booleans(), min_size=MIN_SAMPLES, max_size=12))
+def test_learned_expected_load_is_the_measured_mean_of_warm_and_cold_loads(
+        share: float, world_scale: float, world_cold: float, cold: list[bool]) -> None:
+    """A device whose loads are warm or cold (the trace cannot say which): the learned card's expected load
+    is the measured mean, and learning again from the learned card moves nothing (no drift round after round)."""
+    from hetsched.model.contention import queue_load_ms
+
+    sc = cold_share_case(share)
+    loads = [[sc.cards[t].load_ms * world_scale * (world_cold if c else 1.0) for t in sc.workflow.tools]
+             for c in cold]
+    rounds = queued_rounds(sc, loads)
+    first = learned_cards(sc, rounds)
+    fixed = first.scenario(sc)
+    for k, tool in enumerate(sc.workflow.tools):
+        mean = sum(row[k] for row in loads) / len(loads)
+        assert queue_load_ms(fixed.cards[tool], fixed.machine) == pytest.approx(mean, rel=1e-9)
+        assert fixed.cards[tool].load_cold_ms is not None
+        assert fixed.cards[tool].load_cold_ms > fixed.cards[tool].load_ms  # the warm/cold ratio is the card's
+    again = learned_cards(fixed, rounds)
+    for f in again.figures:
+        if f.figure == "load_ms":
+            assert f.drift == pytest.approx(0.0, abs=1e-9), f.describe()
+    twice = again.scenario(fixed)
+    for tool in sc.workflow.tools:
+        assert twice.cards[tool].load_ms == pytest.approx(fixed.cards[tool].load_ms, rel=1e-9)
+
+
+def test_at_share_zero_the_learned_load_is_the_median_against_the_card() -> None:
+    """The default machine: the learned load is the samples' median compared with the card's ``load_ms``."""
+    sc = cold_share_case(0.0)
+    loads = [[sc.cards[t].load_ms * f for t in sc.workflow.tools] for f in (1.0, 1.1, 5.0)]
+    learned = learned_cards(sc, queued_rounds(sc, loads))
+    for f in learned.figures:
+        if f.figure == "load_ms":
+            assert not f.by_mean and f.card_ms == sc.cards[f.tool].load_ms
+            assert f.learned_ms == pytest.approx(sc.cards[f.tool].load_ms * 1.1)
+            assert learned.scenario(sc).cards[f.tool].load_ms == pytest.approx(f.learned_ms)
+
+
+def test_the_real_executor_table_shows_the_learned_load_the_model_charges() -> None:
+    """``hetsched run``/``show-run`` on a real executor print a table per figure: a queued load under a cold
+    share shows the learned mean (the figure the learned card charges), not the samples' median."""
+    from hetsched.cli.app import out
+    from hetsched.cli.common import print_learned
+
+    sc = cold_share_case(0.5)
+    loads = [[sc.cards[t].load_ms * f for t in sc.workflow.tools] for f in (1.0, 1.0, 1.0, 9.0)]
+    learned = learned_cards(sc, queued_rounds(sc, loads))
+    f = learned.get("t0", "load_ms")
+    assert f is not None and f.by_mean and f.learned_ms == pytest.approx(30.0) and f.median_ms == pytest.approx(10.0)
+    with out.capture() as cap:
+        print_learned(learned, measured=True)
+    row = next(line for line in cap.get().splitlines() if line.split()[:2] == ["t0", "load_ms"])
+    assert row.split()[2:4] == [f"{f.card_ms:.4g}", "30"], row
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_loads_that_reused_warm_memory_are_learned_as_the_model_charged_them(noise: bool) -> None:
+    """With ``warm_reuse_ms`` the kernel charges a load that reuses memory freed just before its ``load_ms``
+    (the warm floor), the rest the cold-share expectation: each sample is read against what the model
+    charged that load, so the simulator's own loads teach the card's expectation (noise-free: exactly),
+    where taking them as measured pulled the learned load down to the warm floor and contradicted the card."""
+    from hetsched.model import Placement
+    from hetsched.model.contention import queue_load_ms
+    from hetsched.model.mapping import Mapping
+
+    sc = cold_share_case(0.5).model_copy(update={"machine": cold_share_case(0.5).machine.model_copy(
+        update={"warm_reuse_ms": 10_000.0})})
+    sc = Scenario.model_validate(sc.model_dump())  # recompile
+    mapping = Mapping({n: Placement.GPU_QUEUE for n in sc.workflow.node_ids})
+    sim = Simulator(sc, noise=noise)
+    traces = [sim.run(mapping, seed=s) for s in range(4)]
+    charged = [nt.load_ms for nt in traces[0].nodes.values()]
+    cards = [sc.cards[t] for t in sc.workflow.tools]
+    if not noise:  # the chain's later loads reuse their predecessor's memory: charged the warm load_ms
+        assert charged[0] == pytest.approx(queue_load_ms(cards[0], sc.machine))
+        assert charged[1:] == pytest.approx([cards[1].load_ms, cards[2].load_ms])
+    learned = learned_cards(sc, [_Round(t) for t in traces])
+    loads = [f for f in learned.figures if f.figure == "load_ms"]
+    assert len(loads) == 3
+    for f in loads:
+        assert f.card_ms == pytest.approx(queue_load_ms(sc.cards[f.tool], sc.machine))
+        assert not f.contradicted and abs(f.drift) < (0.15 if noise else 1e-9), f.describe()
+    fixed = learned.scenario(sc)
+    for f in loads:
+        assert queue_load_ms(fixed.cards[f.tool], fixed.machine) == pytest.approx(f.learned_ms)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.builds(WorkflowSpec, st.sampled_from(FAMILIES), st.integers(4, 7), st.just(Mode.THREE_WAY),
+                 st.integers(0, 10_000)),
+       st.floats(0.05, 1.0), st.sampled_from([0.0, 50.0, 500.0, 100_000.0]), st.floats(1.5, 8.0))
+def test_noise_free_cold_and_warm_loads_are_learned_as_the_card_expects(spec: WorkflowSpec, share: float,
+                                                                       warm_reuse_ms: float, cold: float) -> None:
+    """Random workflows, every card with a cold load, any share and warm-reuse window: noise-free, every
+    learned load is the card's expected load (the de-contention of loads inverts the kernel's charge)."""
+    sc = random_scenario(spec)
+    cards = {t: c.model_copy(update={"load_cold_ms": c.load_ms * cold}) for t, c in sc.cards.items()}
+    machine = sc.machine.model_copy(update={"cold_load_share": share, "warm_reuse_ms": warm_reuse_ms})
+    sc = Scenario.model_validate(sc.model_copy(update={"cards": cards, "machine": machine}).model_dump())
+    learned = learned_cards(sc, run(sc, rounds=4, noise=False).rounds)
+    for f in learned.figures:
+        assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()
+        assert not f.contradicted

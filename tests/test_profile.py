@@ -75,8 +75,12 @@ def test_profiled_cards_measure_the_tools_and_say_where(tools: None, tmp_path: P
 
 
 def test_profile_cli_keeps_cards_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
-    out = tmp_path / "cards.yaml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    out, hold = tmp_path / "cards.yaml", tmp_path / "hold"
+    # slow_b holds while the flag exists (tests/slowtools.py): the profile is at work on it when the
+    # SIGINT lands, by construction, however late this process gets to look
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+           "HETSCHED_TEST_HOLD_FLAG": str(hold)}
+    hold.touch()
     args = [sys.executable, "-m", "hetsched", "profile", "slow_a", "slow_b", "--tool-module", "tests.slowtools",
             "--runs", "2", "--warmup", "1", "--loads", "1", "--cpu-threads", "1", "-o", str(out), "--no-progress"]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -90,6 +94,7 @@ def test_profile_cli_keeps_cards_on_ctrl_c_and_resumes(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "1 new card(s) kept" in err
     assert set(load_tool_library(out)) == {"slow_a"}
+    hold.unlink()
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "1 tool(s) already in" in done.stderr and "slow_a" in done.stderr

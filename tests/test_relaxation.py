@@ -135,3 +135,25 @@ def test_the_second_round_never_proves_less_than_the_first(family: str) -> None:
     got = relaxation_bound_ms(sc, upper, max_seconds=0.3, wall_seconds=600.0)
     assert got is not None
     assert got.lower_ms >= max(0.0, (first.proven - 1.0) * upper / relaxation._UNITS)
+
+
+@needs_ortools
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(st.one_of(stressed(), st.builds(
+    lambda fam, n, seed: random_scenario(WorkflowSpec(fam, n, Mode.THREE_WAY, seed)),
+    st.sampled_from(GEN_FAMILIES), st.integers(8, 16), st.integers(0, 49))), st.data(), st.floats(1.0, 2.0),
+    st.booleans())
+def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Scenario, data: st.DataObject,
+                                                                          loose: float, strong: bool) -> None:
+    """Every constraint holds for the simulated schedule of every feasible mapping, so the relaxation
+    with its placements fixed to one mapping proves at most that mapping's simulated E2E: a check of
+    each term on one schedule at a time, cheap enough for workflows too large to solve exactly."""
+    c = sc.compiled
+    codes = tuple(data.draw(st.sampled_from(c.allowed[i])) for i in range(c.n))
+    assume(c.static_ok(codes))
+    e2e = simulate(c, codes).e2e_ms
+    assume(e2e < float("inf"))
+    upper = e2e * loose
+    got = relaxation._solve(sc, upper, strong, 2.0, 600.0, 0, None, fixed=codes)
+    proven_ms = (got.proven - 1.0) * upper / relaxation._UNITS
+    assert proven_ms <= e2e * (1 + 1e-9) + 1e-6, (proven_ms, e2e, codes)

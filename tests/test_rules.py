@@ -11,12 +11,15 @@ from __future__ import annotations
 import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import make_workflow
 from tests.search_scenarios import FAMILIES, random_search_scenario
 
 from hetsched.deciders.parallel import parallel_nodes
 from hetsched.deciders.rules import card_rules
-from hetsched.model import Mapping, Mode, Placement, Scenario
+from hetsched.model import Mapping, Mode, Placement, Scenario, ToolCard
 from hetsched.model.card import GPU_PREFERRED_MIN
+from hetsched.model.contention import simulate
+from hetsched.model.mapping import QUEUE_CODE
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -27,8 +30,15 @@ def reference_parallel(scenario: Scenario) -> dict[str, tuple[str, ...]]:
     return {n: tuple(m for m in ids if m not in nx.ancestors(g, n) | nx.descendants(g, n) | {n}) for n in ids}
 
 
+def kernel_load_ms(scenario: Scenario, card: ToolCard) -> float:
+    """The load the contention kernel charges a lone ``gpu_queue`` node of ``card`` on the scenario's machine."""
+    alone = scenario.model_copy(update={"workflow": make_workflow([("q", card.name)]), "cards": {card.name: card}, "workload": None})
+    return simulate(alone.compiled, (QUEUE_CODE,), timings=True).load[0]
+
+
 def reference_card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
-    """The round-0 rules as first written: parallel sets per node, a whole-mapping deadlock check per node."""
+    """The round-0 rules as first written: parallel sets per node, a whole-mapping deadlock check per node;
+    a queued node's load is the one the kernel charges (cold loads included)."""
     wf = scenario.workflow
     ids = wf.topo_order
     topo = {n: i for i, n in enumerate(ids)}
@@ -82,7 +92,7 @@ def reference_card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             card = scenario.card_of(n)
             options = [card.cpu_ms]
             if queue_ok and card.vram_mb <= budget:
-                options.append((card.gpu_ms or 0.0) + card.load_ms)
+                options.append((card.gpu_ms or 0.0) + kernel_load_ms(scenario, card))
             return min(options)
 
         value = {
@@ -113,7 +123,7 @@ def reference_card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             if place[n] is not Placement.GPU_NOW or t in keep:
                 continue
             card = scenario.card_of(n)
-            queue_ms = (card.gpu_ms or 0.0) + card.load_ms
+            queue_ms = (card.gpu_ms or 0.0) + kernel_load_ms(scenario, card)
             if queue_ok and card.vram_mb <= budget and queue_ms < card.cpu_ms:
                 place[n] = Placement.GPU_QUEUE
                 blocked = scenario.queue_deadlock(Mapping((m, place[m]) for m in wf.node_ids))
@@ -148,6 +158,20 @@ def test_parallel_nodes_are_neither_ancestors_nor_descendants(sc: Scenario) -> N
 def test_card_rules_equal_the_straightforward_algorithm(sc: Scenario) -> None:
     assert card_rules(sc) == reference_card_rules(sc)
 
+
+def with_cold_loads(sc: Scenario, factors: list[float], share: float) -> Scenario:
+    """``sc`` with each tool's cold load at a factor (cycled) of its ``load_ms`` and ``share`` of the loads cold."""
+    cards = {t: c.model_copy(update={"load_cold_ms": c.load_ms * factors[i % len(factors)]})
+             for i, (t, c) in enumerate(sorted(sc.cards.items()))}
+    return sc.model_copy(update={"cards": cards, "machine": sc.machine.model_copy(update={"cold_load_share": share})})
+
+
+@SETTINGS
+@given(scenarios, st.lists(st.sampled_from([0.5, 1.0, 2.0, 8.0, 40.0]), min_size=1, max_size=4),
+       st.sampled_from([0.1, 0.5, 1.0]))
+def test_card_rules_charge_cold_loads_as_the_kernel_does(sc: Scenario, factors: list[float], share: float) -> None:
+    sc = with_cold_loads(sc, factors, share)
+    assert card_rules(sc) == reference_card_rules(sc)
 
 
 def with_measured_demands(sc: Scenario, demands: list[float]) -> Scenario:

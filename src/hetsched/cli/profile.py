@@ -58,7 +58,7 @@ def profile(
     loads: int = typer.Option(3, "--loads", min=1, help="Fresh loads timed for load_ms (median)."),
     cold_loads: int = typer.Option(
         0, "--cold-loads", min=0, help="Also time this many loads each after the device sat idle 3 s (load_cold_ms: "
-        "memory gone cold; the machine's cold_load_share charges it, docs/simulator.md)."
+        "memory gone cold; the machine's cold_load_share charges it, docs/simulator.md); 0: none."
     ),
     device: str = typer.Option(
         "auto", "--device",

@@ -16,7 +16,8 @@ Round 0, from the cards (PAPER.md, "The problem" and Figure 3's reasoning):
    CPU run hides behind the contended GPU bottleneck;
 5. VRAM packing, when the ``gpu_now`` tools do not fit the budget together: each tool's value
    is the time ``gpu_now`` saves over its best alternative (the CPU, or in three-way scenarios
-   ``gpu_queue`` = gpu + load when that fits the budget alone); tools are kept on ``gpu_now``
+   ``gpu_queue`` = gpu + load when that fits the budget alone, the load as the contention model
+   charges it: ``queue_load_ms``, with the machine's ``cold_load_share``); tools are kept on ``gpu_now``
    by value per MB, largest first, while they fit (or the single most valuable tool, if that is
    worth more: the usual knapsack guard); each node left out goes to ``gpu_queue`` when that is
    allowed, faster than its CPU time and cannot deadlock (no ``gpu_now`` tool downstream of it
@@ -68,7 +69,7 @@ from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, local_search
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
-from hetsched.model.contention import cpu_slowdown
+from hetsched.model.contention import cpu_slowdown, queue_load_ms
 
 DEFAULT_MARGIN = 0.02
 """Relative E2E margin within which the rules keep the current mapping (noise hysteresis)."""
@@ -145,7 +146,7 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             card = scenario.card_of(n)
             options = [card.cpu_ms]
             if queue_ok and card.vram_mb <= budget:
-                options.append((card.gpu_ms or 0.0) + card.load_ms)
+                options.append((card.gpu_ms or 0.0) + queue_load_ms(card, scenario.machine))
             return min(options)
 
         value: dict[str, float] = dict.fromkeys(now_tools, 0)  # one pass in node order: the sums per tool
@@ -176,7 +177,7 @@ def card_rules(scenario: Scenario) -> tuple[Mapping, list[str]]:
             if place[n] is not Placement.GPU_NOW or t in keep:
                 continue
             card = scenario.card_of(n)
-            queue_ms = (card.gpu_ms or 0.0) + card.load_ms
+            queue_ms = (card.gpu_ms or 0.0) + queue_load_ms(card, scenario.machine)
             resident.leave(n)
             if queue_ok and card.vram_mb <= budget and queue_ms < card.cpu_ms:
                 place[n] = Placement.GPU_QUEUE

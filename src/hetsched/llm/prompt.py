@@ -4,7 +4,8 @@ The system message is the same text for every scenario (the critique of the pape
 six prompt versions). The user message states the scenario (allowed placements, budget), one
 line per node (inputs, parallel nodes, allowed placements), the tool cards with ms/MB and
 dimensionless figures (speedups, share of the VRAM budget, share of the isolated critical
-path), the tool descriptions quoted as data, and the runtime monitor's observations. Every
+path; the load and the queue speedup are the model's expected load of a queued node, under the
+machine's ``cold_load_share`` too), the tool descriptions quoted as data, and the runtime monitor's observations. Every
 part that grows with the workflow is one line per node or per tool, so the prompt grows
 linearly with the number of tools; the monitor caps what grows with the rounds.
 
@@ -29,6 +30,7 @@ from hetsched.deciders.base import DecisionContext
 from hetsched.deciders.parallel import iter_parallel
 from hetsched.llm.base import Messages
 from hetsched.model import Scenario
+from hetsched.model.contention import queue_load_ms
 from hetsched.model.observations import quote
 
 RATIONALE_MAX_CHARS = 300
@@ -64,11 +66,22 @@ def _fmt(value: float | None, unit: str = "") -> str:
 
 
 def card_lines(scenario: Scenario) -> list[str]:
-    """The tool-card table: figures in ms/MB and dimensionless ratios, one row per tool."""
-    budget = scenario.machine.vram_budget_mb
+    """The tool-card table: figures in ms/MB and dimensionless ratios, one row per tool. The load and the
+    queue speedup are those of the load the model charges a ``gpu_queue`` node (``contention.queue_load_ms``:
+    under the machine's ``cold_load_share``, the expectation of warm and cold loads, which the header then
+    says; the card's ``load_ms`` otherwise, and the text is unchanged)."""
+    machine = scenario.machine
+    budget = machine.vram_budget_mb
     cp = scenario.isolated_critical_path_ms()
+    loads = {t: queue_load_ms(c, machine) for t, c in scenario.cards.items()}
+    cold = ""
+    if any(loads[t] != scenario.cards[t].load_ms for t in scenario.workflow.tools):
+        share = machine.cold_load_share
+        cold = (f" load ms = the expected load of a gpu_queue node on this machine: {share:.0%} of the loads find "
+                f"their memory gone cold, so a tool measured with a cold load is charged warm load + {share:g} x "
+                f"(cold load - warm load), the others their warm load.")
     lines = [
-        f"Tool cards (isolated profile: median latency in ms, GPU memory in MB). Dimensionless figures: "
+        f"Tool cards (isolated profile: median latency in ms, GPU memory in MB).{cold} Dimensionless figures: "
         f"speedup = cpu/gpu; queue speedup = cpu/(gpu+load); vram share = vram / budget; "
         f"cpu share and gpu share = that latency / the isolated critical path ({cp:.1f} ms: the longest "
         f"chain with every node at its faster isolated latency); gpu util = share of the GPU the tool "
@@ -82,8 +95,8 @@ def card_lines(scenario: Scenario) -> list[str]:
         if c.gpu_ms is None:
             gpu = load = vram = sp = qsp = vshare = gshare = util = "-"
         else:
-            gpu, load, vram = _fmt(c.gpu_ms), _fmt(c.load_ms), _fmt(c.vram_mb)
-            sp, qsp = f"{c.speedup:.2f}x", f"{c.queue_speedup:.2f}x"
+            gpu, load, vram = _fmt(c.gpu_ms), _fmt(loads[tool]), _fmt(c.vram_mb)
+            sp, qsp = f"{c.speedup:.2f}x", f"{c.cpu_ms / (c.gpu_ms + loads[tool]):.2f}x"
             vshare = f"{c.vram_mb / budget:.2f}"
             gshare = f"{c.gpu_ms / cp:.2f}"
             util = f"{c.gpu_util:.2f}"

@@ -14,8 +14,8 @@ simulation on it that every number hetsched prints comes from.
   ``load_sharing``: ``none`` (nothing: a timed event of ``load_ms``, the default), ``copy``
   (concurrent loads share one copy path, each at 1/n), ``device`` (a load is a task of
   ``gpu_util`` 1 under the GPU sharing: the stand-in device). A load takes its card's expected
-  time under the machine's ``cold_load_share`` (``ToolCard.expected_load_ms``: that share of
-  the loads at ``load_cold_ms``; 0, the default: ``load_ms``). With ``warm_reuse_ms`` W, the
+  time under the machine's ``cold_load_share`` (:func:`queue_load_ms`: that share of the loads
+  at ``load_cold_ms``; 0, the default: ``load_ms``). With ``warm_reuse_ms`` W, the
   share of its memory freed on the device (queued nodes' ends, resident tools' unloads) in the W ms
   before its admission is reused warm at ``load_ms``, the rest at that expectation.
 - Cross-core interference (``machine.cross_core_slowdown`` x, 0 by default: skipped): while both
@@ -63,6 +63,8 @@ from hetsched.model.mapping import PLACEMENTS, Mapping
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
 
 if TYPE_CHECKING:
+    from hetsched.model.card import ToolCard
+    from hetsched.model.machine import Machine
     from hetsched.model.scenario import Scenario
 
 EPS = 1e-7
@@ -139,6 +141,7 @@ class Compiled:
         cards = [scenario.card_of(n) for n in names]
         warm_ms = scenario.machine.warm_reuse_ms
         pcie = scenario.machine.pcie_mb_per_ms
+        expected_load = tuple(queue_load_ms(c, scenario.machine) for c in cards)
         succs: list[list[tuple[int, float]]] = [[] for _ in names]
         preds: list[list[int]] = [[] for _ in names]
         for e in wf.edges:
@@ -152,7 +155,7 @@ class Compiled:
             tool_vram=tuple(scenario.cards[t].vram_mb for t in tools),
             cpu_ms=tuple(c.cpu_ms for c in cards),
             gpu_ms=tuple(c.gpu_ms if c.gpu_ms is not None else _INF for c in cards),
-            load_ms=tuple(c.expected_load_ms(0.0 if warm_ms else scenario.machine.cold_load_share) for c in cards),
+            load_ms=tuple(c.load_ms for c in cards) if warm_ms else expected_load,
             vram=tuple(c.vram_mb for c in cards),
             util=tuple(c.gpu_util for c in cards),
             threads=tuple(c.cpu_threads for c in cards),
@@ -170,7 +173,7 @@ class Compiled:
             load_sharing=_SHARING[scenario.machine.load_sharing],
             cross=scenario.machine.cross_core_slowdown,
             warm_ms=warm_ms,
-            load_cold_ms=tuple(c.expected_load_ms(scenario.machine.cold_load_share) for c in cards) if warm_ms else (),
+            load_cold_ms=expected_load if warm_ms else (),
             window=scenario.workload is not None and len(scenario.workload.plan_size_hint()) > 1,
         )
 
@@ -679,6 +682,17 @@ def _warm_load(freed: deque[list[float]], since: float, need_mb: float, warm_ms:
         else:
             freed[0][1] = unclaimed - use
     return warm_ms + (cold_ms - warm_ms) * (1.0 - took / need_mb)
+
+
+def queue_load_ms(card: ToolCard, machine: Machine) -> float:
+    """The load time the kernel charges a ``gpu_queue`` node of ``card`` on ``machine`` when no memory
+    freed on the device recently is reused (with ``warm_reuse_ms`` 0, every load; otherwise a load's
+    time falls from this to ``card.load_ms`` with the share of its memory reused warm): the card's
+    expected load under the machine's ``cold_load_share`` (:meth:`ToolCard.expected_load_ms`; the
+    card's ``load_ms`` at share 0 or without ``load_cold_ms``). The one home of that figure: the
+    compiled tables take it, and so do the callers that reason about a load outside :func:`simulate`
+    (the ``rules`` decider's VRAM packing, the ``greedy-mem`` baseline, the monitor's isolated figure)."""
+    return card.expected_load_ms(machine.cold_load_share)
 
 
 def cpu_slowdown(demand: float, cores_asked: float) -> float:

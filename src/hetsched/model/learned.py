@@ -14,11 +14,26 @@ simulator this inverts the model exactly, so a figure learned there is the card'
 simulator's noise; on a real executor it is what the hardware did, read through the model. Loads are not de-contended
 (the model has them share nothing).
 
-A :class:`LearnedFigure` is the median of its samples with their 10th-90th percentile spread
-and the drift from the card (median / card - 1). A card is **contradicted** when, with at least
-``MIN_SAMPLES`` samples, the learned median lies outside the card's own p10-p90 spread (the
-card's figure when it has none) widened by ``DRIFT_FLOOR``, *and* the card's figure lies outside
-the samples' p10-p90 widened the same way: beyond both spreads, not noise. Such a run says so and
+A queued load is measured against the load the model charges, :func:`~hetsched.model.contention.queue_load_ms`:
+the card's ``load_ms`` at the default ``cold_load_share`` 0, else its expectation between ``load_ms`` (warm) and
+``load_cold_ms`` (memory gone cold). A trace does not say which loads found their memory cold (the Ray
+executor's ``cold`` flag is a worker that had not loaded the tool yet, not cold memory), so while the card's
+expectation is above its ``load_ms`` the learned load is the **mean** of the samples (a mix of warm and cold
+loads, whose median is the warm one), compared with that expectation; the learned card scales ``load_ms`` and
+``load_cold_ms`` alike by learned / expected, so the model's expected load becomes the measured mean and a
+second pass learns the same figure (no drift round after round). With the machine's ``warm_reuse_ms`` W the
+kernel charges a load that reuses memory freed in the W ms before its admission less (down to ``load_ms``):
+each load is then read against what the model charged it, the memory the trace shows freed (queued nodes'
+ends, resident tools' last ``gpu_now`` ends) claimed in admission order as the kernel does, and scaled to
+the no-reuse expectation (measured x expected / charged), so the simulator's own loads teach the card's
+figures exactly. Otherwise (share 0, or no ``load_cold_ms``) nothing changes: the median against ``load_ms``.
+
+A :class:`LearnedFigure` is the median of its samples (the mean for a queued load under a cold
+share, above) with their 10th-90th percentile spread and the drift from the card (learned / card - 1).
+A card is **contradicted** when, with at least ``MIN_SAMPLES`` samples, the learned figure lies
+outside the card's own p10-p90 spread (the card's figure when it has none) widened by
+``DRIFT_FLOOR``, *and* the card's figure lies outside the samples' p10-p90 widened the same way:
+beyond both spreads, not noise. Such a run says so and
 names the command that refreshes the cards (:func:`refresh_command`).
 
 :meth:`LearnedCards.scenario` is the scenario with the learned figures in place of the cards'
@@ -33,16 +48,17 @@ import itertools
 import math
 import shlex
 import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.model.contention import _slowed, simulate
+from hetsched.model.contention import Compiled, _slowed, _warm_load, queue_load_ms, simulate
 from hetsched.model.history import RoundRecord
 from hetsched.model.mapping import Mapping, Placement
 from hetsched.model.scenario import Scenario
-from hetsched.model.trace import Trace
+from hetsched.model.trace import NodeTrace, Trace
 
 MIN_SAMPLES = 3
 """Samples a figure needs before it may be called contradicted or replace the card's figure."""
@@ -71,13 +87,16 @@ class LearnedFigure:
     figure: str
     """``cpu_ms``, ``gpu_ms`` or ``load_ms``."""
     card_ms: float
-    """The card's figure."""
+    """The card's figure; for ``load_ms``, the load the model charges (``contention.queue_load_ms``)."""
     card_p10_ms: float | None
     """The card's own 10th percentile of the figure (None: the card gives no spread)."""
     card_p90_ms: float | None
     """The card's own 90th percentile of the figure."""
     samples_ms: tuple[float, ...]
     """The de-contended samples, in execution order, ms."""
+    by_mean: bool = False
+    """Learn the mean of the samples, not their median: a queued load whose card's expected load mixes warm
+    and cold loads (module docstring)."""
 
     @property
     def n(self) -> int:
@@ -88,6 +107,11 @@ class LearnedFigure:
     def median_ms(self) -> float:
         """The learned figure: the median of the samples, ms."""
         return float(statistics.median(self.samples_ms))
+
+    @property
+    def learned_ms(self) -> float:
+        """The learned figure: the median of the samples, or their mean with ``by_mean``, ms."""
+        return float(statistics.fmean(self.samples_ms)) if self.by_mean else self.median_ms
 
     @property
     def p10_ms(self) -> float:
@@ -108,8 +132,8 @@ class LearnedFigure:
 
     @property
     def drift(self) -> float:
-        """How far the card moved: learned median / card - 1."""
-        return self.median_ms / self.card_ms - 1.0 if self.card_ms > 0 else 0.0
+        """How far the card moved: learned / card - 1."""
+        return self.learned_ms / self.card_ms - 1.0 if self.card_ms > 0 else 0.0
 
     @property
     def contradicted(self) -> bool:
@@ -118,7 +142,7 @@ class LearnedFigure:
             return False
         lo = self.card_ms if self.card_p10_ms is None else min(self.card_p10_ms, self.card_ms)
         hi = self.card_ms if self.card_p90_ms is None else max(self.card_p90_ms, self.card_ms)
-        med = self.median_ms
+        med = self.learned_ms
         outside_card = med < lo * (1.0 - DRIFT_FLOOR) or med > hi * (1.0 + DRIFT_FLOOR)
         outside_samples = (self.card_ms < self.p10_ms * (1.0 - DRIFT_FLOOR)
                            or self.card_ms > self.p90_ms * (1.0 + DRIFT_FLOOR))
@@ -128,14 +152,15 @@ class LearnedFigure:
         """``bert_base gpu_ms: card 6.0 ms, learned 7.9 ms (+31.7%) over 5 samples, p10-p90 7.5-8.4``."""
         spread = f", p10-p90 {self.p10_ms:.4g}-{self.p90_ms:.4g}" if self.n > 1 else ""
         flag = "; CONTRADICTS the card" if self.contradicted else ""
-        return (f"{self.tool} {self.figure}: card {self.card_ms:.4g} ms, learned {self.median_ms:.4g} ms "
+        stat = " (mean of warm and cold loads)" if self.by_mean else ""
+        return (f"{self.tool} {self.figure}: card {self.card_ms:.4g} ms, learned {self.learned_ms:.4g} ms{stat} "
                 f"({100 * self.drift:+.1f}%) over {self.n} sample{'s' if self.n != 1 else ''}{spread}{flag}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tool, figure, card_ms, card_p10_ms, card_p90_ms, n, learned_ms, p10_ms, p90_ms,
         spread, drift, contradicted, samples_ms."""
         return {"tool": self.tool, "figure": self.figure, "card_ms": self.card_ms, "card_p10_ms": self.card_p10_ms,
-                "card_p90_ms": self.card_p90_ms, "n": self.n, "learned_ms": self.median_ms, "p10_ms": self.p10_ms,
+                "card_p90_ms": self.card_p90_ms, "n": self.n, "learned_ms": self.learned_ms, "p10_ms": self.p10_ms,
                 "p90_ms": self.p90_ms, "spread": self.spread, "drift": self.drift,
                 "contradicted": self.contradicted, "samples_ms": list(self.samples_ms)}
 
@@ -178,16 +203,27 @@ class LearnedCards:
         return refresh_call(self.source or self.scenario_name, list(dict.fromkeys(f.tool for f in bad)))
 
     def scenario(self, scenario: Scenario, min_samples: int = MIN_SAMPLES) -> Scenario:
-        """``scenario`` with each figure measured ``min_samples`` times or more replaced by its learned median."""
+        """``scenario`` with each figure measured ``min_samples`` times or more replaced by its learned figure;
+        a queued load scales ``load_ms`` and ``load_cold_ms`` alike so that the load the model charges on
+        ``scenario``'s machine (``contention.queue_load_ms``) is the learned one (module docstring)."""
         cards = dict(scenario.cards)
         changed = False
         for f in self.figures:
             card = cards.get(f.tool)
-            if card is None or f.n < min_samples or f.median_ms <= 0:
+            learned = f.learned_ms
+            if card is None or f.n < min_samples or learned <= 0:
                 continue
             if f.figure == "gpu_ms" and card.gpu_ms is None:
                 continue
-            cards[f.tool] = card.model_copy(update={f.figure: f.median_ms})
+            update: dict[str, float] = {f.figure: learned}
+            if f.figure == "load_ms":
+                expected = queue_load_ms(card, scenario.machine)
+                if expected != card.load_ms and expected > 0:
+                    scale = learned / expected
+                    update = {"load_ms": card.load_ms * scale}
+                    if card.load_cold_ms is not None:
+                        update["load_cold_ms"] = card.load_cold_ms * scale
+            cards[f.tool] = card.model_copy(update=update)
             changed = True
         return scenario.model_copy(update={"cards": cards}) if changed else scenario
 
@@ -296,8 +332,9 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
     classes = {min(d, 1.0) for _, _, d in cpu}
     cpu_int = {d: _integrals(cpu, lambda k, w, d=d: _slowed(d, w / cores) if w > cores else 1.0) for d in classes}
     gt, ga = _integrals(gpu, lambda k, w: (w if w > 1.0 else 1.0) * (1.0 + kappa * (k - 1)))
+    warm = _warm_charges(c, items)
     out: list[tuple[str, str, float]] = []
-    for name, nt in items:
+    for k, (name, nt) in enumerate(items):
         i = c.index.get(name)
         if i is None:
             continue
@@ -310,8 +347,45 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
             iso = _at(gt, ga, nt.end_ms) - _at(gt, ga, nt.start_ms)
             out.append((tool, "gpu_ms", iso))
             if nt.placement is Placement.GPU_QUEUE and nt.load_ms > 0:
-                out.append((tool, "load_ms", nt.load_ms))
+                load = nt.load_ms
+                charged = warm.get(k)
+                if charged is not None and charged > 0:  # as if none of its memory had been reused warm
+                    load *= c.load_cold_ms[i] / charged
+                out.append((tool, "load_ms", load))
     return out
+
+
+def _warm_charges(c: Compiled, items: Sequence[tuple[str, NodeTrace]]) -> dict[int, float]:
+    """With the machine's ``warm_reuse_ms``: per queued item (its position in ``items``), the load the
+    kernel charges it given the memory the trace shows freed on the device in the W ms before its
+    admission (queued nodes' ends, resident tools' last ``gpu_now`` ends), claimed in admission order
+    (``contention._warm_load``); empty without warm reuse or when no load can differ from its expectation."""
+    if not c.warm_ms or not any(e != w for e, w in zip(c.load_cold_ms, c.load_ms, strict=True)):
+        return {}
+    frees: list[tuple[float, int, int, float]] = []  # (when, 0, tie order, MB)
+    last_now: dict[int, tuple[float, int]] = {}  # tool -> (end of its last gpu_now node, that node)
+    queued: list[tuple[float, int, float, int]] = []  # (admitted, 1, ready, item)
+    for k, (name, nt) in enumerate(items):
+        i = c.index.get(name)
+        if i is None:
+            continue
+        if nt.placement is Placement.GPU_QUEUE:
+            frees.append((nt.end_ms, 0, i, c.vram[i]))
+            queued.append((nt.admitted_ms, 1, nt.ready_ms, k))
+        elif nt.placement is Placement.GPU_NOW:
+            ti = c.tool_idx[i]
+            last_now[ti] = max(last_now.get(ti, (-math.inf, 0)), (nt.end_ms, i))
+    frees.extend((end, 0, i, c.tool_vram[ti]) for ti, (end, i) in last_now.items())
+    freed: deque[list[float]] = deque()
+    charges: dict[int, float] = {}
+    for event in sorted([*frees, *queued]):  # at one moment the kernel frees first, then admits
+        if event[1] == 0:
+            freed.append([event[0], event[3]])
+            continue
+        k = int(event[3])
+        i = c.index[items[k][0]]
+        charges[k] = _warm_load(freed, event[0] - c.warm_ms, c.vram[i], c.load_ms[i], c.load_cold_ms[i])
+    return charges
 
 
 def traces(history: Iterable[RoundRecord]) -> list[Trace]:
@@ -339,8 +413,17 @@ def learned_cards(scenario: Scenario, history: Iterable[RoundRecord]) -> Learned
             if not got or value is None:
                 continue
             spread = card.spread.get(figure)
-            figures.append(LearnedFigure(tool, figure, float(value), None if spread is None else spread.p10,
-                                         None if spread is None else spread.p90, tuple(got)))
+            p10, p90 = (None, None) if spread is None else (spread.p10, spread.p90)
+            by_mean = False
+            if figure == "load_ms":
+                # measured against the load the model charges: the cold-share expectation (module docstring)
+                expected = queue_load_ms(card, scenario.machine)
+                if expected != value and value > 0:
+                    by_mean = True
+                    scale = expected / value
+                    value = expected
+                    p10, p90 = (None, None) if spread is None else (spread.p10 * scale, spread.p90 * scale)
+            figures.append(LearnedFigure(tool, figure, float(value), p10, p90, tuple(got), by_mean))
     return LearnedCards(tuple(figures), scenario.source, scenario.name)
 
 

@@ -112,7 +112,8 @@ class NodeLatency:
     max_ms: float
     """Highest measured latency."""
     isolated_ms: float | None
-    """The card's isolated figure for this placement (cpu_ms, gpu_ms, gpu_ms + load_ms); None in cold start."""
+    """The card's isolated figure for this placement (cpu_ms, gpu_ms, gpu_ms + the load the model charges:
+    ``contention.queue_load_ms``); None in cold start."""
     mean_wait_ms: float
     """Mean time spent waiting in the queue for VRAM (``gpu_queue`` only, else 0)."""
     mean_concurrent: float

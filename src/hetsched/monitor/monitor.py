@@ -63,6 +63,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.contention import queue_load_ms
 from hetsched.model.mapping import PLACEMENTS, QUEUE_CODE
 from hetsched.model.observations import (
     Budget,
@@ -729,7 +730,8 @@ class Monitor:
                     if p is Placement.CPU:
                         isolated = card.cpu_ms
                     elif card.gpu_ms is not None:
-                        isolated = card.gpu_ms + (card.load_ms if p is Placement.GPU_QUEUE else 0.0)
+                        load = queue_load_ms(card, sc.machine) if p is Placement.GPU_QUEUE else 0.0
+                        isolated = card.gpu_ms + load
                 out.append(
                     NodeLatency(
                         node=n,

@@ -4,8 +4,10 @@ Source: the memory-aware greedy baseline of "Agentic CPU-GPU Scheduling for Hete
 Workloads" (PAPER.md, S11-S13, Table 5), in the common form of knapsack-style greedy placement
 by benefit under a capacity (e.g. first-fit decreasing). Rule: tools in descending GPU benefit
 get ``gpu_now`` while the VRAM budget allows; a tool that no longer fits gets ``gpu_queue``
-when its single-shot queue speedup cpu_ms / (gpu_ms + load_ms) is above 1 (and it fits the
-budget alone), else ``cpu``.
+when its single-shot queue speedup cpu_ms / (gpu_ms + load) is above 1 (and it fits the
+budget alone), else ``cpu``; the load is the one the contention model charges on this machine
+(:func:`hetsched.model.contention.queue_load_ms`: the card's ``load_ms``, or with the machine's
+``cold_load_share`` its expectation between ``load_ms`` and ``load_cold_ms``).
 
 Choices (docs/baselines.md):
 - GPU benefit = the time the GPU saves on the tool, (cpu_ms - gpu_ms) x its number of nodes,
@@ -31,7 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
+from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario, ToolCard
+from hetsched.model.contention import queue_load_ms
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 from hetsched.policies.guard import Check, model_check
@@ -50,6 +53,14 @@ def benefit_order(scenario: Scenario) -> list[str]:
         return (-saved, -(c.speedup or 0.0), t)
 
     return sorted(tools, key=key)
+
+
+def queue_speedup(scenario: Scenario, card: ToolCard) -> float:
+    """cpu_ms / (gpu_ms + the load the model charges on the scenario's machine): the single-shot
+    speedup of ``gpu_queue`` (0 for a card without a GPU implementation)."""
+    if card.gpu_ms is None:
+        return 0.0
+    return card.cpu_ms / (card.gpu_ms + queue_load_ms(card, scenario.machine))
 
 
 def _node_mapping(scenario: Scenario, place: dict[str, Placement]) -> Mapping:
@@ -91,15 +102,16 @@ def _greedy(scenario: Scenario, check: Check | None) -> tuple[dict[str, Placemen
             notes.append(f"{t}: gpu_now ({used:g}/{budget:g} MB)")
             continue
         lead = f"{t}: does not fit ({c.vram_mb:g} MB)" if why_now == "does not fit" else f"{t}: gpu_now {why_now}"
-        if three_way and (c.queue_speedup or 0.0) > 1.0 and c.vram_mb <= budget:
+        qsp = queue_speedup(scenario, c)
+        if three_way and qsp > 1.0 and c.vram_mb <= budget:
             why_queue = refused(t, Placement.GPU_QUEUE)
             if why_queue is None:
                 place[t] = Placement.GPU_QUEUE
-                notes.append(f"{lead}, queue speedup {c.queue_speedup:.2f} > 1: gpu_queue")
+                notes.append(f"{lead}, queue speedup {qsp:.2f} > 1: gpu_queue")
                 continue
             notes.append(f"{lead}, gpu_queue {why_queue} (guard): cpu")
             continue
-        qs = f"queue speedup {c.queue_speedup:.2f}" if three_way else "binary scenario"
+        qs = f"queue speedup {qsp:.2f}" if three_way else "binary scenario"
         notes.append(f"{lead}, {qs}: cpu")
     return place, notes
 

@@ -162,8 +162,10 @@ class _Round:
 
 
 def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
-           floor_units: int, hint: tuple[int, ...] | None) -> _Round:
-    """One round: build the relaxation (``strong``: with the terms after VRAM x time) and solve it."""
+           floor_units: int, hint: tuple[int, ...] | None, fixed: tuple[int, ...] | None = None) -> _Round:
+    """One round: build the relaxation (``strong``: with the terms after VRAM x time) and solve it;
+    with ``fixed`` (codes in node order), the placements are those codes: the relaxation's bound on
+    that one mapping's E2E, which the tests hold against its simulation."""
     c = scenario.compiled
     n = c.n
     # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
@@ -266,6 +268,12 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
         _add_strong_terms(model, c, x, y, s, f, ends, makespan, below, above, allowed, u, top)
     if floor_units > 0:  # a bound the first round proved holds for every image too (a weaker model's)
         model.add(makespan >= floor_units)
+    if fixed is not None:
+        for i in range(n):
+            if fixed[i] not in x[i]:  # a placement the relaxation excludes (never feasible)
+                model.add_bool_or([])
+            else:
+                model.add(x[i][fixed[i]] == 1)
     if hint is not None:
         for i in range(n):
             for k, var in x[i].items():
