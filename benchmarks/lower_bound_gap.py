@@ -20,10 +20,14 @@ With ``--exact`` (small sizes) the upper bound is the optimum itself
 median and worst gap before and after, and the relaxation's CPU time. The best-first bound
 search of the reference is left out (its bound depends on the time it gets); ``--reference``
 adds, per side, the gap ``best_known`` itself reports with its default budget (wall-clock:
-machine-dependent), which is the combined figure a user sees.
+machine-dependent), which is the combined figure a user sees. ``--ceiling`` adds, with this
+checkout's code, the relaxation with its placements fixed to one good mapping (a 3,000-simulation
+local search's, seed 0) against that mapping's E2E: how far the bound is below a good mapping's
+own E2E even when the placements are known. What the relaxation loses to mapping choice (it picks
+placements whose contention it underestimates) is the rest of the gap.
 
 Run: python benchmarks/lower_bound_gap.py --baseline-src BASE/src [--sizes 20 50 100] [--seeds 300 301]
-     [--uppers FILE.json] [--out FILE.json] [--reference] [--exact]
+     [--uppers FILE.json] [--out FILE.json] [--reference] [--exact] [--ceiling]
 """
 
 from __future__ import annotations
@@ -77,6 +81,18 @@ if {reference!r}:
     out["reference_gap"] = ref.gap
 print(json.dumps(out))
 """
+CEILING = """
+import json
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.model import Mode
+from hetsched.search import relaxation
+from hetsched.search.local_search import local_search
+sc = random_scenario(WorkflowSpec({family!r}, {n}, Mode.THREE_WAY, {seed}))
+found = local_search(sc, seed=0, max_evals={evals})
+upper = found.e2e_ms * 1.001
+got = relaxation._solve(sc, upper, True, {relax_s!r}, 600.0, 0, None, fixed=found.codes)
+print(json.dumps({{"mapping_ms": found.e2e_ms, "fixed_ms": max(0.0, (got.proven - 1) * upper / relaxation._UNITS)}}))
+"""
 
 
 def child(src: Path, code: str) -> dict[str, Any]:
@@ -84,6 +100,10 @@ def child(src: Path, code: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return out
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def median_worst(values: list[float]) -> str:
@@ -104,6 +124,8 @@ def main() -> None:
     parser.add_argument("--reference", action="store_true", help="also run best_known with its default budget")
     parser.add_argument("--exact", action="store_true",
                         help="the upper bound is the optimum (exact search, no time limit): small sizes only")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also bound one good mapping with its placements fixed (this checkout's code)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -132,17 +154,24 @@ def main() -> None:
                     f"{side}_{k}": v for side, got in sides.items() for k, v in got.items()}}
                 for side in sides:
                     row[f"{side}_gap"] = upper / row[f"{side}_lower_ms"] - 1.0
+                if args.ceiling:
+                    got = child(args.src, CEILING.format(family=family, n=n, seed=seed, evals=args.evals,
+                                                         relax_s=args.relax_seconds))
+                    row["ceiling_gap"] = got["mapping_ms"] / got["fixed_ms"] - 1.0 if got["fixed_ms"] > 0 else None
                 rows.append(row)
                 print(f"  {name}: best known {upper:.1f} ms; gap {100 * row['before_gap']:.1f}% -> "
                       f"{100 * row['after_gap']:.1f}%; relaxation CPU {row['before_relax_cpu_s']:.2f} -> "
                       f"{row['after_relax_cpu_s']:.2f} s (solved: {row['before_optimal']} -> {row['after_optimal']})"
                       + (f"; reported gap {100 * (row['before_reference_gap'] or 0):.1f}% -> "
-                         f"{100 * (row['after_reference_gap'] or 0):.1f}%" if args.reference else ""), flush=True)
+                         f"{100 * (row['after_reference_gap'] or 0):.1f}%" if args.reference else "")
+                      + (f"; with its placements fixed, a good mapping's gap {_pct(row['ceiling_gap'])}"
+                         if args.ceiling else ""), flush=True)
     print()
     print("| n | workflows | gap before: median / worst | gap after: median / worst "
           "| relaxation CPU s before: median / max | after: median / max | solved before / after |"
-          + (" reported gap before / after: median |" if args.reference else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|" if args.reference else ""))
+          + (" reported gap before / after: median |" if args.reference else "")
+          + (" fixed to a good mapping: median / worst |" if args.ceiling else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.reference else "") + ("---|" if args.ceiling else ""))
     for n in args.sizes:
         part = [r for r in rows if r["n"] == n]
         cpu_b = [r["before_relax_cpu_s"] for r in part]
@@ -155,6 +184,9 @@ def main() -> None:
         if args.reference:
             line += (f" {100 * statistics.median([r['before_reference_gap'] or 0 for r in part]):.1f}% / "
                      f"{100 * statistics.median([r['after_reference_gap'] or 0 for r in part]):.1f}% |")
+        if args.ceiling:
+            fixed = [r["ceiling_gap"] for r in part if r["ceiling_gap"] is not None]
+            line += f" {median_worst(fixed)} |" if fixed else " - |"
         print(line)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.out:

@@ -279,3 +279,28 @@ def test_long_tables_are_printed_whole_and_aligned(tmp_path: Path, capsys: pytes
     assert code == 0 and len(rows) == n
     ends = {len(ln) for ln in rows}  # right-aligned number columns end in the same place
     assert len(ends) == 1, ends
+
+
+def test_show_gives_the_queue_speedup_of_the_load_the_model_charges(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Under the machine's ``cold_load_share`` the model charges a queued load its warm/cold expectation:
+    ``show`` adds that column and its queue speedup uses it; without a cold share the table is as before."""
+    doc = {"mode": "three_way",
+           "cards": {"slow": {"cpu_ms": 400, "gpu_ms": 20, "load_ms": 100, "load_cold_ms": 900, "vram_mb": 100},
+                     "warm": {"cpu_ms": 400, "gpu_ms": 20, "load_ms": 100, "vram_mb": 100}},
+           "nodes": {"A": "slow", "B": "warm"}, "machine": {"vram_budget_mb": 1000, "cold_load_share": 0.5}}
+    path = tmp_path / "cold.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = cli(capsys, "show", str(path))
+    assert code == 0, err
+    header = next(ln for ln in out.splitlines() if ln.split()[:3] == ["tool", "cpu", "ms"])
+    assert "load ms  expected load ms  VRAM MB" in header
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.split()[:1] in (["slow"], ["warm"])}
+    assert rows["slow"][3:5] == ["100", "500"] and rows["slow"][8] == f"{400 / 520:.2f}x"  # 100 + 0.5 x 800
+    assert rows["warm"][3:5] == ["100", "100"] and rows["warm"][8] == f"{400 / 120:.2f}x"
+    doc["machine"] = {"vram_budget_mb": 1000}
+    path.write_text(json.dumps(doc))
+    code, out, _ = cli(capsys, "show", str(path))
+    assert code == 0 and "expected load" not in out
+    row = next(ln.split() for ln in out.splitlines() if ln.startswith("slow "))
+    assert row[3] == "100" and row[7] == f"{400 / 120:.2f}x"

@@ -46,7 +46,7 @@ def test_human_output_shows_percentiles_per_round(capsys: Any) -> None:
     (["--clients", "2", "--requests", "3", "--duration", "1"], ["give one of the two"]),
     (["--rate", "2", "--think-ms", "5"], ["--think-ms", "closed loop"]),
     (["--arrivals", "no_such_arrivals.txt"], ["no_such_arrivals.txt", "not found"]),
-    (["--clients", "0"], ["--clients", "greater than or equal to 1"]),
+    (["--clients", "0"], ["--clients", "got 0; accepted: an integer from 1 to 10000"]),
 ])
 def test_bad_load_flags_exit_2_naming_the_flag(capsys: Any, args: list[str], fragments: list[str]) -> None:
     code, out, err = run_cli(capsys, "run", "S5", "--rounds", "1", "--no-store", *args)

@@ -133,3 +133,16 @@ def test_without_cold_loads_the_charged_load_is_the_cards(load_ms: float, cold: 
         assert got == load_ms
     else:
         assert load_ms <= got <= cold
+
+
+def test_a_queued_nodes_time_limit_leaves_room_for_its_cold_load() -> None:
+    """Real executors stop a node past ``timeout_factor`` x its card latency: a queued node's load counts
+    at its slower figure, the cold one when the card has it (a cold load is no fault to kill a worker for)."""
+    from hetsched.exec.toolset import node_timeout_s
+
+    card = queued_card(10.0, 400.0, 100.0, 30.0)  # a cold load 30x the warm one
+    limit_s = node_timeout_s(card, Placement.GPU_QUEUE, None, 10.0, 0.0)
+    assert limit_s * 1000.0 >= 10.0 * (card.gpu_ms + card.load_cold_ms) - 1e-9
+    warm_only = card.model_copy(update={"load_cold_ms": None})
+    assert node_timeout_s(warm_only, Placement.GPU_QUEUE, None, 10.0, 0.0) == pytest.approx(10.0 * 110.0 / 1000.0)
+    assert node_timeout_s(card, Placement.GPU_NOW, None, 10.0, 0.0) == pytest.approx(10.0 * 10.0 / 1000.0)

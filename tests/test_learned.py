@@ -268,3 +268,70 @@ def test_at_share_zero_the_learned_load_is_the_median_against_the_card() -> None
             assert not f.by_mean and f.card_ms == sc.cards[f.tool].load_ms
             assert f.learned_ms == pytest.approx(sc.cards[f.tool].load_ms * 1.1)
             assert learned.scenario(sc).cards[f.tool].load_ms == pytest.approx(f.learned_ms)
+
+
+def test_the_real_executor_table_shows_the_learned_load_the_model_charges() -> None:
+    """``hetsched run``/``show-run`` on a real executor print a table per figure: a queued load under a cold
+    share shows the learned mean (the figure the learned card charges), not the samples' median."""
+    from hetsched.cli.app import out
+    from hetsched.cli.common import print_learned
+
+    sc = cold_share_case(0.5)
+    loads = [[sc.cards[t].load_ms * f for t in sc.workflow.tools] for f in (1.0, 1.0, 1.0, 9.0)]
+    learned = learned_cards(sc, queued_rounds(sc, loads))
+    f = learned.get("t0", "load_ms")
+    assert f is not None and f.by_mean and f.learned_ms == pytest.approx(30.0) and f.median_ms == pytest.approx(10.0)
+    with out.capture() as cap:
+        print_learned(learned, measured=True)
+    row = next(line for line in cap.get().splitlines() if line.split()[:2] == ["t0", "load_ms"])
+    assert row.split()[2:4] == [f"{f.card_ms:.4g}", "30"], row
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_loads_that_reused_warm_memory_are_learned_as_the_model_charged_them(noise: bool) -> None:
+    """With ``warm_reuse_ms`` the kernel charges a load that reuses memory freed just before its ``load_ms``
+    (the warm floor), the rest the cold-share expectation: each sample is read against what the model
+    charged that load, so the simulator's own loads teach the card's expectation (noise-free: exactly),
+    where taking them as measured pulled the learned load down to the warm floor and contradicted the card."""
+    from hetsched.model import Placement
+    from hetsched.model.contention import queue_load_ms
+    from hetsched.model.mapping import Mapping
+
+    sc = cold_share_case(0.5).model_copy(update={"machine": cold_share_case(0.5).machine.model_copy(
+        update={"warm_reuse_ms": 10_000.0})})
+    sc = Scenario.model_validate(sc.model_dump())  # recompile
+    mapping = Mapping({n: Placement.GPU_QUEUE for n in sc.workflow.node_ids})
+    sim = Simulator(sc, noise=noise)
+    traces = [sim.run(mapping, seed=s) for s in range(4)]
+    charged = [nt.load_ms for nt in traces[0].nodes.values()]
+    cards = [sc.cards[t] for t in sc.workflow.tools]
+    if not noise:  # the chain's later loads reuse their predecessor's memory: charged the warm load_ms
+        assert charged[0] == pytest.approx(queue_load_ms(cards[0], sc.machine))
+        assert charged[1:] == pytest.approx([cards[1].load_ms, cards[2].load_ms])
+    learned = learned_cards(sc, [_Round(t) for t in traces])
+    loads = [f for f in learned.figures if f.figure == "load_ms"]
+    assert len(loads) == 3
+    for f in loads:
+        assert f.card_ms == pytest.approx(queue_load_ms(sc.cards[f.tool], sc.machine))
+        assert not f.contradicted and abs(f.drift) < (0.15 if noise else 1e-9), f.describe()
+    fixed = learned.scenario(sc)
+    for f in loads:
+        assert queue_load_ms(fixed.cards[f.tool], fixed.machine) == pytest.approx(f.learned_ms)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.builds(WorkflowSpec, st.sampled_from(FAMILIES), st.integers(4, 7), st.just(Mode.THREE_WAY),
+                 st.integers(0, 10_000)),
+       st.floats(0.05, 1.0), st.sampled_from([0.0, 50.0, 500.0, 100_000.0]), st.floats(1.5, 8.0))
+def test_noise_free_cold_and_warm_loads_are_learned_as_the_card_expects(spec: WorkflowSpec, share: float,
+                                                                       warm_reuse_ms: float, cold: float) -> None:
+    """Random workflows, every card with a cold load, any share and warm-reuse window: noise-free, every
+    learned load is the card's expected load (the de-contention of loads inverts the kernel's charge)."""
+    sc = random_scenario(spec)
+    cards = {t: c.model_copy(update={"load_cold_ms": c.load_ms * cold}) for t, c in sc.cards.items()}
+    machine = sc.machine.model_copy(update={"cold_load_share": share, "warm_reuse_ms": warm_reuse_ms})
+    sc = Scenario.model_validate(sc.model_copy(update={"cards": cards, "machine": machine}).model_dump())
+    learned = learned_cards(sc, run(sc, rounds=4, noise=False).rounds)
+    for f in learned.figures:
+        assert f.samples_ms == pytest.approx([f.card_ms] * f.n, rel=1e-6), f.describe()
+        assert not f.contradicted

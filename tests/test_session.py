@@ -97,7 +97,7 @@ def test_a_tool_that_raises_fails_that_request_only(tmp_path: Path) -> None:
     assert rounds[0].trace.kind is InfeasibleKind.TOOL_ERROR
 
 
-def test_threads_are_queued_one_request_at_a_time() -> None:
+def test_max_in_flight_1_queues_threads_one_request_at_a_time() -> None:
     active = [0]
     peak = [0]
     lock = threading.Lock()
@@ -117,7 +117,7 @@ def test_threads_are_queued_one_request_at_a_time() -> None:
     wf = hs.Workflow("q").node("A", hs.function_tool("enter", enter)).node(
         "B", hs.function_tool("leave", leave), after="A")
     results: list[hs.Response] = []
-    with hs.Session(wf, store=False, executor_options=STANDIN) as s:
+    with hs.Session(wf, store=False, executor_options=STANDIN, max_in_flight=1) as s:
         def client(i: int) -> None:
             results.append(s.submit(i))
 
@@ -484,9 +484,9 @@ def test_a_session_on_the_local_executor(tmp_path: Path) -> None:
         assert "seven is not allowed" in info.value.trace.reason and info.value.round == 0
 
 
-def test_waiting_requests_run_in_arrival_order() -> None:
+def test_waiting_requests_run_in_arrival_order_one_at_a_time() -> None:
     wf = hs.Workflow("order").node("A", hs.function_tool("dbl", double))
-    with hs.Session(wf, store=False, executor_options=STANDIN) as s:
+    with hs.Session(wf, store=False, executor_options=STANDIN, max_in_flight=1) as s:
         rounds: dict[int, int] = {}
         held = s.begin_request()  # holds the session's turn: every submit below queues
         held.run_node("A", [0])
@@ -496,7 +496,7 @@ def test_waiting_requests_run_in_arrival_order() -> None:
             t.start()
             threads.append(t)
             deadline = time.monotonic() + 30
-            while s._turn.waiting < i + 1:  # thread i is queued before thread i + 1 arrives
+            while s._gate.waiting < i + 1:  # thread i is queued before thread i + 1 arrives
                 assert time.monotonic() < deadline, "a submit never queued"
                 time.sleep(0.001)
         held.finish()

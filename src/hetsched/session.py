@@ -7,6 +7,27 @@ round (probes if this request is sampled for exploration -> the monitor observes
 proposes -> the static check and the planner -> execute -> record). :meth:`Session.begin_request`
 lets another runtime (LangGraph) drive a request node by node on the in-process executor.
 
+Requests overlap. On the in-process executor, requests submitted from several threads (and
+requests driven node by node) run at once, as a service's requests do (docs/simulator.md "Under
+load" is the model of it): they share the CPU pool and the device; a ``gpu_now`` tool is loaded
+once and serves every request's calls (concurrent calls share it); ``gpu_queue`` nodes of every
+request wait in the device's one FIFO queue, admitted when their VRAM fits beside everything held.
+``max_in_flight`` caps the requests running at once (1: one at a time, in arrival order; the local,
+Ray and simulator executors always run a session's requests one at a time). Decisions:
+
+- the *mapping in force* (:attr:`Session.mapping`) is what every request that starts while it is in
+  force runs under; the policy's next proposal is taken by the first request that starts after
+  ``window`` requests (default 1) have finished since the last decision, from every round recorded
+  by then. A request is recorded as the next round when it finishes (rounds are numbered in the
+  order requests finish; its seed and exploration draw come from its arrival index);
+- a mapping change never takes a tool from a running request: a GPU request starts only when the
+  GPU requests in flight place the same tools ``gpu_now`` (or none is in flight), so a change of
+  the resident tools waits until the requests using them have drained, then unloads the tools
+  moved off ``gpu_now`` and loads the new ones; requests whose mapping keeps every queued node
+  within the budget beside its resident tools overlap freely, while one whose queued node needs a
+  resident tool's room (``load_infeasibility``'s rule) runs with no other GPU request in flight,
+  under the one-request rules.
+
 Guarantees (docs/python.md "Sessions"):
 
 - no request runs a mapping that fails the scenario's static check or the planner's noise-free
@@ -16,11 +37,12 @@ Guarantees (docs/python.md "Sessions"):
   share of requests, or probes while the session is idle; each response reports what its
   exploration cost (``probe_ms``, ``waited_ms``);
 - a tool that raises fails that request with :class:`~hetsched.exec.inproc.ToolError` (recorded
-  as a ``tool_error`` round); the session goes on;
-- requests from several threads are queued in arrival order and run one at a time (a round's
-  decision needs the previous round's trace); within a request independent nodes run in parallel;
+  as a ``tool_error`` round); the session and the requests in flight beside it go on (a resident
+  tool it used is unloaded once no request in flight uses it: its state may be damaged);
+- within a request independent nodes run in parallel;
 - every round is written to the run store before ``submit`` returns; a session opened again with
-  the same ``name`` and store (in any process) continues from the stored rounds.
+  the same ``name`` and store (in any process) continues from the stored rounds; ``close`` waits
+  for the requests in flight.
 
 Imports the model, the executors, the policies, the simulator's planner, the store and the loop's
 helpers (it sits beside the loop, above everything it drives).
@@ -133,35 +155,58 @@ class InfeasibleMappingError(InputError):
         self.trace, self.round = trace, round
 
 
-class _FifoLock:
-    """A lock granted in arrival order (tickets), with the number of waiters visible."""
+class _Gate:
+    """Who runs now: up to ``capacity`` requests at once (None: no limit), or one exclusive holder
+    (an idle-time probe, ``close``); granted strictly in arrival order (tickets)."""
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None) -> None:
         self._cond = threading.Condition()
         self._next = 0
         self._serving = 0
-        self.owner: int | None = None
-        """Thread id of the holder (None when free)."""
+        self.capacity = capacity
+        self.shared = 0
+        """Requests holding the gate (in flight)."""
+        self.exclusive = False
 
-    def acquire(self) -> None:
+    def _fits(self, exclusive: bool) -> bool:
+        if exclusive:
+            return self.shared == 0 and not self.exclusive
+        return not self.exclusive and (self.capacity is None or self.shared < self.capacity)
+
+    def acquire(self, exclusive: bool = False) -> None:
         with self._cond:
             ticket = self._next
             self._next += 1
-            while self._serving != ticket:
+            while self._serving != ticket or not self._fits(exclusive):
                 self._cond.wait()
-            self.owner = threading.get_ident()
-
-    def release(self) -> None:
-        with self._cond:
-            self.owner = None
             self._serving += 1
+            if exclusive:
+                self.exclusive = True
+            else:
+                self.shared += 1
+            self._cond.notify_all()
+
+    def try_exclusive(self) -> bool:
+        """Take the gate exclusively if nobody holds it or waits for it; False otherwise."""
+        with self._cond:
+            if self._next != self._serving or not self._fits(True):
+                return False
+            self.exclusive = True
+            return True
+
+    def release(self, exclusive: bool = False) -> None:
+        with self._cond:
+            if exclusive:
+                self.exclusive = False
+            else:
+                self.shared -= 1
             self._cond.notify_all()
 
     @property
     def waiting(self) -> int:
-        """Callers waiting for their turn (not counting the holder)."""
+        """Callers waiting for the gate."""
         with self._cond:
-            return max(0, self._next - self._serving - 1)
+            return self._next - self._serving
 
 
 def _scenario_of(workflow: Scenario | Workflow | str | Path) -> tuple[Scenario, dict[str, Tool]]:
@@ -199,6 +244,11 @@ class Session:
         seed: the run seed (probe sampling, simulator noise, randomized policies).
         warm_start: start a new session of an adaptive policy (agentic, ucb1) from what the store knows of
             the same workflow or its tools (:mod:`hetsched.warm`); default True.
+        max_in_flight: most requests running at once (None: no limit on the in-process executor; 1 runs
+            them one at a time, in arrival order; the other executors always run one at a time).
+        window: the policy's next proposal is taken by the first request that starts once this many
+            requests have finished since the last decision (default 1: every finished request informs
+            the next decision).
     """
 
     def __init__(
@@ -215,7 +265,13 @@ class Session:
         explore: Explore | str = Explore(),
         seed: int = 0,
         warm_start: bool = True,
+        max_in_flight: int | None = None,
+        window: int = 1,
     ) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise InputError(f"Session: max_in_flight must be >= 1 (or None: no limit), got {max_in_flight}")
+        if window < 1:
+            raise InputError(f"Session: window must be >= 1 finished requests, got {window}")
         self.scenario, impls = _scenario_of(workflow)
         impls.update(tools_of(tools))
         self.explore = explore if isinstance(explore, Explore) else Explore(mode=explore)
@@ -247,13 +303,28 @@ class Session:
             spec = ExecutorSpec(executor.name, {})
             self.executor = executor
             self._own_executor = False
+        if not isinstance(self.executor, InProcessExecutor):
+            if max_in_flight not in (None, 1):
+                if self._own_executor:
+                    self.executor.close()
+                raise InputError(f"Session: max_in_flight={max_in_flight} needs executor='inproc'; executor "
+                                 f"{self.executor.name!r} runs a session's requests one at a time (windows of "
+                                 "overlapping requests run there through hs.run(..., workload=...))")
+            max_in_flight = 1
+        self.max_in_flight = max_in_flight
+        """Most requests running at once (None: no limit)."""
+        self.window = window
+        """Finished requests between two decisions of the policy."""
         self.planner = SimPlanner(self.scenario, seed=seed)
         self.policy.reset(PolicyContext(scenario=self.scenario, seed=seed, rounds=SESSION_ROUNDS,
                                         planner=self.planner, probes=self.explore.mode != "off",
                                         measured=self.executor.name != "sim"))
-        self._turn = _FifoLock()
+        self._gate = _Gate(max_in_flight)
+        self._lock = threading.RLock()  # the decision, the history and the store
+        self._drivers: set[int] = set()  # threads driving a request (begin_request, thread-bound)
         self._history: list[RoundRecord] = []
         self._pending: Proposal | None = None
+        self._finished_since = 0  # requests finished since the mapping in force was decided
         self._idle_probes: list[Probe] = []
         self._idle_thread: threading.Thread | None = None
         self._idle_stop = threading.Event()
@@ -289,6 +360,7 @@ class Session:
             else:
                 self.run_id = self.store.create_run(key)
             self._write = self.store.recorder(self.run_id)
+        self._arrivals = len(self._history)  # requests begun (their seeds and exploration draws)
         if warm_start and self.policy.adaptive and not self._history and self.store is not None:
             from hetsched.warm import prior_for
 
@@ -308,9 +380,17 @@ class Session:
 
     @property
     def mapping(self) -> Mapping:
-        """The placement the next request will run under (unless it runs probes that change the decision)."""
-        with self._held():
+        """The mapping in force: the placement the next request starts under (unless it runs probes that
+        change the decision)."""
+        if self._closed:
+            raise InputError("the session is closed")
+        with self._lock:
             return self._proposal(()).mapping
+
+    @property
+    def in_flight(self) -> int:
+        """Requests running now."""
+        return self._gate.shared
 
     def best(self) -> RoundRecord | None:
         """The feasible round with the lowest measured E2E (the mapping to deploy), or None."""
@@ -319,22 +399,22 @@ class Session:
         return min(ok, key=lambda r: r.trace.e2e_ms or 0.0) if ok else None
 
     @contextmanager
-    def _held(self) -> Iterator[float]:
-        """The session's turn (FIFO); yields how long the caller waited for it, ms."""
+    def _slot(self) -> Iterator[float]:
+        """A request's place among those in flight (arrival order, at most ``max_in_flight``); yields how
+        long the caller waited for it, ms."""
         if self._closed:
             raise InputError("the session is closed")
-        if self._turn.owner == threading.get_ident():  # this thread drives a request (begin_request): no wait
-            yield 0.0
-            return
         begin = time.monotonic()
-        self._turn.acquire()
+        self._gate.acquire()
         try:
+            if self._closed:
+                raise InputError("the session is closed")
             yield (time.monotonic() - begin) * 1000.0
         finally:
-            self._turn.release()
+            self._gate.release()
 
     def _not_driving(self, what: str) -> None:
-        if self._turn.owner == threading.get_ident():
+        if threading.get_ident() in self._drivers:
             raise InputError(f"{what}: this thread is driving a request (begin_request); finish() it first")
 
     # ------------------------------------------------------------------ deciding
@@ -406,7 +486,8 @@ class Session:
                     ) -> list[Probe]:
         probes: list[Probe] = []
         while len(probes) < limit and (stop is None or not stop.is_set()):
-            request = self.policy.next_probe(self._policy_history(), tuple(probes))
+            with self._lock:
+                request = self.policy.next_probe(self._policy_history(), tuple(probes))
             if request is None:
                 break
             mapping = self.scenario.validate_mapping(request.mapping, where=f"{request.kind} probe")
@@ -431,21 +512,25 @@ class Session:
                              "reach the tools with executor='inproc', 'local' or 'ray' (submit() with no value runs "
                              "the workflow as is)")
         self._stop_idle()
-        with self._held() as waited_ms:
-            r = len(self._history)
-            probes = tuple(self._idle_probes)
-            self._idle_probes = []
+        with self._slot() as waited_ms:
+            with self._lock:
+                k = self._arrivals
+                self._arrivals += 1
+                probes = tuple(self._idle_probes)
+                self._idle_probes = []
             probe_ms = 0.0
             if self.explore.mode == "sampled" and self.explore.probes_per_request > 0 and \
-                    random.Random(round_seed(self.seed, r, -2)).random() < self.explore.share:
+                    random.Random(round_seed(self.seed, k, -2)).random() < self.explore.share:
                 begin = time.monotonic()
-                sampled = self._run_probes(given, r, self.explore.probes_per_request)
+                sampled = self._run_probes(given, k, self.explore.probes_per_request)
                 probes += tuple(sampled)
                 probe_ms = (time.monotonic() - begin) * 1000.0 if sampled else 0.0
-            proposal = self._proposal(probes)
-            result = self._execute(proposal.mapping, given, round_seed(self.seed, r))
-            self._commit(RoundRecord(round=r, proposal=proposal, trace=result.trace, probes=probes))
-            self._last_inputs = given
+            with self._lock:
+                proposal = self._proposal(probes)
+            result = self._execute(proposal.mapping, given, round_seed(self.seed, k))
+            with self._lock:
+                r = self._commit(proposal, result.trace, probes)
+                self._last_inputs = given
         self._start_idle()
         if result.error is not None:
             result.error.round = r
@@ -456,15 +541,23 @@ class Session:
                         probe_ms=probe_ms, waited_ms=waited_ms, probes=len(probes),
                         fallback=str(proposal.info.get("session_guard", "")))
 
-    def _commit(self, record: RoundRecord) -> None:
+    def _commit(self, proposal: Proposal, trace: Trace, probes: tuple[Probe, ...]) -> int:
+        """Record a finished request as the next round (caller holds the lock); returns its round."""
+        r = len(self._history)
+        record = RoundRecord(round=r, proposal=proposal, trace=trace, probes=probes)
         if self.store is not None:
             self._write(record)  # stored before the caller hears of it
         self._history.append(record)
-        self._pending = None
+        self._finished_since += 1
+        if self._finished_since >= self.window:  # the next request to start gets a fresh decision
+            self._pending = None
+            self._finished_since = 0
+        return r
 
     # ------------------------------------------------------------------ idle exploration
     def _start_idle(self) -> None:
-        if self.explore.mode != "idle" or self.explore.probes_per_request == 0 or self._last_inputs is None:
+        if self._closed or self.explore.mode != "idle" or self.explore.probes_per_request == 0 or \
+                self._last_inputs is None:
             return
         if self.policy.monitor is None and type(self.policy).next_probe is Policy.next_probe:
             return
@@ -476,24 +569,28 @@ class Session:
         self._idle_stop.set()
 
     def _idle(self) -> None:
-        if self._turn.waiting or self._idle_stop.is_set() or self._closed:
-            return
-        with self._held():
+        if self._idle_stop.is_set() or self._closed or not self._gate.try_exclusive():
+            return  # a request is in flight or waiting: not idle
+        try:
             if self._idle_stop.is_set() or self._last_inputs is None:
                 return
-            r = len(self._history)
-            self._idle_probes = self._run_probes(self._last_inputs, r, self.explore.probes_per_request,
-                                                 self._idle_stop)
-            self._pending = None
+            probes = self._run_probes(self._last_inputs, self._arrivals, self.explore.probes_per_request,
+                                      self._idle_stop)
+            with self._lock:
+                self._idle_probes = probes
+                self._pending = None
+        finally:
+            self._gate.release(exclusive=True)
 
     # ------------------------------------------------------------------ node by node
     def begin_request(self, *, thread_bound: bool = True) -> RequestHandle:
-        """Start a request another runtime drives node by node (in-process executor only); it holds
-        the session's turn until :meth:`RequestHandle.finish` (or the ``with`` block ends).
+        """Start a request another runtime drives node by node (in-process executor only), under the
+        mapping in force; it counts among the requests in flight (``max_in_flight``) until
+        :meth:`RequestHandle.finish` (or the ``with`` block ends), and overlaps with the others.
 
-        ``thread_bound=False`` for a driver that hops threads (asyncio's ``to_thread``): the turn is then
-        held by the request, not by the calling thread, so a pool thread that began it may begin the next
-        one (which waits for the turn) instead of being told it is already driving a request."""
+        ``thread_bound=False`` for a driver that hops threads (asyncio's ``to_thread``): the request is
+        then not tied to the calling thread, so a pool thread that began it may begin the next one
+        instead of being told it is already driving a request."""
         if not isinstance(self.executor, InProcessExecutor):
             raise InputError(f"begin_request drives nodes in this process; it needs executor='inproc', not "
                              f"{self.executor.name!r} (use submit() there)")
@@ -502,29 +599,41 @@ class Session:
         if self._closed:
             raise InputError("the session is closed")
         begin = time.monotonic()
-        self._turn.acquire()
+        self._gate.acquire()
         try:
-            r = len(self._history)
-            proposal = self._proposal(tuple(self._idle_probes))
-            request = self.executor.begin(proposal.mapping, round_seed(self.seed, r))
+            if self._closed:
+                raise InputError("the session is closed")
+            with self._lock:
+                k = self._arrivals
+                self._arrivals += 1
+                probes = tuple(self._idle_probes)
+                self._idle_probes = []
+                proposal = self._proposal(probes)
+            request = self.executor.begin(proposal.mapping, round_seed(self.seed, k))
             request.start()
         except BaseException:
-            self._turn.release()
+            self._gate.release()
             raise
-        if not thread_bound:
-            self._turn.owner = None
-        return RequestHandle(self, request, proposal, r, (time.monotonic() - begin) * 1000.0)
+        thread = threading.get_ident() if thread_bound else None
+        if thread is not None:
+            self._drivers.add(thread)
+        return RequestHandle(self, request, proposal, -1, (time.monotonic() - begin) * 1000.0, probes=probes,
+                             thread=thread)
 
     # ------------------------------------------------------------------ closing
     def close(self) -> None:
-        """Release the executor's workers and device memory and the store (idempotent). The
-        session's run stays ``running`` in the store: open it again by name to continue."""
+        """Wait for the requests in flight, then release the executor's workers and device memory and
+        the store (idempotent). The session's run stays ``running`` in the store: open it again by
+        name to continue."""
         if self._closed:
             return
+        self._not_driving("close")
         self._stop_idle()
         if self._idle_thread is not None:
             self._idle_thread.join()
+        self._gate.acquire(exclusive=True)  # the requests in flight finish first
         self._closed = True
+        self._gate.release(exclusive=True)
         try:
             if self._own_executor:
                 self.executor.close()
@@ -562,8 +671,11 @@ class RequestHandle:
     request: Request
     proposal: Proposal
     round: int
+    """The round it was recorded as (-1 until :meth:`finish`: requests are numbered as they finish)."""
     waited_ms: float
     outputs: dict[str, Any] = field(default_factory=dict)
+    probes: tuple[Probe, ...] = ()
+    thread: int | None = None
     _done: bool = False
 
     @property
@@ -582,18 +694,19 @@ class RequestHandle:
         self.request.fail(reason)
 
     def finish(self) -> Response:
-        """Build the round's trace, record it, release the session's turn; the next decision uses it."""
+        """Build the round's trace, record it as the next round, leave the requests in flight."""
         if self._done:
             raise InputError(f"request {self.round} is already finished")
         self._done = True
         s = self.session
         try:
             trace = self.request.finish()
-            s._commit(RoundRecord(round=self.round, proposal=self.proposal, trace=trace,
-                                  probes=tuple(s._idle_probes)))
-            s._idle_probes = []
+            with s._lock:
+                self.round = s._commit(self.proposal, trace, self.probes)
         finally:
-            s._turn.release()
+            if self.thread is not None:
+                s._drivers.discard(self.thread)
+            s._gate.release()
         return Response(outputs={n: v for n, v in self.outputs.items() if n in s.scenario.workflow.sinks},
                         round=self.round, mapping=self.mapping, trace=trace, waited_ms=self.waited_ms,
                         fallback=str(self.proposal.info.get("session_guard", "")))

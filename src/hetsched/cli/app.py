@@ -298,9 +298,56 @@ def _command_info(name: str) -> Any:
     return None
 
 
+def _number(value: float) -> str:
+    """A range bound as a user types it: ``1000``, ``0.001``."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def range_message(exc: typer.BadParameter) -> str | None:
+    """The message of a number option with ``min=``/``max=`` that refused its value, naming the value
+    given and what is accepted (``got 0; accepted: an integer from 1 to 10000``); None for any other
+    error. Typer 0.29 checks those ranges with pydantic and says only "Input should be greater than or
+    equal to 1" (no value, and no other bound); the option itself is named by the error's hint."""
+    param = exc.param
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    cause = exc.__cause__
+    errors = getattr(cause, "errors", None)
+    if (low is None and high is None) or not callable(errors):
+        return None
+    found = errors()
+    if not found:
+        return None
+    given = found[0].get("input")
+    descriptor = getattr(param, "type_descriptor", None)
+    kind = "an integer" if getattr(descriptor, "annotation", None) is int else "a number"
+    if low is not None and high is not None:
+        accepted = f"{kind} from {_number(low)} to {_number(high)}"
+    elif low is not None:
+        accepted = f"{kind} >= {_number(low)}"
+    else:
+        assert high is not None
+        accepted = f"{kind} <= {_number(high)}"
+    text = plain(given, newlines=False)
+    try:
+        float(text)
+    except ValueError:
+        text = f"{text!r}, not {kind}"
+    return f"got {text}; accepted: {accepted}"
+
+
 class _Group(typer.core.TyperGroup):
     """The command group: commands load lazily (:data:`COMMANDS`), and every command's parameters get
-    plain metavars as it is looked up."""
+    plain metavars as it is looked up; a number option out of its range (``min=``/``max=``) is refused
+    naming the value given and the range (:func:`range_message`), exit 2 as every usage error."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            message = range_message(exc)
+            if message is not None:
+                exc.message = message
+            raise
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(dict.fromkeys([*COMMANDS, *self.commands]))

@@ -92,7 +92,7 @@ def print_learned(learned: LearnedCards, measured: bool) -> None:
         for col in ("tool", "figure", "card ms", "learned ms", "drift", "n", "p10-p90 ms", ""):
             table.add_column(col, justify="left" if col in ("tool", "figure", "") else "right")
         for f in figures:
-            table.add_row(safe(f.tool), f.figure, f"{f.card_ms:.4g}", f"{f.median_ms:.4g}", f"{100 * f.drift:+.1f}%",
+            table.add_row(safe(f.tool), f.figure, f"{f.card_ms:.4g}", f"{f.learned_ms:.4g}", f"{100 * f.drift:+.1f}%",
                           str(f.n), "-" if f.n < 2 else f"{f.p10_ms:.4g}-{f.p90_ms:.4g}",
                           "[red]contradicted[/]" if f.contradicted else "")
         out.print(table)

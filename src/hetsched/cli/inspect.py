@@ -41,16 +41,25 @@ RICH_TABLE_ROWS = 100
 
 
 def cards_table(sc: Scenario) -> Table | str:
-    """The cards of a scenario's tools with their derived figures."""
-    columns = ("tool", "cpu ms", "gpu ms", "load ms", "VRAM MB", "util", "speedup", "queue sp.", "category")
+    """The cards of a scenario's tools with their derived figures. The queue speedup is that of the load
+    the model charges a ``gpu_queue`` node (``contention.queue_load_ms``); when that differs from a card's
+    ``load_ms`` (the machine's ``cold_load_share`` and a card's ``load_cold_ms``), a column shows it."""
+    from hetsched.model.contention import queue_load_ms
+
+    loads = {name: queue_load_ms(card, sc.machine) for name, card in sc.cards.items()}
+    cold = any(loads[name] != card.load_ms for name, card in sc.cards.items())
+    columns = ("tool", "cpu ms", "gpu ms", "load ms", *(("expected load ms",) if cold else ()), "VRAM MB", "util",
+               "speedup", "queue sp.", "category")
     rows = []
     for card in sc.cards.values():
-        s, q = card.speedup, card.queue_speedup
+        s = card.speedup
+        q = None if card.gpu_ms is None else card.cpu_ms / (card.gpu_ms + loads[card.name])
         rows.append((
             card.name,
             f"{card.cpu_ms:g}",
             "-" if card.gpu_ms is None else f"{card.gpu_ms:g}",
             f"{card.load_ms:g}",
+            *((f"{loads[card.name]:.4g}",) if cold else ()),
             f"{card.vram_mb:g}",
             f"{card.gpu_util:g}",
             "-" if s is None else f"{s:.2f}x",

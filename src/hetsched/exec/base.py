@@ -46,7 +46,7 @@ class Executor(Protocol):
 
 @runtime_checkable
 class WorkloadExecutor(Executor, Protocol):
-    """An executor that also runs a window of requests under load (the simulator, local, Ray)."""
+    """An executor that also runs a window of requests under load (the simulator, local, Ray, in-process)."""
 
     def run_workload(self, mapping: Mapping, workload: Workload, seed: int | None = 0) -> Trace:
         """Run ``workload``'s window under one mapping; the window's Trace (``load``, ``requests``)."""

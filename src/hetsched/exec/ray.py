@@ -152,9 +152,10 @@ class RayExecutor(ClosingExecutor):
             ``cpu_threads``), logical GPUs (default 1) and ``vram_mb`` (default: the scenario's
             budget); only without ``address``.
         timeout_s: time limit of every node; default ``timeout_factor`` x its card latency (load
-            included for ``gpu_queue``), at least ``min_timeout_s``. Ray does not say when a task
-            starts, so a node is late when it has not finished within the time limits of every
-            node that competes with it for the same kind of resource (cpu or gpu) after it was ready.
+            included for ``gpu_queue``, its cold load when the card has one), at least ``min_timeout_s``.
+            Ray does not say when a task starts, so a node is late when it has not finished within the
+            time limits of every node that competes with it for the same kind of resource (cpu or gpu)
+            after it was ready.
         memory_slack: a GPU unit whose measured memory exceeds its card's ``vram_mb`` by more than
             this share of the budget ends the round as an OOM (Ray admits by the card).
         standin_allowance_mb: added to that limit on the stand-in device, whose meter (the worker

@@ -44,10 +44,11 @@ def node_timeout_s(
     card: ToolCard, placement: Placement, timeout_s: float | None, factor: float, min_timeout_s: float
 ) -> float:
     """Time limit of one node, seconds: ``timeout_s`` when given, else ``factor`` times the card's
-    latency on the placement (its load included for ``gpu_queue``), at least ``min_timeout_s``."""
+    latency on the placement (its load included for ``gpu_queue``: the slower of ``load_ms`` and ``load_cold_ms``,
+    since a load whose memory has gone cold is no fault), at least ``min_timeout_s``."""
     if timeout_s is not None:
         return timeout_s
     ms = card.cpu_ms if placement is Placement.CPU else (card.gpu_ms or card.cpu_ms)
     if placement is Placement.GPU_QUEUE:
-        ms += card.load_ms
+        ms += max(card.load_ms, card.load_cold_ms or 0.0)
     return max(min_timeout_s, factor * ms / 1000.0)

@@ -21,8 +21,12 @@ executor's ``cold`` flag is a worker that had not loaded the tool yet, not cold 
 expectation is above its ``load_ms`` the learned load is the **mean** of the samples (a mix of warm and cold
 loads, whose median is the warm one), compared with that expectation; the learned card scales ``load_ms`` and
 ``load_cold_ms`` alike by learned / expected, so the model's expected load becomes the measured mean and a
-second pass learns the same figure (no drift round after round). Otherwise (share 0, or no ``load_cold_ms``)
-nothing changes: the median against ``load_ms``.
+second pass learns the same figure (no drift round after round). With the machine's ``warm_reuse_ms`` W the
+kernel charges a load that reuses memory freed in the W ms before its admission less (down to ``load_ms``):
+each load is then read against what the model charged it, the memory the trace shows freed (queued nodes'
+ends, resident tools' last ``gpu_now`` ends) claimed in admission order as the kernel does, and scaled to
+the no-reuse expectation (measured x expected / charged), so the simulator's own loads teach the card's
+figures exactly. Otherwise (share 0, or no ``load_cold_ms``) nothing changes: the median against ``load_ms``.
 
 A :class:`LearnedFigure` is the median of its samples (the mean for a queued load under a cold
 share, above) with their 10th-90th percentile spread and the drift from the card (learned / card - 1).
@@ -44,16 +48,17 @@ import itertools
 import math
 import shlex
 import statistics
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsched.model.contention import _slowed, queue_load_ms, simulate
+from hetsched.model.contention import Compiled, _slowed, _warm_load, queue_load_ms, simulate
 from hetsched.model.history import RoundRecord
 from hetsched.model.mapping import Mapping, Placement
 from hetsched.model.scenario import Scenario
-from hetsched.model.trace import Trace
+from hetsched.model.trace import NodeTrace, Trace
 
 MIN_SAMPLES = 3
 """Samples a figure needs before it may be called contradicted or replace the card's figure."""
@@ -327,8 +332,9 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
     classes = {min(d, 1.0) for _, _, d in cpu}
     cpu_int = {d: _integrals(cpu, lambda k, w, d=d: _slowed(d, w / cores) if w > cores else 1.0) for d in classes}
     gt, ga = _integrals(gpu, lambda k, w: (w if w > 1.0 else 1.0) * (1.0 + kappa * (k - 1)))
+    warm = _warm_charges(c, items)
     out: list[tuple[str, str, float]] = []
-    for name, nt in items:
+    for k, (name, nt) in enumerate(items):
         i = c.index.get(name)
         if i is None:
             continue
@@ -341,8 +347,45 @@ def isolated_samples(scenario: Scenario, trace: Trace) -> list[tuple[str, str, f
             iso = _at(gt, ga, nt.end_ms) - _at(gt, ga, nt.start_ms)
             out.append((tool, "gpu_ms", iso))
             if nt.placement is Placement.GPU_QUEUE and nt.load_ms > 0:
-                out.append((tool, "load_ms", nt.load_ms))
+                load = nt.load_ms
+                charged = warm.get(k)
+                if charged is not None and charged > 0:  # as if none of its memory had been reused warm
+                    load *= c.load_cold_ms[i] / charged
+                out.append((tool, "load_ms", load))
     return out
+
+
+def _warm_charges(c: Compiled, items: Sequence[tuple[str, NodeTrace]]) -> dict[int, float]:
+    """With the machine's ``warm_reuse_ms``: per queued item (its position in ``items``), the load the
+    kernel charges it given the memory the trace shows freed on the device in the W ms before its
+    admission (queued nodes' ends, resident tools' last ``gpu_now`` ends), claimed in admission order
+    (``contention._warm_load``); empty without warm reuse or when no load can differ from its expectation."""
+    if not c.warm_ms or not any(e != w for e, w in zip(c.load_cold_ms, c.load_ms, strict=True)):
+        return {}
+    frees: list[tuple[float, int, int, float]] = []  # (when, 0, tie order, MB)
+    last_now: dict[int, tuple[float, int]] = {}  # tool -> (end of its last gpu_now node, that node)
+    queued: list[tuple[float, int, float, int]] = []  # (admitted, 1, ready, item)
+    for k, (name, nt) in enumerate(items):
+        i = c.index.get(name)
+        if i is None:
+            continue
+        if nt.placement is Placement.GPU_QUEUE:
+            frees.append((nt.end_ms, 0, i, c.vram[i]))
+            queued.append((nt.admitted_ms, 1, nt.ready_ms, k))
+        elif nt.placement is Placement.GPU_NOW:
+            ti = c.tool_idx[i]
+            last_now[ti] = max(last_now.get(ti, (-math.inf, 0)), (nt.end_ms, i))
+    frees.extend((end, 0, i, c.tool_vram[ti]) for ti, (end, i) in last_now.items())
+    freed: deque[list[float]] = deque()
+    charges: dict[int, float] = {}
+    for event in sorted([*frees, *queued]):  # at one moment the kernel frees first, then admits
+        if event[1] == 0:
+            freed.append([event[0], event[3]])
+            continue
+        k = int(event[3])
+        i = c.index[items[k][0]]
+        charges[k] = _warm_load(freed, event[0] - c.warm_ms, c.vram[i], c.load_ms[i], c.load_cold_ms[i])
+    return charges
 
 
 def traces(history: Iterable[RoundRecord]) -> list[Trace]:

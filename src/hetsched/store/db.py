@@ -336,7 +336,10 @@ class RunStore:
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        conn = self._setup(sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None))
+        # any thread may use it (an online session records each request from its caller's thread);
+        # callers that share a store between threads serialize their calls (hs.Session does)
+        conn = self._setup(sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None,
+                                           check_same_thread=False))
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() == "wal":
             # in WAL mode NORMAL keeps every committed round across a process crash; only an
