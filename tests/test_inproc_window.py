@@ -87,3 +87,21 @@ def test_run_workload_gives_the_windows_trace_and_refuses_a_mapping_that_cannot_
         run = ex2.run_window(m, clients=2, count=4)
         assert not run.completed and run.trace.kind is InfeasibleKind.NEVER_ADMISSIBLE
         assert ex2.resident_loads == {}  # nothing ran
+
+
+def test_hs_run_under_load_runs_its_windows_on_the_in_process_executor() -> None:
+    from hetsched.tools.registry import register_tool
+
+    wf = (hs.Workflow("inproc_load", mode="three_way", vram_budget_mb=1000.0)
+          .node("A", hs.function_tool("inproc_load_a", lambda x=0: 1, cpu_ms=5))
+          .node("B", hs.function_tool("inproc_load_b", lambda x: x + 1, lambda x: x + 1, cpu_ms=5, gpu_ms=1,
+                                      vram_mb=300), after="A"))
+    for tool in wf.implementations.values():
+        register_tool(tool, replace=True)
+    result = hs.run(wf.scenario(), "all-gpu", rounds=2, store=False, reference="none", executor="inproc",
+                    executor_options={"device": "standin"}, workload=hs.Workload.closed(3, requests=9))
+    for rec in result.rounds:
+        tr = rec.trace
+        assert tr.feasible and tr.executor == "inproc" and tr.load is not None and tr.load.requests == 9
+        assert len(tr.requests) == 9 and tr.load.p95_ms == tr.e2e_ms
+        assert all(p.used_mb <= 1000.0 + 1e-6 for p in tr.vram_timeline)
