@@ -42,8 +42,9 @@ from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_LATER,
     SCREEN_MIN_NODES,
     SCREEN_NODES_PER_EVALUATION_ROOT,
+    RulesDecider,
 )
-from hetsched.deciders.search import focus, local_search
+from hetsched.deciders.search import _race, _Search, focus, local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -378,6 +379,56 @@ def test_screened_search_stays_in_budget_and_is_seeded(family: str, n: int, thre
     assert min(a.seen.values()) <= a.e2e_ms <= min(a.seen.values()) * (1 + 1e-12)
     assert a.e2e_ms <= min(a.seen[s] for s in starts)
     assert a.spent().startswith(f"{len(a.seen)} mappings estimated of a budget of {budget}")
+    # with a budget every descent converges in (each start's share of the race's first phase at least
+    # what its descent alone costs), the race is no worse than any start's own descent
+    own = {s: _fresh_descent(est, c.allowed, s) for s in starts}
+    phases = math.ceil(math.log2(len(starts))) + 1
+    ample = phases * len(starts) * max(len(seen) for seen in own.values())
+    search = _Search(est, c.allowed, ample, 3, screen=True)
+    ranked = sorted(starts, key=lambda s: (search.value(s), s))
+    assert _race(search, ranked, ample)[1] <= min(min(seen.values()) for seen in own.values()) * (1 + 1e-12)
+
+
+def test_screened_race_gives_the_leading_descent_the_budget_equal_shares_cut_off() -> None:
+    """Successive halving: with many starts and a budget that equal shares would spread too thin for
+    any descent to converge, the descents that lead keep going; the result is no worse than the converged
+    descent from the start that leads at the outset (equal shares stopped 0.5% above it here)."""
+    sc = random_scenario(WorkflowSpec("layered", 40, Mode.THREE_WAY, 9))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    own = {s: _fresh_descent(est, comp.allowed, s) for s in comp.starts}
+    lead = min(comp.starts, key=lambda s: (est.e2e(s), s))
+    budget = 2 * (len(own[lead]) + 2 * len(comp.starts))
+    assert budget // (2 * len(comp.starts)) < len(own[lead])  # equal shares would cut the leader off
+    found = local_search(est, comp.starts, comp.allowed, max_evaluations=budget, seed=0, screen=True)
+    assert found.e2e_ms <= min(own[lead].values()) * (1 + 1e-12) and len(found.seen) <= budget
+
+
+def _fresh_descent(est: Estimator, allowed: Sequence[tuple[int, ...]], start: tuple[int, ...]) -> dict[
+        tuple[int, ...], float]:
+    search = _Search(est, allowed, 10**6, 0, screen=True)
+    search.descend(start)
+    return search.seen
+
+
+def test_three_way_search_also_starts_from_the_rules_mapping_queued() -> None:
+    """From ``SCREEN_MIN_NODES`` nodes on, three-way searches also start from the rules' CPU/GPU split with
+    every GPU node on ``gpu_queue`` (then promote what is worth its memory): on this fan-out every other
+    start's descent stops 10% higher, and round 0 finds the queued basin. Smaller workflows keep their
+    starts (the rules' and the uniform mappings), and binary ones have no queue."""
+    sc = random_scenario(WorkflowSpec("fanout", 30, Mode.THREE_WAY, 14))
+    d = RulesDecider()
+    comp = d._compile(sc)
+    queued = tuple(2 if c == 1 and 2 in a else c for c, a in zip(comp.rules, comp.allowed, strict=True))
+    assert comp.starts[1] == queued and sc.compiled.static_ok(queued)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    basin = min(_fresh_descent(est, comp.allowed, queued).values())
+    assert all(min(_fresh_descent(est, comp.allowed, s).values()) > 1.1 * basin for s in comp.starts if s != queued)
+    assert d._search(sc, comp, sc.machine.gpu_kappa, comp.starts).e2e_ms <= basin
+    small = random_scenario(WorkflowSpec("fanout", SCREEN_MIN_NODES - 1, Mode.THREE_WAY, 14))
+    assert len(RulesDecider()._compile(small).starts) <= 1 + len(small.placements)
+    binary = random_scenario(WorkflowSpec("fanout", 30, Mode.BINARY, 14))
+    assert len(RulesDecider()._compile(binary).starts) <= 1 + len(binary.placements)
 
 
 def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -> None:

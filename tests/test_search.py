@@ -123,6 +123,29 @@ def test_local_search_is_feasible_seeded_and_no_better_than_the_optimum(sc: Scen
         assert a.e2e_ms == min(truth.values())
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.integers(0, 3), st.integers(40, 400))
+def test_local_search_on_longer_workflows_keeps_its_budget_its_seed_and_its_starts(
+        sc_seed: int, family: str, seed: int, evals: int) -> None:
+    """Past six nodes each window is re-optimized with at most ``WINDOW_SIMULATIONS`` simulations:
+    the search never returns a mapping worse than a start it was given (or all-CPU), spends at
+    most its budget, and repeats itself for a seed."""
+    sc = random_search_scenario(14, sc_seed, family=family)
+    rng = np.random.default_rng(sc_seed)
+    ids = sc.workflow.node_ids
+    start = tuple(int(rng.choice([p.code for p in sc.allowed(v)])) for v in ids)
+    cpu = tuple(Placement.CPU.code for _ in ids)
+    sim = Simulator(sc, noise=False)
+    given_e = [e for e in (sim.e2e(Mapping(zip(ids, (Placement.of_code(c) for c in s), strict=True)))
+                           for s in (start, cpu)) if e is not None]
+    a = local_search(sc, seed=seed, max_evals=evals, starts=[start])
+    b = local_search(sc, seed=seed, max_evals=evals, starts=[start])
+    assert (a.codes, a.e2e_ms, a.evaluations) == (b.codes, b.e2e_ms, b.evaluations)
+    assert a.evaluations <= evals
+    assert a.e2e_ms <= min(given_e)
+    assert sim.e2e(Mapping(zip(ids, (Placement.of_code(c) for c in a.codes), strict=True))) == a.e2e_ms
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_best_known_reaches_the_optimum_on_ten_node_workflows(seed: int) -> None:
     """What the benchmark measures at scale, as a floor: with a modest budget the best-known

@@ -27,7 +27,8 @@ These rules seed a model. The decider reads the cards through its own estimator
 (:mod:`hetsched.deciders.estimate`: DESIGN.md's contention model, GPU interference as the machine
 block declares it until measured) and searches it (:mod:`hetsched.deciders.search`: exhaustive when
 the space fits the budget of estimates, else iterated local search from the rules' mapping and
-the uniform ones). Round 0 runs the lowest estimate.
+the uniform ones; three-way from ``SCREEN_MIN_NODES`` nodes on also from the rules' mapping with its
+``gpu_now`` nodes queued). Round 0 runs the lowest estimate.
 
 Later rounds use the evidence the monitor reports (docs/agentic.md):
 - calibration: the running averages rescale the cards a node's measured latency contradicts
@@ -273,16 +274,19 @@ with it, what holds the memory it waits for), start from every starting mapping,
 estimates is fixed (below) instead of growing with n: a decision costs a bounded number of
 simulations. Up to 16 nodes the search is the full-neighbourhood one above (the bundled and random
 suites' workflows, whose tables are pinned)."""
-SCREEN_EVALUATIONS_FIRST = 400
-"""Estimates of the screened search with nothing measured yet (round 0), at least; and..."""
+SCREEN_EVALUATIONS_FIRST = 1600
+"""Estimates of the screened search with nothing measured yet (round 0), at least (the 100-node budget
+at every size from ``SCREEN_MIN_NODES`` nodes: fewer left 20-50-node three-way workflows 2-12% above
+the best known, their descents converging to poor optima before the kicks could leave them); and..."""
 SCREEN_NODES_PER_EVALUATION_ROOT = 2.5
-"""...(n / this)^2 (400 at 50 nodes, 1,600 at 100): round 0 descends from the rules' and the uniform
+"""...(n / this)^2 (1,600 at 100 nodes, 2,500 at 125): round 0 descends from the rules' and the uniform
 mappings, often far from the optimum on three-way workflows, in O(n) improving steps of O(n) tries
 each; later rounds start near it."""
 SCREEN_EVALUATIONS_LATER = 150
 """Estimates of the screened search once something was measured (it also starts from the best measured
 mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
-like the full search's (from 1,250 nodes on)."""
+like the full search's (from 1,250 nodes on). (Twice to five times this many at 20-50 nodes, tried:
+the same workflows within 1% of the best known by round 5, decisions 2-5x slower.)"""
 CARD_TOLERANCE = 0.10
 """A node's measured mean latency must differ from the model's by more than this share before its
 card is rescaled (the noise of a few runs stays below it)."""
@@ -417,6 +421,13 @@ class RulesDecider(Decider):
             u = tuple(uniform[n].code for n in sc.workflow.node_ids)
             if est.static_ok(u) and u not in starts:
                 starts.append(u)
+        if len(allowed) >= SCREEN_MIN_NODES and sc.mode is Mode.THREE_WAY:
+            # the rules' CPU/GPU split with every GPU node queued: the other side of the residency
+            # trade-off, from which the descent promotes to gpu_now only the tools worth their memory
+            queue, now = Placement.GPU_QUEUE.code, Placement.GPU_NOW.code
+            queued = tuple(queue if c == now and queue in a else c for c, a in zip(rules, allowed, strict=True))
+            if est.static_ok(queued) and queued not in starts:
+                starts.insert(1, queued)
         compiled = _Compiled(est, allowed, rules, rules_steps, starts)
         if len(self._compiled) > 8:
             self._compiled.clear()

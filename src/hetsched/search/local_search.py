@@ -19,8 +19,9 @@ One iteration:
 2. **Window re-optimization (large neighbourhood).** A window of up to ``WINDOW`` nodes (a node and
    its DAG neighbours, the nodes of one tool, a sample of the nodes that end last, or a run of
    consecutive nodes in topological order), or of up to ``WINDOW - 1`` whole tools (one not resident
-   and resident ones), is solved exactly with the rest fixed: every combination is bounded, and
-   the survivors are simulated in bound order until the bound reaches the best value.
+   and resident ones), is re-optimized with the rest fixed: every combination is bounded, and
+   the survivors are simulated in bound order until the bound reaches the best value or
+   ``WINDOW_SIMULATIONS`` have been simulated (the first improvement is taken).
 3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
    tool made resident, one tool moved or a few random nodes moved, then resident tools moved out
    at random until the ``gpu_now`` set fits.
@@ -56,6 +57,12 @@ PATIENCE = 12
 """Windows without improvement before a kick."""
 MAX_NEIGHBOURS = 1024
 """Single-node moves bounded per descent step; longer workflows get a seeded random sample of them."""
+WINDOW_SIMULATIONS = 60
+"""Most simulations one window move spends (its combinations simulated in order of their bound):
+on long workflows a full window of six nodes simulated up to 300 of its 728 neighbours, so the
+windows took nearly the whole budget and left a handful of kicks; past the first few dozen in
+bound order an improvement is rare. The last window, which proves a workflow of up to ``WINDOW``
+free nodes optimal, is never capped."""
 _IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
 _CACHE_MAX = 200_000
 
@@ -192,10 +199,11 @@ class _Search:
             self.elite = {codes: e}
 
     def first_improvement(
-        self, cur: tuple[int, ...], cur_e: float, cands: NDArray[np.int8]
+        self, cur: tuple[int, ...], cur_e: float, cands: NDArray[np.int8], max_sims: int | None = None
     ) -> tuple[tuple[int, ...], float] | None:
         """Simulate candidates (rows of codes in node order) in order of their bound while the
-        bound can beat ``cur_e``; return the first that improves."""
+        bound can beat ``cur_e`` (and, with ``max_sims``, at most that many not simulated before);
+        return the first that improves."""
         if not len(cands):
             return None
         self.steps += 1  # bounding work counts too, so a search whose moves are all cached still ends
@@ -211,6 +219,11 @@ class _Search:
             if not fits[k]:
                 continue
             codes = tuple(cands[k].tolist())
+            if max_sims is not None:
+                if max_sims <= 0:
+                    break
+                if not self.ev.cached(codes):
+                    max_sims -= 1
             e = self.cost(codes)
             if e < limit:
                 return codes, e
@@ -346,7 +359,7 @@ class _Search:
         return [list(self.gpu_tools[k]) for k in picked]
 
     def solve_window(
-        self, cur: tuple[int, ...], cur_e: float, groups: list[list[int]]
+        self, cur: tuple[int, ...], cur_e: float, groups: list[list[int]], max_sims: int | None = None
     ) -> tuple[tuple[int, ...], float] | None:
         """The first improvement among every placement of the groups (each group's nodes together)
         with the rest as in ``cur``."""
@@ -359,7 +372,7 @@ class _Search:
         for k, g in enumerate(groups):
             full[:, g] = combos[:, k : k + 1]
         full = full[(full != base).any(axis=1)]
-        return self.first_improvement(cur, cur_e, full[self.nprng.permutation(len(full))])
+        return self.first_improvement(cur, cur_e, full[self.nprng.permutation(len(full))], max_sims)
 
     def kick(self, cur: tuple[int, ...]) -> tuple[int, ...]:
         """A perturbation of ``cur``: a tool made resident (``gpu_now``), a tool moved, or a few random
@@ -457,7 +470,7 @@ class _Search:
                     stale += 1
                 else:
                     seen_windows.add(key)
-                    step = self.solve_window(cur, cur_e, nodes)
+                    step = self.solve_window(cur, cur_e, nodes, WINDOW_SIMULATIONS)
                     if step is not None:
                         cur, cur_e = self.descend(*step)
                         stale = 0
@@ -519,4 +532,4 @@ def local_search(
     )
 
 
-__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "WINDOW", "Evaluator", "SearchResult", "local_search"]
+__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult", "local_search"]
