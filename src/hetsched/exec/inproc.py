@@ -420,20 +420,27 @@ class InProcessExecutor(ClosingExecutor):
         if not hold.start():
             hold.finish()
             return refused(hold.failure or Infeasibility(InfeasibleKind.TOOL_ERROR, "the window could not start"))
+        if hold.alone:  # one request, which runs alone: its tools are loaded, the request needs the device to itself
+            hold.finish()
         given = dict(inputs or {})
         cond = threading.Condition()
-        results: dict[int, tuple[Request, RequestResult]] = {}
+        results: dict[int, tuple[Request | None, RequestResult]] = {}
         returned: list[tuple[int, float]] = []
         zero = time.monotonic()
         first_event = len(self.fifo_log)
 
         def one(r: int) -> None:
-            req = self.begin(mapping, r)
+            req: Request | None = None
             try:
+                req = self.begin(mapping, r)
                 res = self._drive(req, {s: given[s] for s in sc.workflow.sources if s in given})
-            except BaseException as exc:  # a bug in the driving itself: the request's failure, kept
-                req.fail(f"the request raised {type(exc).__name__}: {exc}")
-                res = RequestResult(req.finish())
+            except BaseException as exc:  # the request could not be driven: its failure, kept (never a hang)
+                why = Infeasibility(InfeasibleKind.TOOL_ERROR, f"request {r} raised {type(exc).__name__}: {exc}")
+                if req is not None:
+                    req.fail(why.detail)
+                    res = RequestResult(req.finish())
+                else:
+                    res = RequestResult(Trace.refused(mapping, why, vram_budget_mb=budget, executor=self.name))
             with cond:
                 results[r] = (req, res)
                 returned.append((r, (time.monotonic() - zero) * 1000.0))
@@ -467,9 +474,11 @@ class InProcessExecutor(ClosingExecutor):
         used_device = False
         for r in sorted(results):
             req, res = results[r]
-            used_device = used_device or req._used_device
             if failure is None and not res.trace.feasible:
                 failure = res.trace.infeasibility
+            if req is None:
+                continue
+            used_device = used_device or req._used_device
             off = (req.t0 - zero) * 1000.0
             for n, nt in res.trace.nodes.items():
                 cid = instance_id(n, r)
@@ -486,7 +495,7 @@ class InProcessExecutor(ClosingExecutor):
         else:
             trace = Trace(mapping=composite, feasible=True, e2e_ms=max(nt.end_ms for nt in nodes.values()),
                           nodes=nodes, vram_timeline=timeline, vram_budget_mb=budget, executor=self.name, notes=notes)
-        index = {req.id: r for r, (req, _) in results.items()}
+        index = {req.id: r for r, (req, _) in results.items() if req is not None}
         events = list(self.fifo_log)[first_event:] if len(self.fifo_log) < FIFO_LOG_SIZE else []
         enqueued = tuple(instance_id(node, index[rid]) for e, rid, node in events if e == "enqueue" and rid in index)
         loads = {t: n - loads_before.get(t, 0) for t, n in self.resident_loads.items() if n > loads_before.get(t, 0)}
