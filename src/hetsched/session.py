@@ -127,7 +127,7 @@ class Response:
     outputs: dict[str, Any]
     """Output of each sink node, by node id (empty on the simulator, which runs no tools)."""
     round: int
-    """The round this request is in the session's run."""
+    """The round this request is in the session's run (rounds are numbered in the order requests finish)."""
     mapping: Mapping
     """The mapping it ran under."""
     trace: Trace
@@ -135,7 +135,7 @@ class Response:
     probe_ms: float = 0.0
     """Time this request spent running exploration probes before its own execution, ms."""
     waited_ms: float = 0.0
-    """Time it waited for its turn (earlier requests, or an idle-time probe in flight), ms."""
+    """Time it waited to start (``max_in_flight`` requests ahead of it, or an idle-time probe in flight), ms."""
     probes: int = 0
     """Probes this request ran."""
     fallback: str = ""
