@@ -112,6 +112,9 @@ class RequestResult:
     """Output of every sink node that ran, by node id."""
     error: ToolError | None = None
     """What failed, with the tool's own exception as its cause; None when the request ran."""
+    start_wait_ms: float = 0.0
+    """Time the request waited to start on the device (behind other requests: a change of the resident
+    tools waiting for the requests using them, a request that runs alone, VRAM to load a tool), ms."""
 
 
 class InProcessExecutor(ClosingExecutor):
@@ -347,7 +350,7 @@ class InProcessExecutor(ClosingExecutor):
     def _drive(self, req: Request, inputs: MappingABC[str, Any] | None) -> RequestResult:
         """Run a begun request's DAG to its end (:meth:`run_request`)."""
         if not req.start():
-            return RequestResult(req.finish())
+            return RequestResult(req.finish(), start_wait_ms=req.start_wait_ms)
         wf = self.scenario.workflow
         outputs: dict[str, Any] = {}
         left = {n: len(wf.preds(n)) for n in wf.node_ids}
@@ -378,8 +381,8 @@ class InProcessExecutor(ClosingExecutor):
         trace = req.finish()
         if error is not None:
             error.trace = trace
-            return RequestResult(trace, {}, error)
-        return RequestResult(trace, {s: outputs[s] for s in wf.sinks if s in outputs})
+            return RequestResult(trace, {}, error, start_wait_ms=req.start_wait_ms)
+        return RequestResult(trace, {s: outputs[s] for s in wf.sinks if s in outputs}, start_wait_ms=req.start_wait_ms)
 
     def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
         """Execute one round (sources get no inputs); infeasible or failed rounds come back refused."""
@@ -546,6 +549,8 @@ class Request:
         """Why the request failed (the first failure), or None."""
         self.setup_ms = 0.0
         """Time spent loading the gpu_now tools before t = 0 (waiting for them to fit included), ms."""
+        self.start_wait_ms = 0.0
+        """Of :attr:`setup_ms`, the time spent waiting for this request's turn on the device, ms."""
         self.t0 = time.monotonic()
         self._started = False
         self._finished: Trace | None = None
@@ -613,6 +618,7 @@ class Request:
         cards = self.sc.cards
         missing: list[str] = []
         need = 0.0
+        begin = time.monotonic()
         with ex._dev:
             ex._start_fifo.append(ticket)
             try:
@@ -634,6 +640,7 @@ class Request:
                 ex._dev.notify_all()
                 raise
             ex._start_fifo.popleft()
+            self.start_wait_ms = (time.monotonic() - begin) * 1000.0
             if need:
                 ex._change(need)
                 ex._loading.update(missing)
