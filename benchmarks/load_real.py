@@ -8,7 +8,8 @@ second, E2E that mapping's predicted one-request latency, the same arrival times
 same workload goes to
 
 - the simulator (the kernel on the scenario's cards, noise-free): the predicted p50/p95;
-- a real executor (``local``: worker processes, the stand-in device; or ``ray``): the measured p50/p95,
+- a real executor (``local``: worker processes, the stand-in device; ``ray``; or ``inproc``: threads of
+  this process, one per request, the stand-in device's one thread): the measured p50/p95,
 
 and the table prints both and their ratio (measured / predicted), with the peak device memory the
 local executor measured (its memory watch is widened, ``memory_slack`` 4: under load several calls
@@ -21,7 +22,7 @@ their mean call time, the window and the peak memory, predicted (processor shari
 Timing on a shared machine is noisy: the load average is printed before and after; the numbers in
 BENCHMARKS.md come from a quiet machine. Runs in about 3-5 minutes on 2 cores (local).
 
-    python benchmarks/load_real.py [--executor local|ray] [--arrivals closed|open] [--requests 30] [--seed 0]
+    python benchmarks/load_real.py [--executor local|ray|inproc] [--arrivals closed|open] [--requests 30] [--seed 0]
                                    [--alone 5] [--out FILE.json]
 
 ``--executor ray`` starts a local Ray cluster (on a machine whose only interface is loopback, run
@@ -108,7 +109,7 @@ def call_stats(tr: Any) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--executor", choices=("local", "ray"), default="local")
+    ap.add_argument("--executor", choices=("local", "ray", "inproc"), default="local")
     ap.add_argument("--arrivals", choices=("closed", "open"), default="closed")
     ap.add_argument("--requests", type=int, default=30, help="requests per load (default 30)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default 0)")

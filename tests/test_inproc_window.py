@@ -87,3 +87,33 @@ def test_run_workload_gives_the_windows_trace_and_refuses_a_mapping_that_cannot_
         run = ex2.run_window(m, clients=2, count=4)
         assert not run.completed and run.trace.kind is InfeasibleKind.NEVER_ADMISSIBLE
         assert ex2.resident_loads == {}  # nothing ran
+
+
+def test_hs_run_under_load_runs_its_windows_on_the_in_process_executor() -> None:
+    from hetsched.tools.registry import register_tool
+
+    wf = (hs.Workflow("inproc_load", mode="three_way", vram_budget_mb=1000.0)
+          .node("A", hs.function_tool("inproc_load_a", lambda x=0: 1, cpu_ms=5))
+          .node("B", hs.function_tool("inproc_load_b", lambda x: x + 1, lambda x: x + 1, cpu_ms=5, gpu_ms=1,
+                                      vram_mb=300), after="A"))
+    for tool in wf.implementations.values():
+        register_tool(tool, replace=True)
+    result = hs.run(wf.scenario(), "all-gpu", rounds=2, store=False, reference="none", executor="inproc",
+                    executor_options={"device": "standin"}, workload=hs.Workload.closed(3, requests=9))
+    for rec in result.rounds:
+        tr = rec.trace
+        assert tr.feasible and tr.executor == "inproc" and tr.load is not None and tr.load.requests == 9
+        assert len(tr.requests) == 9 and tr.load.p95_ms == tr.e2e_ms
+        assert all(p.used_mb <= 1000.0 + 1e-6 for p in tr.vram_timeline)
+
+
+def test_a_window_of_one_request_keeps_the_one_request_rules() -> None:
+    # 600 (resident) + 500 (queued) > 1000: cannot serve a window of several requests, but one request
+    # runs (the resident tool makes room once its node has run), as it would alone
+    wf = hs.Workflow("one", mode="three_way", vram_budget_mb=1000.0).node(
+        "E", hs.function_tool("e6b", lambda x=0: 1, lambda x=0: 1, vram_mb=600)).node(
+        "Q", hs.function_tool("q5b", lambda x: x + 1, lambda x: x + 1, vram_mb=500), after="E")
+    with InProcessExecutor(wf.scenario(), tools=wf.implementations, device="standin") as ex:
+        run = ex.run_window(Mapping({"E": "gpu_now", "Q": "gpu_queue"}), releases_ms=[0.0])
+        assert run.completed and run.count == 1
+        assert max(p.used_mb for p in run.trace.vram_timeline) <= 1000.0 + 1e-6

@@ -298,6 +298,7 @@ def test_a_mapping_change_waits_for_the_requests_using_a_resident_tool() -> None
         assert events.index("A gpu end 1") < events.index("unload a standin") < events.index("load b standin")
         assert events.count("load a standin") == 1
         assert ex.vram_peak_mb <= 1000.0 + 1e-6
+        assert clients.responses[2].waited_ms > 0.0  # it waited for request 1 to drain, and says so
 
 
 def test_node_by_node_requests_overlap_with_submits() -> None:

@@ -127,7 +127,7 @@ class Response:
     outputs: dict[str, Any]
     """Output of each sink node, by node id (empty on the simulator, which runs no tools)."""
     round: int
-    """The round this request is in the session's run."""
+    """The round this request is in the session's run (rounds are numbered in the order requests finish)."""
     mapping: Mapping
     """The mapping it ran under."""
     trace: Trace
@@ -135,7 +135,9 @@ class Response:
     probe_ms: float = 0.0
     """Time this request spent running exploration probes before its own execution, ms."""
     waited_ms: float = 0.0
-    """Time it waited for its turn (earlier requests, or an idle-time probe in flight), ms."""
+    """Time it waited to start: for its place among the requests in flight (``max_in_flight``, an
+    idle-time probe in flight) and for its turn on the device (a change of the resident tools waiting
+    for the requests using them, a mapping that runs alone), ms. Not part of ``e2e_ms``."""
     probes: int = 0
     """Probes this request ran."""
     fallback: str = ""
@@ -538,7 +540,7 @@ class Session:
         if not result.trace.feasible:
             raise InfeasibleMappingError(f"request {r} could not run: {result.trace.reason}", result.trace, r)
         return Response(outputs=result.outputs, round=r, mapping=proposal.mapping, trace=result.trace,
-                        probe_ms=probe_ms, waited_ms=waited_ms, probes=len(probes),
+                        probe_ms=probe_ms, waited_ms=waited_ms + result.start_wait_ms, probes=len(probes),
                         fallback=str(proposal.info.get("session_guard", "")))
 
     def _commit(self, proposal: Proposal, trace: Trace, probes: tuple[Probe, ...]) -> int:

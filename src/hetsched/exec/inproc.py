@@ -112,6 +112,9 @@ class RequestResult:
     """Output of every sink node that ran, by node id."""
     error: ToolError | None = None
     """What failed, with the tool's own exception as its cause; None when the request ran."""
+    start_wait_ms: float = 0.0
+    """Time the request waited to start on the device (behind other requests: a change of the resident
+    tools waiting for the requests using them, a request that runs alone, VRAM to load a tool), ms."""
 
 
 class InProcessExecutor(ClosingExecutor):
@@ -347,7 +350,7 @@ class InProcessExecutor(ClosingExecutor):
     def _drive(self, req: Request, inputs: MappingABC[str, Any] | None) -> RequestResult:
         """Run a begun request's DAG to its end (:meth:`run_request`)."""
         if not req.start():
-            return RequestResult(req.finish())
+            return RequestResult(req.finish(), start_wait_ms=req.start_wait_ms)
         wf = self.scenario.workflow
         outputs: dict[str, Any] = {}
         left = {n: len(wf.preds(n)) for n in wf.node_ids}
@@ -378,8 +381,8 @@ class InProcessExecutor(ClosingExecutor):
         trace = req.finish()
         if error is not None:
             error.trace = trace
-            return RequestResult(trace, {}, error)
-        return RequestResult(trace, {s: outputs[s] for s in wf.sinks if s in outputs})
+            return RequestResult(trace, {}, error, start_wait_ms=req.start_wait_ms)
+        return RequestResult(trace, {s: outputs[s] for s in wf.sinks if s in outputs}, start_wait_ms=req.start_wait_ms)
 
     def run(self, mapping: Mapping, seed: int | None = 0) -> Trace:
         """Execute one round (sources get no inputs); infeasible or failed rounds come back refused."""
@@ -420,20 +423,27 @@ class InProcessExecutor(ClosingExecutor):
         if not hold.start():
             hold.finish()
             return refused(hold.failure or Infeasibility(InfeasibleKind.TOOL_ERROR, "the window could not start"))
+        if hold.alone:  # one request, which runs alone: its tools are loaded, the request needs the device to itself
+            hold.finish()
         given = dict(inputs or {})
         cond = threading.Condition()
-        results: dict[int, tuple[Request, RequestResult]] = {}
+        results: dict[int, tuple[Request | None, RequestResult]] = {}
         returned: list[tuple[int, float]] = []
         zero = time.monotonic()
         first_event = len(self.fifo_log)
 
         def one(r: int) -> None:
-            req = self.begin(mapping, r)
+            req: Request | None = None
             try:
+                req = self.begin(mapping, r)
                 res = self._drive(req, {s: given[s] for s in sc.workflow.sources if s in given})
-            except BaseException as exc:  # a bug in the driving itself: the request's failure, kept
-                req.fail(f"the request raised {type(exc).__name__}: {exc}")
-                res = RequestResult(req.finish())
+            except BaseException as exc:  # the request could not be driven: its failure, kept (never a hang)
+                why = Infeasibility(InfeasibleKind.TOOL_ERROR, f"request {r} raised {type(exc).__name__}: {exc}")
+                if req is not None:
+                    req.fail(why.detail)
+                    res = RequestResult(req.finish())
+                else:
+                    res = RequestResult(Trace.refused(mapping, why, vram_budget_mb=budget, executor=self.name))
             with cond:
                 results[r] = (req, res)
                 returned.append((r, (time.monotonic() - zero) * 1000.0))
@@ -467,9 +477,11 @@ class InProcessExecutor(ClosingExecutor):
         used_device = False
         for r in sorted(results):
             req, res = results[r]
-            used_device = used_device or req._used_device
             if failure is None and not res.trace.feasible:
                 failure = res.trace.infeasibility
+            if req is None:
+                continue
+            used_device = used_device or req._used_device
             off = (req.t0 - zero) * 1000.0
             for n, nt in res.trace.nodes.items():
                 cid = instance_id(n, r)
@@ -486,7 +498,7 @@ class InProcessExecutor(ClosingExecutor):
         else:
             trace = Trace(mapping=composite, feasible=True, e2e_ms=max(nt.end_ms for nt in nodes.values()),
                           nodes=nodes, vram_timeline=timeline, vram_budget_mb=budget, executor=self.name, notes=notes)
-        index = {req.id: r for r, (req, _) in results.items()}
+        index = {req.id: r for r, (req, _) in results.items() if req is not None}
         events = list(self.fifo_log)[first_event:] if len(self.fifo_log) < FIFO_LOG_SIZE else []
         enqueued = tuple(instance_id(node, index[rid]) for e, rid, node in events if e == "enqueue" and rid in index)
         loads = {t: n - loads_before.get(t, 0) for t, n in self.resident_loads.items() if n > loads_before.get(t, 0)}
@@ -537,6 +549,8 @@ class Request:
         """Why the request failed (the first failure), or None."""
         self.setup_ms = 0.0
         """Time spent loading the gpu_now tools before t = 0 (waiting for them to fit included), ms."""
+        self.start_wait_ms = 0.0
+        """Of :attr:`setup_ms`, the time spent waiting for this request's turn on the device, ms."""
         self.t0 = time.monotonic()
         self._started = False
         self._finished: Trace | None = None
@@ -604,6 +618,7 @@ class Request:
         cards = self.sc.cards
         missing: list[str] = []
         need = 0.0
+        begin = time.monotonic()
         with ex._dev:
             ex._start_fifo.append(ticket)
             try:
@@ -625,6 +640,7 @@ class Request:
                 ex._dev.notify_all()
                 raise
             ex._start_fifo.popleft()
+            self.start_wait_ms = (time.monotonic() - begin) * 1000.0
             if need:
                 ex._change(need)
                 ex._loading.update(missing)
