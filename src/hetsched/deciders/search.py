@@ -20,6 +20,11 @@ rank lowest, within a budget of estimates.
   the phase's estimates equally, then the half with the higher estimates drop out (a descent that
   converged keeps its result and needs no more); the last one descends to convergence. The budget
   goes to the promising basin instead of being cut into equal shares that stop every descent early.
+  Making room, screened, also judges evictions by the current run: first the resident tools whose
+  eviction costs that run least per MB (the CPU time or load it adds beyond each node's slack, from
+  the same timings), then the cards' ranking; and a tool moved to ``gpu_now`` whole makes room too.
+  The cards' benefit per MB misjudges a tool that ends early (its GPU time saves nothing the run
+  waits for) and one on the critical chain alike: the knapsack exchanges the descent missed.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
