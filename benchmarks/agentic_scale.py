@@ -16,7 +16,8 @@ and scores the noise-free E2E of the best mapping played against the best known:
 search room's ``best_known`` (``--reference-evals`` simulations; 0 skips it), a screened search of
 the decider's own noise-free model with ``--search-evals`` estimates (16 times the round-0 budget
 by default; the model is the simulator's kernel, so its estimate is the noise-free E2E) from the
-cards' rules and the uniform mappings, and every mapping either checkout played.
+decider's round-0 starts (this checkout's: the cards' rules, in three-way also with its ``gpu_now`` nodes
+queued, and the uniform mappings), and every mapping either checkout played.
 
 Run: python benchmarks/agentic_scale.py --quality --sizes 20 30 50 100 --seeds 41
      [--families layered random forkjoin diamond fanout] [--old /path/to/old/checkout]

@@ -608,3 +608,41 @@ def test_cli_suite_errors(capsys: pytest.CaptureFixture[str]) -> None:
             main(["bench", *args])
         assert exc.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_screened_making_room_evicts_what_the_current_run_needs_least() -> None:
+    """Making room judged by the run (issue 17's knapsack exchanges): promoting ``y`` needs 50 MB more;
+    tool ``a`` has the least GPU benefit per MB but is on the critical chain, ``b`` is worth more per MB
+    on its card yet ends early, with slack for its CPU time. The screened search's loss of an eviction
+    is its added time beyond the node's slack (none for ``b``; for ``a`` its 900 ms less its wait for ``y``), so its first room
+    evicts ``b`` and the descent ends with ``a`` and ``y`` resident; the cards' ranking would evict
+    ``a`` (kept as a second candidate, and the only one unscreened). (The 20 ms: the edges' copies.)"""
+    wf = make_workflow([("s", "src"), ("a", "ta"), ("b", "tb"), ("y", "ty"), ("k", "snk")],
+                       [("s", "a"), ("s", "b"), ("s", "y"), ("a", "k"), ("b", "k"), ("y", "k")])
+    cards = [make_card("src", 1.0, None, 0.0, 0.0), make_card("snk", 1.0, None, 0.0, 0.0),
+             make_card("ta", 1000.0, 100.0, 0.0, 1000.0), make_card("tb", 100.0, 10.0, 0.0, 50.0),
+             make_card("ty", 500.0, 20.0, 0.0, 100.0)]
+    sc = make_scenario(wf, cards, vram_budget_mb=1100.0)
+    est = Estimator(sc, 0.0)
+    c = sc.compiled
+    cpu, now = Placement.CPU.code, Placement.GPU_NOW.code
+    a, b, y = (c.index[x] for x in "aby")
+    cur = tuple(now if i in (a, b) else cpu for i in range(c.n))
+    search = _Search(est, c.allowed, 100, 0, screen=True)
+    tm = est.timings(cur)
+    assert tm is not None
+    search.run_loss(cur, tm)
+    assert search.loss is not None
+    # b's 90 ms more on the CPU fit in its slack; a's 900 ms less the time it waits for y (on the CPU)
+    slack_a = tm.end[y] - tm.end[a]
+    assert search.loss[cpu][c.tool_idx[b]] == 0.0
+    assert 900.0 - slack_a - 20.0 <= search.loss[cpu][c.tool_idx[a]] <= 900.0 - slack_a + 20.0
+    assert search.per_mb[c.tool_idx[a]] < search.per_mb[c.tool_idx[b]]
+    promoted = tuple(now if i == y else p for i, p in enumerate(cur))
+    rooms = search.make_room(promoted, y)
+    assert rooms[0][b] == cpu and rooms[0][a] == now and rooms[0][y] == now
+    assert any(r[a] == cpu and r[b] == now for r in rooms[1:])
+    plain = _Search(est, c.allowed, 100, 0)  # unscreened: no run, the cards' ranking alone
+    assert [r[a] for r in plain.make_room(promoted, y)] == [cpu]
+    best, best_e = search.descend(cur)
+    assert best[a] == best[y] == now and best[b] == cpu and best_e < est.e2e(cur)

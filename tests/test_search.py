@@ -275,3 +275,16 @@ def test_reference_command_prints_the_oracle_or_a_labelled_best_known(tmp_path: 
     assert code == 2 and "hetsched reference" in text and "Traceback" not in text
     code, text = cli(capsys, "reference", "S13", "--kind", "none")
     assert code == 2 and "accepted: auto, oracle, best-known" in text
+
+
+def test_local_search_greedy_start_queues_by_the_load_the_model_charges() -> None:
+    """The greedy start sends to the queue the tool whose loads cost least per MB freed, by the load
+    the kernel charges (``queue_load_ms``: under ``cold_load_share`` 1, A's 5 s cold load, three
+    times queued), not the card's warm ``load_ms`` (A's 10 ms, which would queue A's three nodes).
+    Three simulations: all-CPU, all-queue and the greedy start, so the result is the greedy start."""
+    cards = [make_card("A", cpu_ms=20_000.0, gpu_ms=100.0, load_ms=10.0, load_cold_ms=5000.0, vram_mb=600.0),
+             make_card("B", cpu_ms=20_000.0, gpu_ms=100.0, load_ms=100.0, vram_mb=600.0)]
+    wf = make_workflow([("a1", "A"), ("a2", "A"), ("a3", "A"), ("b", "B")], [("a1", "a2"), ("a2", "a3")])
+    sc = make_scenario(wf, cards, Mode.THREE_WAY, vram_budget_mb=1000.0, cold_load_share=1.0)
+    found = local_search(sc, seed=0, max_evals=3)
+    assert found.codes == (Placement.GPU_NOW.code,) * 3 + (Placement.GPU_QUEUE.code,)

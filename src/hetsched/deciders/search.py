@@ -20,6 +20,11 @@ rank lowest, within a budget of estimates.
   the phase's estimates equally, then the half with the higher estimates drop out (a descent that
   converged keeps its result and needs no more); the last one descends to convergence. The budget
   goes to the promising basin instead of being cut into equal shares that stop every descent early.
+  Making room, screened, also judges evictions by the current run: first the resident tools whose
+  eviction costs that run least per MB (the CPU time or load it adds beyond each node's slack, from
+  the same timings), then the cards' ranking; and a tool moved to ``gpu_now`` whole makes room too.
+  The cards' benefit per MB misjudges a tool that ends early (its GPU time saves nothing the run
+  waits for) and one on the critical chain alike: the knapsack exchanges the descent missed.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
@@ -140,6 +145,15 @@ class _Search:
             saved = est.cpu_ms[i] - est.gpu_ms[i] if math.isfinite(est.gpu_ms[i]) else 0.0
             benefit[t] = benefit.get(t, 0.0) + saved
         self.per_mb = {t: b / max(self.tool_vram[t], 1e-9) for t, b in benefit.items()}
+        # a topological order (Kahn's), for run_loss's backward pass
+        c = est.compiled
+        left = list(c.npreds)
+        self.topo = [i for i in range(n) if left[i] == 0]
+        for u in self.topo:  # grows while iterating
+            for w, _ in c.succs[u]:
+                left[w] -= 1
+                if left[w] == 0:
+                    self.topo.append(w)
 
     @property
     def spent(self) -> bool:
@@ -166,15 +180,65 @@ class _Search:
                 out.extend(self.make_room(cand, i))
         return out
 
+    def run_loss(self, cur: Codes, tm: Timings) -> None:
+        """What evicting each resident tool would cost the current run (``tm``: ``cur``'s timings), for
+        making room: per ``gpu_now`` node, the time the move adds (on the CPU its card's CPU minus GPU
+        time, on ``gpu_queue`` its load; where the queue is not allowed, the CPU's) less its slack in
+        the run (how much later it could end without delaying the last sink: a backward pass over the
+        recorded waits and runs), summed per tool.
+        Under a workload window (several instances) it is left unset: the cards' benefit per MB ranks."""
+        c = self.est.compiled
+        self.loss = None
+        if len(tm.end) != self.n:
+            return
+        end, ready = tm.end, tm.ready
+        cpu_side = [p == CPU_CODE for p in cur]
+        latest = [math.inf] * self.n
+        last = max(end[s] for s in c.sinks)
+        for s in c.sinks:
+            latest[s] = last
+        for v in reversed(self.topo):
+            lv = latest[v]
+            if math.isinf(lv):  # not upstream of a sink (cannot happen in a valid workflow)
+                lv = latest[v] = last
+            begin = lv - (end[v] - ready[v])
+            for u in c.preds[v]:
+                delay = next(d for w, d in c.succs[u] if w == v) if cpu_side[u] != cpu_side[v] else 0.0
+                latest[u] = min(latest[u], begin - delay)
+        to_queue: dict[int, float] = {}
+        to_cpu: dict[int, float] = {}
+        for j in range(self.n):
+            if cur[j] != NOW_CODE:
+                continue
+            t = self.tool[j]
+            slack = max(0.0, latest[j] - end[j])
+            cpu_loss = max(0.0, self.est.cpu_ms[j] - self.est.gpu_ms[j] - slack)
+            to_cpu[t] = to_cpu.get(t, 0.0) + cpu_loss
+            # make_room sends a node the queue does not allow to the CPU
+            queue_loss = max(0.0, c.load_ms[j] - slack) if QUEUE_CODE in self.allowed[j] else cpu_loss
+            to_queue[t] = to_queue.get(t, 0.0) + queue_loss
+        self.loss = {QUEUE_CODE: to_queue, CPU_CODE: to_cpu}
+
+    loss: dict[int, dict[int, float]] | None = None
+    """Per eviction target, per resident tool of the mapping being descended from, :meth:`run_loss`."""
+
     def make_room(self, cand: Codes, i: int) -> list[Codes]:
-        """``cand`` (node ``i`` promoted, over budget) with resident tools of least benefit per MB
-        moved off ``gpu_now`` until the set fits: once to ``gpu_queue`` where allowed, once to the CPU."""
+        """``cand`` (node ``i`` promoted, over budget) with resident tools moved off ``gpu_now`` until
+        the set fits: once to ``gpu_queue`` where allowed, once to the CPU; the tools of least GPU
+        benefit per MB first and, when screened, also those whose eviction costs the current run
+        least per MB (:meth:`run_loss`)."""
         tool, vram = self.tool, self.tool_vram
-        resident = sorted({tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]},
-                          key=lambda t: (self.per_mb[t], t))
+        residents = {tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]}
         need = sum(vram[t] for t in {tool[j] for j in range(self.n) if cand[j] == NOW_CODE})
-        out: list[Codes] = []
+        orders: list[tuple[int, list[int]]] = []
         for target in (QUEUE_CODE, CPU_CODE):
+            if self.loss is not None:
+                loss = self.loss[target]
+                orders.append((target, sorted(residents, key=lambda t: (loss.get(t, math.inf) / max(vram[t], 1e-9),
+                                                                         self.per_mb[t], t))))
+            orders.append((target, sorted(residents, key=lambda t: (self.per_mb[t], t))))
+        out: list[Codes] = []
+        for target, resident in orders:
             codes = list(cand)
             left = need
             for t in resident:
@@ -184,7 +248,7 @@ class _Search:
                     if tool[j] == t and codes[j] == NOW_CODE:
                         codes[j] = target if target in self.allowed[j] else CPU_CODE
                 left -= vram[t]
-            if left <= self.est.budget:
+            if left <= self.est.budget and tuple(codes) not in out:
                 out.append(tuple(codes))
         return out
 
@@ -203,6 +267,8 @@ class _Search:
                 for j in g:
                     codes[j] = p
                 out.append(tuple(codes))
+                if self.screen and p == NOW_CODE and not self.est.static_ok(out[-1]):
+                    out.extend(self.make_room(out[-1], g[0]))  # the tool made resident, others evicted
         return out
 
     def descend(self, cur: Codes) -> tuple[Codes, float]:
@@ -211,8 +277,10 @@ class _Search:
         while improved and not self.spent:
             improved = False
             tm = self.est.timings(cur) if self.screen and math.isfinite(cur_e) else None
+            self.loss = None
             if tm is not None:
                 order = focus(self.est.compiled, cur, tm)
+                self.run_loss(cur, tm)
             else:
                 order = list(range(self.n))
                 self.rng.shuffle(order)

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hetsched.model import Scenario
-from hetsched.model.contention import simulate
+from hetsched.model import Placement, Scenario
+from hetsched.model.contention import queue_load_ms, simulate
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
@@ -426,6 +426,7 @@ class _Search:
             codes.append(NOW if card.gpu_ms is not None and card.gpu_ms < card.cpu_ms else CPU)
         budget = sc.machine.vram_budget_mb
         wf = sc.workflow
+        queue_ok = Placement.GPU_QUEUE in sc.placements  # the mode's placements (members, not codes)
         while True:
             tools = {wf.tool_of[v] for i, v in enumerate(self.ids) if codes[i] == NOW}
             need = sum(sc.cards[t].vram_mb for t in tools)
@@ -435,15 +436,15 @@ class _Search:
             def penalty(t: str) -> float:
                 card = sc.cards[t]
                 k = sum(1 for i, v in enumerate(self.ids) if codes[i] == NOW and wf.tool_of[v] == t)
-                if QUEUE in sc.placements and card.vram_mb <= budget:
-                    extra = card.load_ms
+                if queue_ok and card.vram_mb <= budget:
+                    extra = queue_load_ms(card, sc.machine)  # the load the kernel charges a queued node
                 else:
                     extra = card.cpu_ms - (card.gpu_ms or 0.0)
                 return k * extra / max(card.vram_mb, 1e-9)
 
             worst = min(sorted(tools), key=penalty)
             card = sc.cards[worst]
-            to = QUEUE if QUEUE in sc.placements and card.vram_mb <= budget else CPU
+            to = QUEUE if queue_ok and card.vram_mb <= budget else CPU
             for i, v in enumerate(self.ids):
                 if codes[i] == NOW and wf.tool_of[v] == worst:
                     codes[i] = to
