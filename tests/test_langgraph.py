@@ -403,7 +403,10 @@ def test_a_tool_that_raises_fails_its_request_not_the_session() -> None:
         assert kinds == ["tool_error", "tool_error"]
 
 
-def test_concurrent_invokes_are_served_in_turn_each_with_its_own_request() -> None:
+def test_concurrent_invokes_each_get_their_own_result_response_and_round() -> None:
+    """Invokes from several threads overlap in the session (that they run at once is proved in
+    tests/test_session_load.py); each caller gets its own graph result and its own request's response,
+    and every request is recorded once, rounds numbered 0..n-1 as they finish."""
     import threading
 
     results: dict[int, int] = {}
