@@ -9,7 +9,8 @@ import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hetsched.model import Edge, Machine, Mode, Node, RoundRecord, Scenario, ToolCard, Workflow
+from hetsched.model import Edge, Machine, Mapping, Mode, Node, Proposal, RoundRecord, Scenario, ToolCard, Workflow
+from hetsched.policies import Policy
 from hetsched.store import decision_to_dict
 
 
@@ -130,3 +131,17 @@ def run_cli(capsys: Any, *args: str) -> tuple[int, str, str]:
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     return code, out, err
+
+
+class ScriptPolicy(Policy):
+    """A policy that proposes ``mappings[len(history)]`` (the last one after that): a session test
+    names the mappings its requests run under."""
+
+    name = "script"
+
+    def __init__(self, mappings: list[dict[str, str]]) -> None:
+        super().__init__()
+        self.mappings = mappings
+
+    def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
+        return Proposal(Mapping(self.mappings[min(len(history), len(self.mappings) - 1)]), rationale="script")

@@ -403,7 +403,10 @@ def test_a_tool_that_raises_fails_its_request_not_the_session() -> None:
         assert kinds == ["tool_error", "tool_error"]
 
 
-def test_concurrent_invokes_are_served_in_turn_each_with_its_own_request() -> None:
+def test_concurrent_invokes_each_get_their_own_result_response_and_round() -> None:
+    """Invokes from several threads overlap in the session (that they run at once is proved in
+    tests/test_session_load.py); each caller gets its own graph result and its own request's response,
+    and every request is recorded once, rounds numbered 0..n-1 as they finish."""
     import threading
 
     results: dict[int, int] = {}
@@ -422,6 +425,40 @@ def test_concurrent_invokes_are_served_in_turn_each_with_its_own_request() -> No
         assert results == {x: 2 * (2 * x + 1) for x in range(6)}
         assert sorted(rec.round for rec in app.session.rounds) == list(range(6))
         assert sorted(rounds.values()) == list(range(6))  # each caller got its own request's response
+
+
+def test_an_ainvoke_cancelled_while_it_waits_for_its_turn_does_not_hang_close() -> None:
+    """A real dropped handle: asyncio cancels ainvoke while its begin_request waits (in a thread) for
+    the session's one slot; the thread still gets the request, and nobody is left to finish it. The
+    session records it as abandoned and closes (a hang is caught by a join limit, never timed)."""
+    import asyncio
+    import threading
+
+    from hetsched.session import ABANDONED
+
+    hang_s = 120.0
+    app = hlg.ScheduledGraph(_diamond(), vram_budget_mb=100, tools=DIAMOND_TOOLS, store=False, max_in_flight=1)
+    held = app.session.begin_request(thread_bound=False)  # the slot is taken: ainvoke must wait
+    held.run_node("a", [1])
+    cancelled = threading.Event()
+
+    async def impatient() -> None:
+        with pytest.raises(TimeoutError):  # it can never start while `held` is open
+            await asyncio.wait_for(app.ainvoke({"x": 1}), timeout=0.05)
+        cancelled.set()
+
+    loop_thread = threading.Thread(target=lambda: asyncio.run(impatient()), daemon=True)
+    loop_thread.start()
+    assert cancelled.wait(hang_s), "ainvoke was never cancelled"
+    held.finish()  # the waiting begin_request now gets the slot, for a caller that has gone
+    loop_thread.join(hang_s)
+    assert not loop_thread.is_alive()
+    closer = threading.Thread(target=app.close, daemon=True)
+    closer.start()
+    closer.join(hang_s)
+    assert not closer.is_alive(), "close() hung on the abandoned request"
+    rounds = app.session.rounds
+    assert len(rounds) == 2 and ABANDONED in rounds[1].trace.reason
 
 
 def test_ainvoke_serves_requests_from_asyncio_with_sync_and_async_nodes() -> None:

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import ScriptPolicy
 
 import hetsched as hs
-from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Placement, Proposal
+from hetsched.model import Infeasibility, InfeasibleKind, Mapping, Placement
 from hetsched.store import RunStore
 
 STANDIN = {"device": "standin"}
@@ -284,17 +285,6 @@ def test_a_gpu_now_node_called_concurrently_and_again_in_one_request() -> None:
         assert loads.count("standin") == 1
 
 
-class _Script(hs.Policy):
-    """Proposes the given mappings in turn, then the last one again."""
-
-    name = "script"
-
-    def __init__(self, mappings: list[dict[str, str]]) -> None:
-        super().__init__()
-        self.mappings = mappings
-
-    def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
-        return Proposal(Mapping(self.mappings[min(len(history), len(self.mappings) - 1)]), rationale="script")
 
 
 _PLACEMENTS = st.sampled_from(["cpu", "gpu_now", "gpu_queue"])
@@ -334,7 +324,7 @@ def test_gpu_now_tools_stay_resident_across_requests_while_the_mapping_keeps_the
     held: set[str] = set()  # the gpu_now tools resident between requests
     stretches = 0  # loads a resident tool needs: one per stretch of requests keeping it gpu_now (no eviction)
     mappings = [m for m in mappings if wf.scenario().infeasibility(Mapping(m)) is None]
-    with hs.Session(wf, policy=_Script(mappings or [{}]), store=False, executor_options=STANDIN) as s:
+    with hs.Session(wf, policy=ScriptPolicy(mappings or [{}]), store=False, executor_options=STANDIN) as s:
         for x, m in enumerate(mappings):
             now = {"left" if n == "L" else "right" for n in ("L", "R") if m[n] == "gpu_now"}
             queued = sum(m[n] == "gpu_queue" for n in ("L", "R"))
@@ -370,7 +360,7 @@ def test_the_same_mapping_loads_a_gpu_now_tool_once_and_a_change_unloads_it() ->
     spec = hs.function_tool("mul", lambda h, x: 3 * x, lambda h, x: 3 * x, load=load,
                             unload=lambda h: events.append(("unload", h)), cpu_ms=50, gpu_ms=1, vram_mb=100)
     wf = hs.Workflow("serve").node("A", spec)
-    script = _Script([{"A": "gpu_now"}] * 4 + [{"A": "cpu"}])
+    script = ScriptPolicy([{"A": "gpu_now"}] * 4 + [{"A": "cpu"}])
     with hs.Session(wf, policy=script, store=False, executor_options=STANDIN) as s:
         for x in range(4):
             assert s.submit(x).outputs == {"A": 3 * x}
@@ -390,7 +380,7 @@ def test_a_resident_tool_is_evicted_for_a_queued_node_and_reloaded_through_the_f
     wf = (hs.Workflow("evict", mode="three_way", vram_budget_mb=1000.0)
           .node("L", spec("left")).node("R", spec("right"), after="L"))
     m = {"L": "gpu_now", "R": "gpu_queue"}
-    with hs.Session(wf, policy=_Script([m]), store=False, executor_options=STANDIN) as s:
+    with hs.Session(wf, policy=ScriptPolicy([m]), store=False, executor_options=STANDIN) as s:
         for x in range(3):
             resp = s.submit(x)
             assert resp.outputs == {"R": 4 * x}

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.factories import ScriptPolicy
 
 import hetsched as hs
 from hetsched.exec.inproc import InProcessExecutor
@@ -37,17 +38,6 @@ def until(cond: Callable[[], bool], what: str) -> None:
         time.sleep(0.001)
 
 
-class _Script(hs.Policy):
-    """Proposes ``mappings[len(history)]`` (the last one after that)."""
-
-    name = "script"
-
-    def __init__(self, mappings: list[dict[str, str]]) -> None:
-        super().__init__()
-        self.mappings = mappings
-
-    def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
-        return Proposal(Mapping(self.mappings[min(len(history), len(self.mappings) - 1)]), rationale="script")
 
 
 class Clients:
@@ -126,7 +116,7 @@ def test_a_resident_tool_is_loaded_once_and_serves_concurrent_calls_of_every_req
     wf = hs.Workflow("shared").node("src", hs.function_tool("inc", lambda x: x + 1)).node(
         "A", hs.function_tool("mul", lambda m, x: m * x, gpu, load=load, cpu_ms=50, gpu_ms=1, vram_mb=100),
         after="src")
-    with hs.Session(wf, policy=_Script([{"src": "cpu", "A": "gpu_now"}]), store=False,
+    with hs.Session(wf, policy=ScriptPolicy([{"src": "cpu", "A": "gpu_now"}]), store=False,
                     executor_options={**STANDIN, "device_threads": k}) as s:
         clients = Clients(s)
         for x in range(k):
@@ -171,7 +161,7 @@ def test_queued_nodes_of_all_requests_are_admitted_in_fifo_order_under_the_budge
           .node("S", hs.function_tool("gate", gate))
           .node("Q", hs.function_tool("big", queued, queued, cpu_ms=50, gpu_ms=1, vram_mb=600),
                 after="S"))
-    with hs.Session(wf, policy=_Script([{"S": "cpu", "Q": "gpu_queue"}]), store=False,
+    with hs.Session(wf, policy=ScriptPolicy([{"S": "cpu", "Q": "gpu_queue"}]), store=False,
                     executor_options={**STANDIN, "device_threads": n}) as s:
         ex = s.executor
         assert isinstance(ex, InProcessExecutor)
@@ -229,7 +219,7 @@ def test_a_failing_request_fails_alone_and_its_resident_tool_is_not_yanked() -> 
                             unload=lambda h: unloads.append("a"), cpu_ms=50, gpu_ms=1, vram_mb=100)
     wf = (hs.Workflow("fail").node("S", hs.function_tool("src", src)).node("A", spec, after="S")
           .node("B", hs.function_tool("check", check), after="A"))
-    with hs.Session(wf, policy=_Script([{"S": "cpu", "A": "gpu_now", "B": "cpu"}]), store=False,
+    with hs.Session(wf, policy=ScriptPolicy([{"S": "cpu", "A": "gpu_now", "B": "cpu"}]), store=False,
                     executor_options={**STANDIN, "device_threads": 2}) as s:
         clients = Clients(s)
         clients.submit(-1)
@@ -273,7 +263,7 @@ def test_a_mapping_change_waits_for_the_requests_using_a_resident_tool() -> None
                          load=lambda d: log(f"load b {d.label}") or d.label)
     wf = hs.Workflow("change", mode="three_way", vram_budget_mb=1000.0).node("A", a).node("B", b, after="A")
     m1, m2 = {"A": "gpu_now", "B": "cpu"}, {"A": "cpu", "B": "gpu_now"}
-    with hs.Session(wf, policy=_Script([m1, m2]), store=False,
+    with hs.Session(wf, policy=ScriptPolicy([m1, m2]), store=False,
                     executor_options={**STANDIN, "device_threads": 3}) as s:
         ex = s.executor
         assert isinstance(ex, InProcessExecutor)
@@ -334,7 +324,7 @@ def test_max_in_flight_and_window_are_checked() -> None:
 def test_a_window_of_finished_requests_between_decisions() -> None:
     decisions: list[int] = []
 
-    class Counting(_Script):
+    class Counting(ScriptPolicy):
         def propose(self, history: Any, probes: Any = (), observations: Any = None) -> Proposal:
             decisions.append(len(history))
             return super().propose(history, probes, observations)
@@ -372,7 +362,7 @@ def test_random_arrival_interleavings_keep_every_invariant(order: list[int], bud
           .node("join", hs.function_tool("add", lambda a, b: a + b), after=["L", "R"]))
     sc = wf.scenario()
     feasible = [m for m in mappings if sc.infeasibility(Mapping(m)) is None] or [dict.fromkeys(sc.workflow.node_ids, "cpu")]
-    with hs.Session(wf, policy=_Script(feasible), store=False,
+    with hs.Session(wf, policy=ScriptPolicy(feasible), store=False,
                     executor_options={**STANDIN, "device_threads": 2}) as s:
         ex = s.executor
         assert isinstance(ex, InProcessExecutor)
@@ -414,7 +404,7 @@ def test_a_mapping_whose_queued_node_needs_a_resident_tools_room_runs_its_reques
     wf = (hs.Workflow("alone", mode="three_way", vram_budget_mb=1000.0)
           .node("L", hs.function_tool("l", rec("L"), rec("L"), cpu_ms=50, gpu_ms=1, vram_mb=600))
           .node("R", hs.function_tool("r", rec("R"), rec("R"), cpu_ms=50, gpu_ms=1, vram_mb=600), after="L"))
-    with hs.Session(wf, policy=_Script([{"L": "gpu_now", "R": "gpu_queue"}]), store=False,
+    with hs.Session(wf, policy=ScriptPolicy([{"L": "gpu_now", "R": "gpu_queue"}]), store=False,
                     executor_options={**STANDIN, "device_threads": 4}) as s:
         ex = s.executor
         assert isinstance(ex, InProcessExecutor)

@@ -42,7 +42,10 @@ Guarantees (docs/python.md "Sessions"):
 - within a request independent nodes run in parallel;
 - every round is written to the run store before ``submit`` returns; a session opened again with
   the same ``name`` and store (in any process) continues from the stored rounds; ``close`` waits
-  for the requests in flight.
+  for the requests in flight (``close(timeout=...)`` fails and records the node-by-node requests
+  still open after the timeout);
+- a node-by-node request whose handle is dropped unfinished never holds the session: when the handle
+  is garbage-collected the request is failed, recorded ("abandoned") and its place let go.
 
 Imports the model, the executors, the policies, the simulator's planner, the store and the loop's
 helpers (it sits beside the loop, above everything it drives).
@@ -50,14 +53,17 @@ helpers (it sits beside the loop, above everything it drives).
 
 from __future__ import annotations
 
+import gc
 import inspect
+import queue
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Mapping as MappingABC
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
@@ -175,12 +181,21 @@ class _Gate:
             return self.shared == 0 and not self.exclusive
         return not self.exclusive and (self.capacity is None or self.shared < self.capacity)
 
-    def acquire(self, exclusive: bool = False) -> None:
+    def acquire(self, exclusive: bool = False, patience_s: float | None = None,
+                impatient: Callable[[], None] | None = None) -> None:
+        """Wait for the gate; after ``patience_s`` seconds of waiting, call ``impatient`` once (it may end
+        what holds the gate) and go on waiting, keeping this caller's place."""
         with self._cond:
             ticket = self._next
             self._next += 1
+            deadline = None if patience_s is None or impatient is None else time.monotonic() + patience_s
             while self._serving != ticket or not self._fits(exclusive):
-                self._cond.wait()
+                if deadline is not None and time.monotonic() >= deadline:
+                    deadline = None
+                    assert impatient is not None
+                    impatient()
+                    continue
+                self._cond.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             self._serving += 1
             if exclusive:
                 self.exclusive = True
@@ -324,6 +339,9 @@ class Session:
         self._gate = _Gate(max_in_flight)
         self._lock = threading.RLock()  # the decision, the history and the store
         self._drivers: set[int] = set()  # threads driving a request (begin_request, thread-bound)
+        self._open: dict[int, _Open] = {}  # node-by-node requests in flight, by executor request id
+        self._abandoned: queue.SimpleQueue[_Open | None] = queue.SimpleQueue()  # handles garbage-collected unfinished
+        self._reaper: threading.Thread | None = None
         self._history: list[RoundRecord] = []
         self._pending: Proposal | None = None
         self._finished_since = 0  # requests finished since the mapping in force was decided
@@ -619,23 +637,102 @@ class Session:
         thread = threading.get_ident() if thread_bound else None
         if thread is not None:
             self._drivers.add(thread)
-        return RequestHandle(self, request, proposal, -1, (time.monotonic() - begin) * 1000.0, probes=probes,
-                             thread=thread)
+        state = _Open(request, proposal, probes, thread)
+        with self._lock:
+            self._open[request.id] = state
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap, name="hetsched-abandoned-requests", daemon=True)
+                self._reaper.start()
+        handle = RequestHandle(self, state, (time.monotonic() - begin) * 1000.0)
+        # a handle dropped unfinished (its driver raised, an asyncio task was cancelled) is ended when it is
+        # garbage-collected: SimpleQueue.put is safe in a weakref callback; the reaper thread does the rest
+        state.finalizer = weakref.finalize(handle, _dropped, self._drivers, self._abandoned, state)
+        state.finalizer.atexit = False
+        return handle
+
+    def _end(self, state: _Open, why: str | None = None) -> bool:
+        """End a node-by-node request (its handle's :meth:`RequestHandle.finish`, or the session's
+        ``why``: it fails the request with that reason first) and record it as the next round; False
+        when it had already ended."""
+        with self._lock:
+            if state.done:
+                return False
+            state.done = True
+            state.ended_by = why or ""
+        if state.finalizer is not None:
+            state.finalizer.detach()
+        try:
+            if why is not None and state.request.failure is None:
+                state.request.fail(why)
+            trace = state.request.finish()
+            with self._lock:
+                state.trace = trace
+                state.round = self._commit(state.proposal, trace, state.probes)
+        finally:
+            with self._lock:
+                self._open.pop(state.request.id, None)
+            if state.thread is not None and why != ABANDONED:  # (a dropped handle's thread was let go at once)
+                self._drivers.discard(state.thread)
+            self._gate.release()
+        return True
+
+    def _reap(self) -> None:
+        """The reaper thread: ends the requests whose handles were garbage-collected unfinished."""
+        while (state := self._abandoned.get()) is not None:
+            self._end(state, ABANDONED)
+
+    def _reap_now(self) -> None:
+        """End, in this thread, the abandoned requests the reaper has not taken yet."""
+        while True:
+            try:
+                state = self._abandoned.get_nowait()
+            except queue.Empty:
+                return
+            if state is None:  # the reaper's stop: put it back for it
+                self._abandoned.put(None)
+                return
+            self._end(state, ABANDONED)
 
     # ------------------------------------------------------------------ closing
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Wait for the requests in flight, then release the executor's workers and device memory and
         the store (idempotent). The session's run stays ``running`` in the store: open it again by
-        name to continue."""
+        name to continue.
+
+        A node-by-node request whose handle was dropped unfinished is ended when the handle is
+        garbage-collected (close collects garbage once first, so a handle caught in a reference cycle
+        is found): it is recorded as a failed round (``tool_error``, "abandoned"). ``timeout``: seconds
+        to wait for the node-by-node requests still open (their drivers hold their handles); then each
+        is failed and recorded as such (the reason names ``close(timeout=...)``) and its handle refuses
+        further nodes. Requests submitted with :meth:`submit` run to their end either way (a tool
+        running in this process cannot be interrupted)."""
         if self._closed:
             return
+        if timeout is not None and timeout < 0:
+            raise InputError(f"close: timeout must be >= 0 seconds (or None: wait), got {timeout}")
+        if self._open:
+            gc.collect()
+        self._reap_now()
         self._not_driving("close")
         self._stop_idle()
         if self._idle_thread is not None:
             self._idle_thread.join()
-        self._gate.acquire(exclusive=True)  # the requests in flight finish first
+
+        def end_open() -> None:
+            why = (f"the session closed (close(timeout={timeout})) while the request was unfinished: its driver "
+                   "had neither finished nor dropped it")
+            with self._lock:
+                open_now = list(self._open.values())
+            for state in open_now:
+                self._end(state, why)
+
+        # the requests in flight finish first; after `timeout`, the node-by-node ones are ended
+        self._gate.acquire(exclusive=True, patience_s=timeout, impatient=end_open)
         self._closed = True
         self._gate.release(exclusive=True)
+        if self._reaper is not None:
+            self._abandoned.put(None)
+            self._reaper.join()
         try:
             if self._own_executor:
                 self.executor.close()
@@ -665,50 +762,98 @@ def complete(scenario: Scenario, trace: Trace) -> bool:
 
 
 
-@dataclass
-class RequestHandle:
-    """A request driven node by node (:meth:`Session.begin_request`)."""
+ABANDONED = ("the request was abandoned: its handle was garbage-collected before finish() (the driver dropped it, "
+             "e.g. its code raised outside a with block or its asyncio task was cancelled)")
+"""The recorded reason of a node-by-node request whose handle was dropped unfinished."""
 
-    session: Session
+
+def _dropped(drivers: set[int], abandoned: queue.SimpleQueue[_Open | None], state: _Open) -> None:
+    """A handle was garbage-collected unfinished (a weakref callback: it may run in any thread, inside
+    any code, so it only lets the driving thread go and queues the request for the reaper)."""
+    if state.thread is not None:
+        drivers.discard(state.thread)
+    abandoned.put(state)
+
+
+@dataclass
+class _Open:
+    """A node-by-node request in flight, shared by its handle and the session (the session never holds
+    the handle itself, so a handle its driver drops is garbage-collected and the request ended)."""
+
     request: Request
     proposal: Proposal
-    round: int
-    """The round it was recorded as (-1 until :meth:`finish`: requests are numbered as they finish)."""
-    waited_ms: float
-    outputs: dict[str, Any] = field(default_factory=dict)
-    probes: tuple[Probe, ...] = ()
-    thread: int | None = None
-    _done: bool = False
+    probes: tuple[Probe, ...]
+    thread: int | None
+    done: bool = False
+    ended_by: str = ""
+    """Why the session ended it ('' when its handle's finish() did)."""
+    round: int = -1
+    trace: Trace | None = None
+    finalizer: weakref.finalize | None = None
+
+
+class RequestHandle:
+    """A request driven node by node (:meth:`Session.begin_request`). Finish it (or use it as a
+    ``with`` block): a handle dropped unfinished is ended as a failed round when it is garbage-collected."""
+
+    def __init__(self, session: Session, state: _Open, waited_ms: float) -> None:
+        self.session = session
+        self._state = state
+        self.waited_ms = waited_ms
+        """Time it waited to start (its place among the requests in flight, its turn on the device), ms."""
+        self.outputs: dict[str, Any] = {}
+        """Output of every node run so far, by node id."""
+
+    @property
+    def request(self) -> Request:
+        """The executor's request."""
+        return self._state.request
+
+    @property
+    def proposal(self) -> Proposal:
+        """The decision it runs under."""
+        return self._state.proposal
+
+    @property
+    def probes(self) -> tuple[Probe, ...]:
+        """Idle-time probes recorded with its round."""
+        return self._state.probes
+
+    @property
+    def round(self) -> int:
+        """The round it was recorded as (-1 until it ends: requests are numbered as they finish)."""
+        return self._state.round
 
     @property
     def mapping(self) -> Mapping:
         """The mapping this request runs under."""
-        return self.proposal.mapping
+        return self._state.proposal.mapping
+
+    def _refuse_if_ended(self, what: str) -> None:
+        st = self._state
+        if st.done:
+            why = f"ended by the session: {st.ended_by}" if st.ended_by else "already finished"
+            raise InputError(f"{what}: the request (round {st.round}) is {why}")
 
     def run_node(self, node: str, inputs: Any = ()) -> Any:
         """Run ``node``'s tool at its placement with ``inputs`` (a sequence: the tool's inputs); thread-safe."""
-        out = self.request.run_node(node, list(inputs))
+        self._refuse_if_ended(f"run_node({node!r})")
+        out = self._state.request.run_node(node, list(inputs))
         self.outputs[node] = out
         return out
 
     def fail(self, reason: str) -> None:
         """Mark the request failed (recorded as a ``tool_error`` round at :meth:`finish`)."""
-        self.request.fail(reason)
+        self._state.request.fail(reason)
 
     def finish(self) -> Response:
         """Build the round's trace, record it as the next round, leave the requests in flight."""
-        if self._done:
-            raise InputError(f"request {self.round} is already finished")
-        self._done = True
+        self._refuse_if_ended("finish")
         s = self.session
-        try:
-            trace = self.request.finish()
-            with s._lock:
-                self.round = s._commit(self.proposal, trace, self.probes)
-        finally:
-            if self.thread is not None:
-                s._drivers.discard(self.thread)
-            s._gate.release()
+        if not s._end(self._state):
+            self._refuse_if_ended("finish")  # ended meanwhile by close(timeout=...)
+        trace = self._state.trace
+        assert trace is not None
         return Response(outputs={n: v for n, v in self.outputs.items() if n in s.scenario.workflow.sinks},
                         round=self.round, mapping=self.mapping, trace=trace, waited_ms=self.waited_ms,
                         fallback=str(self.proposal.info.get("session_guard", "")))
@@ -718,8 +863,8 @@ class RequestHandle:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._done:
+        if self._state.done:
             return
-        if exc is not None and self.request.failure is None:
-            self.request.fail(f"the request's driver raised {type(exc).__name__}: {exc}")
+        if exc is not None and self._state.request.failure is None:
+            self._state.request.fail(f"the request's driver raised {type(exc).__name__}: {exc}")
         self.finish()

@@ -400,11 +400,7 @@ class InProcessExecutor(ClosingExecutor):
         request's latency) and held until its end. A request that fails makes the window's trace
         refused (the others run to their end). ``inputs``: every request's source inputs."""
         mapping = self.scenario.validate_mapping(mapping)
-        if clock is None:
-            if (releases_ms is None) == (clients is None):
-                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
-            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
-                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
         sc, budget = self.scenario, self.scenario.machine.vram_budget_mb
         none: tuple[float | None, ...] = (None,) * clock.count
         composite = window_mapping(mapping, clock.count)

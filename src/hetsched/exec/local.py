@@ -325,11 +325,7 @@ class LocalExecutor(ClosingExecutor):
         """
         self.last_outputs = {}
         mapping = self.scenario.validate_mapping(mapping)
-        if clock is None:
-            if (releases_ms is None) == (clients is None):
-                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
-            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
-                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
         refused = self._refusal(mapping)
         if refused is not None:
             return WindowRun(trace=refused, release_ms=(None,) * clock.count, end_ms=(None,) * clock.count,

@@ -416,11 +416,7 @@ class RayExecutor(ClosingExecutor):
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
-        if clock is None:
-            if (releases_ms is None) == (clients is None):
-                raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
-            clock = (ReleaseClock.at(releases_ms) if releases_ms is not None
-                     else ReleaseClock.closed(int(clients or 0), int(count or 0), think_ms))
+        clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
         hosts = self.refresh_hosts()
         budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         nothing: tuple[None, ...] = (None,) * clock.count

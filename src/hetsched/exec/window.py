@@ -117,6 +117,18 @@ class ReleaseClock:
                                          if self.follows is None or self.follows[r] < 0}
 
     @classmethod
+    def of(cls, clock: ReleaseClock | None, releases_ms: Sequence[float] | None, clients: int | None,
+           count: int | None, think_ms: float) -> ReleaseClock:
+        """The clock an executor's ``run_window`` arguments name: ``clock`` itself when given, else an
+        open loop at ``releases_ms`` or a closed loop of ``clients`` (exactly one of the two)."""
+        if clock is not None:
+            return clock
+        if (releases_ms is None) == (clients is None):
+            raise InputError("run_window: give releases_ms (open loop) or clients and count (closed loop)")
+        return (cls.at(releases_ms) if releases_ms is not None
+                else cls.closed(int(clients or 0), int(count or 0), think_ms))
+
+    @classmethod
     def at(cls, times_ms: Sequence[float]) -> ReleaseClock:
         """Open loop: request r released at the r-th smallest of ``times_ms``."""
         return cls(sorted(float(t) for t in times_ms))

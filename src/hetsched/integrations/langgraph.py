@@ -517,9 +517,9 @@ class ScheduledGraph:
             response = self.last = await asyncio.to_thread(req.finish)
         return result, response
 
-    def close(self) -> None:
-        """Close the session (releases workers and device memory)."""
-        self.session.close()
+    def close(self, timeout: float | None = None) -> None:
+        """Close the session (releases workers and device memory); ``timeout``: ``Session.close``'s."""
+        self.session.close(timeout)
 
     def __enter__(self) -> ScheduledGraph:
         return self
