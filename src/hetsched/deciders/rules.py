@@ -36,7 +36,8 @@ Later rounds use the evidence the monitor reports (docs/agentic.md):
   the lowest and the most recent measured mappings (repeated ``CALIBRATION_PASSES`` times; from
   ``SCREEN_MIN_NODES`` nodes on by Gauss-Newton steps from the previous pass's answer,
   :func:`~hetsched.deciders.estimate.fit_interference_local`, not a grid);
-- the calibrated model is searched again (also from the best measured mappings);
+- the calibrated model is searched again (also from the best measured mappings; from
+  ``SCREEN_MIN_NODES`` nodes on from those alone);
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
 - otherwise the evidence decides: among the measured mappings within ``margin`` of the lowest
@@ -580,7 +581,9 @@ class RulesDecider(Decider):
             + (f"; cards rescaled from the running averages: {'; '.join(notes)}" if notes else ""),
         ]
         top = [m.codes for m in ranked[:3]]
-        starts = list(dict.fromkeys(comp.starts + top))
+        # from 17 nodes on, round 0 raced descents from the rules' and the uniform mappings; later rounds
+        # descend from what was measured best (the model's earlier optima), the budget theirs alone
+        starts = top if screened else list(dict.fromkeys(comp.starts + top))
         res = self._search(sc, comp, kappa, starts, model, factors)
         est = model.with_interference(kappa)
 

@@ -221,6 +221,9 @@ class _Search:
 
     loss: dict[int, dict[int, float]] | None = None
     """Per eviction target, per resident tool of the mapping being descended from, :meth:`run_loss`."""
+    _loss_of: tuple[Codes, Timings] | None = None
+    """The mapping and timings :meth:`run_loss` is still to read (a descent step that never makes room
+    does not pay for the backward pass)."""
 
     def make_room(self, cand: Codes, i: int) -> list[Codes]:
         """``cand`` (node ``i`` promoted, over budget) with resident tools moved off ``gpu_now`` until
@@ -231,6 +234,9 @@ class _Search:
         residents = {tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]}
         need = sum(vram[t] for t in {tool[j] for j in range(self.n) if cand[j] == NOW_CODE})
         orders: list[tuple[int, list[int]]] = []
+        if self._loss_of is not None:  # the current run's losses, computed when first needed
+            self.run_loss(*self._loss_of)
+            self._loss_of = None
         for target in (QUEUE_CODE, CPU_CODE):
             if self.loss is not None:
                 loss = self.loss[target]
@@ -277,10 +283,10 @@ class _Search:
         while improved and not self.spent:
             improved = False
             tm = self.est.timings(cur) if self.screen and math.isfinite(cur_e) else None
-            self.loss = None
+            self.loss, self._loss_of = None, None
             if tm is not None:
                 order = focus(self.est.compiled, cur, tm)
-                self.run_loss(cur, tm)
+                self._loss_of = (cur, tm)
             else:
                 order = list(range(self.n))
                 self.rng.shuffle(order)
