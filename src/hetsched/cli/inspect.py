@@ -42,9 +42,9 @@ RICH_TABLE_ROWS = 100
 
 def cards_table(sc: Scenario) -> Table | str:
     """The cards of a scenario's tools with their derived figures. The queue speedup is that of the load
-    the model charges a ``gpu_queue`` node (``contention.queue_load_ms``); when that differs from a card's
+    the model charges a ``gpu_queue`` node (``contention.queue_speedup``); when that differs from a card's
     ``load_ms`` (the machine's ``cold_load_share`` and a card's ``load_cold_ms``), a column shows it."""
-    from hetsched.model.contention import queue_load_ms
+    from hetsched.model.contention import queue_load_ms, queue_speedup
 
     loads = {name: queue_load_ms(card, sc.machine) for name, card in sc.cards.items()}
     cold = any(loads[name] != card.load_ms for name, card in sc.cards.items())
@@ -53,7 +53,7 @@ def cards_table(sc: Scenario) -> Table | str:
     rows = []
     for card in sc.cards.values():
         s = card.speedup
-        q = None if card.gpu_ms is None else card.cpu_ms / (card.gpu_ms + loads[card.name])
+        q = queue_speedup(card, sc.machine)
         rows.append((
             card.name,
             f"{card.cpu_ms:g}",
