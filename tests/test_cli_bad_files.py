@@ -237,3 +237,18 @@ def test_report_and_bench_name_a_path_that_is_not_what_they_need(tmp_path: Path,
     if os.path.exists("/dev/full"):
         refused(capsys, ["bench", "--quick", "--out", "/dev/full", "--no-progress"], Path("/dev/full"),
                 ("is a file, not a folder",))
+
+
+def test_schema_write_refuses_a_file_where_its_folder_goes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a_file = write(tmp_path, "schemas", "x")
+    refused(capsys, ["schema", "--write", str(a_file)], a_file, ("is a file, not a folder",))
+    under = a_file / "deeper"
+    refused(capsys, ["schema", "--write", str(under)], under, ("cannot be written",))
+
+
+def test_a_model_file_llama_cpp_cannot_read_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A damaged .gguf (random bytes) for the local decider: exit 2 naming it, not llama.cpp's traceback."""
+    pytest.importorskip("llama_cpp")
+    junk = write(tmp_path, "junk.gguf", bytes(range(256)) * 16)
+    refused(capsys, ["run", "chain", "--rounds", "1", "--no-store", "-p", "agentic", "--decider", "local",
+                     "--llm-model-path", str(junk)], junk, ("llama.cpp cannot load it", "give a .gguf model file"))
