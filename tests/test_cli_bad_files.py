@@ -252,3 +252,21 @@ def test_a_model_file_llama_cpp_cannot_read_is_named(tmp_path: Path, capsys: pyt
     junk = write(tmp_path, "junk.gguf", bytes(range(256)) * 16)
     refused(capsys, ["run", "chain", "--rounds", "1", "--no-store", "-p", "agentic", "--decider", "local",
                      "--llm-model-path", str(junk)], junk, ("llama.cpp cannot load it", "give a .gguf model file"))
+
+
+@pytest.mark.parametrize(("file", "fragments"), [
+    ("nothere.txt", ("not found (a file of arrival times)",)),
+    ("adir", ("is a directory",)),
+    ("neg.txt", ("line 2: -5", "0 to 8.64e+07")),
+])
+def test_a_scenarios_arrivals_file_is_named_with_the_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               file: str, fragments: tuple[str, ...]) -> None:
+    (tmp_path / "adir").mkdir()
+    write(tmp_path, "neg.txt", "0\n-5\n")
+    path = write(tmp_path, "flow.yaml", GOOD + f"workload: {{arrivals: trace, file: {file}}}\n")
+    refused(capsys, ["show", str(path)], path, (f"workload.file = '{file}'", str(tmp_path / file), *fragments))
+
+
+def test_an_integer_fields_range_says_integer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "flow.yaml", GOOD + "workload: {arrivals: closed, clients: 2, requests: 0}\n")
+    refused(capsys, ["show", str(path)], path, ("workload.requests = 0", "accepted: an integer from 1 to 100000"))

@@ -13,7 +13,7 @@ import re
 import stat
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -447,7 +447,7 @@ def _accepted_range(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
         return ""
     bounds = {type(m).__name__.lower(): _bound(getattr(m, type(m).__name__.lower())) for m in field.metadata
               if type(m).__name__ in ("Ge", "Gt", "Le", "Lt")}
-    kind = "an integer" if field.annotation is int else "a number"
+    kind = "an integer" if int in (field.annotation, *get_args(field.annotation)) else "a number"
     low = f">= {bounds['ge']}" if "ge" in bounds else f"> {bounds['gt']}" if "gt" in bounds else ""
     high = f"<= {bounds['le']}" if "le" in bounds else f"< {bounds['lt']}" if "lt" in bounds else ""
     if "ge" in bounds and "le" in bounds:
@@ -775,7 +775,10 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
         if "times_ms" in data:
             raise InputError(f"file {path}: workload gives both file and times_ms; give one of the two")
         target = Path(name) if Path(name).is_absolute() else path.parent / name
-        data["times_ms"] = read_arrivals(target)
+        try:
+            data["times_ms"] = read_arrivals(target)
+        except InputError as exc:  # name the scenario that points at the file too
+            raise InputError(f"file {path}: workload.file = {name!r}: {exc}") from None
     if isinstance(data.get("times_ms"), list):
         data["times_ms"] = tuple(data["times_ms"])
     try:
