@@ -270,3 +270,19 @@ def test_a_scenarios_arrivals_file_is_named_with_the_scenario(tmp_path: Path, ca
 def test_an_integer_fields_range_says_integer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, "flow.yaml", GOOD + "workload: {arrivals: closed, clients: 2, requests: 0}\n")
     refused(capsys, ["show", str(path)], path, ("workload.requests = 0", "accepted: an integer from 1 to 100000"))
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("loop.yaml", "a loop of symbolic links"),
+    ("x" * 300 + ".yaml", "the name is too long for the file system"),
+    ("a_file/flow.yaml", "not found (a part of the path is a file, not a folder)"),
+    ("nothere.yaml", ": not found"),
+])
+def test_a_path_that_leads_nowhere_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                            fragment: str) -> None:
+    (tmp_path / "loop.yaml").symlink_to(tmp_path / "loop.yaml")
+    write(tmp_path, "a_file", "x")
+    path = tmp_path / name
+    refused(capsys, ["show", str(path)], path, (fragment,))
+    refused(capsys, ["simulate", str(write(tmp_path, "flow.yaml", GOOD)), "A=cpu,B=cpu", "--arrivals", str(path)],
+            path, (fragment,))

@@ -6,6 +6,7 @@ Part of the model package; imports PyYAML, pydantic and the other model modules.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -91,6 +92,20 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except (OSError, ValueError):  # missing, too long, embedded NUL, not a directory...
         return None
+
+
+def _missing(path: Path) -> str:
+    """Why nothing can be read at ``path``, in words: ``not found`` unless the system said more (a loop of
+    symbolic links, a name too long, a file where a folder should be, no permission)."""
+    try:
+        path.stat()
+    except ValueError:
+        return "not a file name (it holds a NUL character)"
+    except OSError as exc:
+        return {errno.ELOOP: "a loop of symbolic links", errno.ENAMETOOLONG: "the name is too long for the file system",
+                errno.ENOTDIR: "not found (a part of the path is a file, not a folder)",
+                errno.EACCES: "permission denied"}.get(exc.errno or 0, "not found")
+    return "not found"
 
 
 def _exists(path: Path) -> bool:
@@ -394,7 +409,7 @@ def read_structured(path: Path) -> Any:
     """
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: not found")
+        raise InputError(f"file {path}: {_missing(path)}")
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
         raise InputError(f"file {path}: is {kind}; give a YAML or JSON file")
@@ -648,7 +663,7 @@ def resolve_scenario_path(ref: str | Path) -> Path:
     path = Path(ref)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or _exists(path):
         if not _exists(path):
-            raise InputError(f"file {path}: not found")
+            raise InputError(f"file {path}: {_missing(path)}")
         return path
     bundled = bundled_scenarios()
     if str(ref) in bundled:
@@ -804,7 +819,7 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         return tuple(out)
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: not found (a file of arrival times)")
+        raise InputError(f"file {path}: {_missing(path)} (a file of arrival times)")
     if stat.S_ISDIR(st.st_mode):
         raise InputError(f"file {path}: is a directory; give a file of arrival times (ms), one a line")
     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
