@@ -286,3 +286,13 @@ def test_a_path_that_leads_nowhere_says_why(tmp_path: Path, capsys: pytest.Captu
     refused(capsys, ["show", str(path)], path, (fragment,))
     refused(capsys, ["simulate", str(write(tmp_path, "flow.yaml", GOOD)), "A=cpu,B=cpu", "--arrivals", str(path)],
             path, (fragment,))
+
+
+def test_a_tool_module_that_is_a_bare_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python imports a folder without __init__.py as an empty namespace package: no tool is registered, and
+    the command must not go on as if the user's tools were there."""
+    monkeypatch.chdir(tmp_path)
+    folder = write(tmp_path, "polish_bare_tools_folder", None)
+    refused(capsys, ["profile", "vector_search", "--runs", "1", "--tool-module", folder.name], folder,
+            ("is a folder without __init__.py", "registers no tool"))
