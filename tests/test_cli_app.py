@@ -304,3 +304,35 @@ def test_show_gives_the_queue_speedup_of_the_load_the_model_charges(tmp_path: Pa
     assert code == 0 and "expected load" not in out
     row = next(ln.split() for ln in out.splitlines() if ln.startswith("slow "))
     assert row[3] == "100" and row[7] == f"{400 / 120:.2f}x"
+
+
+# a value away from its default for every machine field ``show`` prints only when set
+SET_MACHINE_FIELDS = {"load_sharing": "copy", "cold_load_share": 0.5, "warm_reuse_ms": 2000.0,
+                      "cross_core_slowdown": 0.25}
+
+
+def test_show_prints_every_machine_field_that_changes_the_models_numbers(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The machine line names each field set away from its default, as a scenario file spells it, so a user
+    sees why the queue column differs from the card's load_ms; at the defaults the line is as before."""
+    from hetsched.cli.inspect import MACHINE_LINE_FIELDS
+    from hetsched.model import Machine
+
+    assert set(Machine.model_fields) == set(MACHINE_LINE_FIELDS) | set(SET_MACHINE_FIELDS)  # a new field: add it
+    doc = {"mode": "three_way",
+           "cards": {"slow": {"cpu_ms": 400, "gpu_ms": 20, "load_ms": 100, "load_cold_ms": 900, "vram_mb": 100}},
+           "nodes": {"A": "slow"}, "machine": {"vram_budget_mb": 1000, **SET_MACHINE_FIELDS}}
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(doc))
+    code, out, err = cli(capsys, "show", str(path))
+    assert code == 0, err
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("machine: ")]
+    assert all(f"; {k} {v:g}" in line if isinstance(v, float) else f"; {k} {v}" in line
+               for k, v in SET_MACHINE_FIELDS.items()), line
+    assert "charged load_ms + 0.5 x (load_cold_ms - load_ms)" in out and "reused at load_ms" in out
+    doc["machine"] = {"vram_budget_mb": 1000}
+    path.write_text(json.dumps(doc))
+    code, out, _ = cli(capsys, "show", str(path))
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("machine: ")]
+    assert code == 0 and line == "machine: reference; 8 CPU cores; VRAM budget 1000 MB; kappa 0.1; noise cv 0.03; " \
+        "PCIe 12 MB/ms" and "queued loads" not in out

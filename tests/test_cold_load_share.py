@@ -17,7 +17,7 @@ from tests.factories import make_card, make_scenario, make_workflow
 
 from hetsched.deciders.rules import card_rules
 from hetsched.model import Mode, Placement, Proposal, RoundRecord, Scenario, ToolCard
-from hetsched.model.contention import queue_load_ms, simulate
+from hetsched.model.contention import queue_load_ms, queue_speedup, simulate
 from hetsched.model.mapping import CPU_CODE, QUEUE_CODE, Mapping
 from hetsched.monitor import Monitor
 from hetsched.policies.greedy_mem import greedy_placements
@@ -92,6 +92,26 @@ def test_the_monitors_isolated_figure_is_what_the_noise_free_simulator_measures(
     (rec,) = [r for r in obs.records if r.kind == "latency"]
     assert rec.isolated_ms == pytest.approx(rec.mean_ms, rel=1e-9)
     assert rec.mean_ms == pytest.approx(alone(card, QUEUE_CODE, share, warm_reuse_ms), rel=1e-12)
+
+
+@SETTINGS
+@given(cards, shares)
+@example(queued_card(10.0, 200.0, 100.0, 5.0), 0.5)
+def test_the_queue_speedup_has_one_home_the_machines(card: ToolCard, share: float) -> None:
+    """A card alone cannot give the queue speedup (its load depends on the machine's cold share): the
+    figure is ``contention.queue_speedup(card, machine)``, that of the kernel's lone queued node, and
+    the prompt and ``greedy-mem`` quote that one."""
+    from hetsched.llm.prompt import card_lines
+
+    assert not hasattr(card, "queue_speedup")  # the warm-load-only property misled under a cold share
+    sc = packing_case(card, share)
+    got = queue_speedup(card, sc.machine)
+    assert got == pytest.approx(card.cpu_ms / alone(card, QUEUE_CODE, share), rel=1e-9)
+    assert queue_speedup(make_card("c", gpu_ms=None), sc.machine) is None
+    (row,) = [ln for ln in card_lines(sc) if ln.startswith('| "t" |')]
+    assert f"| {got:.2f}x |" in row, row
+    _, notes = greedy_placements(sc)
+    assert any(f"queue speedup {got:.2f}" in n for n in notes if n.startswith("t:")), notes
 
 
 def test_the_share_decides_whether_a_node_left_out_of_gpu_now_queues() -> None:

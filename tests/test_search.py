@@ -288,3 +288,61 @@ def test_local_search_greedy_start_queues_by_the_load_the_model_charges() -> Non
     sc = make_scenario(wf, cards, Mode.THREE_WAY, vram_budget_mb=1000.0, cold_load_share=1.0)
     found = local_search(sc, seed=0, max_evals=3)
     assert found.codes == (Placement.GPU_NOW.code,) * 3 + (Placement.GPU_QUEUE.code,)
+
+
+def test_local_search_stops_once_every_move_it_tries_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A converged search (a small workflow, a budget far larger than its mappings) stops after
+    ``STALL_STEPS`` bounded neighbourhoods in a row that simulate nothing new instead of bounding
+    cached moves until its budget ends (two million steps at this budget). Counted with spies on
+    the simulator and the bounds: never more than ``STALL_STEPS`` bound calls since the last new
+    simulation, and the result is still the best of everything simulated."""
+    import hetsched.search.local_search as ls
+
+    sc = random_search_scenario(9, 4, family="dag", mode=Mode.BINARY)
+    calls = {"since_sim": 0, "most": 0}
+    real_sim, real_bound = ls.simulate, BoundModel.bound_full
+
+    def sim(*args: object, **kwargs: object) -> object:
+        calls["since_sim"] = 0
+        return real_sim(*args, **kwargs)  # type: ignore[arg-type]
+
+    def bound(self: BoundModel, rows: np.ndarray) -> object:
+        calls["since_sim"] += 1
+        calls["most"] = max(calls["most"], calls["since_sim"])
+        if calls["since_sim"] > 3 * ls.STALL_STEPS:
+            raise AssertionError("the search kept bounding known moves")
+        return real_bound(self, rows)
+
+    monkeypatch.setattr(ls, "simulate", sim)
+    monkeypatch.setattr(BoundModel, "bound_full", bound)
+    found = local_search(sc, seed=0, max_evals=1_000_000)
+    assert calls["most"] <= ls.STALL_STEPS + 1
+    assert found.evaluations <= 2 ** 9 and not found.proven_optimal
+    truth = exact_e2e(sc, every_mapping(sc))
+    assert math.isclose(found.e2e_ms, float(truth.min()), rel_tol=1e-9)
+
+
+def test_best_known_by_simulations_gives_the_relaxation_the_default_budgets_share(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``best_known(max_evals=N)`` counts N simulations as N / EVALS_PER_SECOND seconds when it shares the
+    budget with the relaxation: at the simulations the default budget buys, the relaxation gets the
+    deterministic time it gets by default (it had 5 s at 50,000 simulations, five times as much)."""
+    import hetsched.search.reference as ref_mod
+
+    seen: list[float] = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(scenario: Scenario, upper_ms: float, *, max_seconds: float, wall_seconds: float | None) -> None:
+        seen.append(max_seconds)
+        raise Stop
+
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", spy)
+    sc = random_search_scenario(12, 5, family="layered")
+    default_evals = int(ref_mod.DEFAULT_SEARCH_SECONDS * ref_mod.EVALS_PER_SECOND)
+    for kwargs in ({"max_seconds": ref_mod.DEFAULT_SEARCH_SECONDS}, {"max_seconds": None, "max_evals": default_evals}):
+        with pytest.raises(Stop):
+            best_known(sc, seed=0, **kwargs)  # type: ignore[arg-type]
+    assert seen[0] == seen[1] == pytest.approx(
+        ref_mod.RELAXATION_SHARE * ref_mod.BOUND_SHARE * ref_mod.DEFAULT_SEARCH_SECONDS)

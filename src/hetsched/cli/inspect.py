@@ -42,9 +42,9 @@ RICH_TABLE_ROWS = 100
 
 def cards_table(sc: Scenario) -> Table | str:
     """The cards of a scenario's tools with their derived figures. The queue speedup is that of the load
-    the model charges a ``gpu_queue`` node (``contention.queue_load_ms``); when that differs from a card's
+    the model charges a ``gpu_queue`` node (``contention.queue_speedup``); when that differs from a card's
     ``load_ms`` (the machine's ``cold_load_share`` and a card's ``load_cold_ms``), a column shows it."""
-    from hetsched.model.contention import queue_load_ms
+    from hetsched.model.contention import queue_load_ms, queue_speedup
 
     loads = {name: queue_load_ms(card, sc.machine) for name, card in sc.cards.items()}
     cold = any(loads[name] != card.load_ms for name, card in sc.cards.items())
@@ -53,7 +53,7 @@ def cards_table(sc: Scenario) -> Table | str:
     rows = []
     for card in sc.cards.values():
         s = card.speedup
-        q = None if card.gpu_ms is None else card.cpu_ms / (card.gpu_ms + loads[card.name])
+        q = queue_speedup(card, sc.machine)
         rows.append((
             card.name,
             f"{card.cpu_ms:g}",
@@ -76,6 +76,30 @@ def cards_table(sc: Scenario) -> Table | str:
     for row in rows:
         table.add_row(*(safe(cell) for cell in row))
     return table
+
+
+MACHINE_LINE_FIELDS = ("name", "cpu_cores", "vram_budget_mb", "gpu_kappa", "noise_cv", "pcie_mb_per_ms")
+"""The machine fields ``show`` always prints; every other field is printed, by its file name, when it is set
+away from its default (the contention parameters that change the model's numbers: ``cold_load_share``...)."""
+
+
+def machine_text(sc: Scenario) -> str:
+    """``show``'s machine line: the fields every model reads, then each other machine field set away from its
+    default (by the name a scenario file gives it), and what a cold share does to the cards' queued loads."""
+    m = sc.machine
+    text = (f"machine: {safe(m.name)}; {m.cpu_cores} CPU cores; VRAM budget {m.vram_budget_mb:g} MB; "
+            f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms")
+    for field, info in type(m).model_fields.items():
+        value = getattr(m, field)
+        if field in MACHINE_LINE_FIELDS or value == info.default:
+            continue
+        text += f"; {field} {value:g}" if isinstance(value, float) else f"; {field} {safe(str(value))}"
+    if m.cold_load_share > 0.0 and any(c.load_cold_ms is not None for c in sc.cards.values()):
+        text += (f"\nqueued loads: a card with load_cold_ms is charged load_ms + {m.cold_load_share:g} x "
+                 "(load_cold_ms - load_ms) (the expected load ms column"
+                 + (f"; memory freed within {m.warm_reuse_ms:g} ms is reused at load_ms" if m.warm_reuse_ms else "")
+                 + ")")
+    return text
 
 
 def space_text(sc: Scenario) -> str:
@@ -104,11 +128,7 @@ def show(scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_H
         tail = f" -> {', '.join(safe(x, newlines=False) for x in succ)}" if succ else "  (sink)"
         lines.append(f"  {safe(n, newlines=False)} \\[{safe(wf.tool_of[n], newlines=False)}]{tail}")
     out.print("\n".join(lines), soft_wrap=True)
-    m = sc.machine
-    out.print(
-        f"machine: {safe(m.name)}; {m.cpu_cores} CPU cores; VRAM budget {m.vram_budget_mb:g} MB; "
-        f"kappa {m.gpu_kappa:g}; noise cv {m.noise_cv:g}; PCIe {m.pcie_mb_per_ms:g} MB/ms"
-    )
+    out.print(machine_text(sc), soft_wrap=True)
     out.print(f"mapping space: {space_text(sc)} mappings")
     if sc.workload is not None:
         out.print(f"workload: {safe(sc.workload.describe())} (each round of `hetsched run` is a window of requests)",
@@ -319,7 +339,15 @@ def schema(
     from hetsched.model.schemas import SCHEMAS, write_schemas
 
     if write is not None:
-        for path in write_schemas(write):
+        from hetsched.model.errors import OutputError, os_error_text
+
+        if write.exists() and not write.is_dir():
+            raise fail(f"--write {write} is a file, not a folder; give a folder for the schemas (created if missing)")
+        try:
+            paths = write_schemas(write)
+        except OSError as exc:
+            raise OutputError(f"--write {write}: cannot be written: {os_error_text(exc)}") from None
+        for path in paths:
             out.print(f"wrote {safe(path)}")
         return
     if kind not in SCHEMAS:

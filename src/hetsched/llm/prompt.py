@@ -30,7 +30,7 @@ from hetsched.deciders.base import DecisionContext
 from hetsched.deciders.parallel import iter_parallel
 from hetsched.llm.base import Messages
 from hetsched.model import Scenario
-from hetsched.model.contention import queue_load_ms
+from hetsched.model.contention import queue_load_ms, queue_speedup
 from hetsched.model.observations import quote
 
 RATIONALE_MAX_CHARS = 300
@@ -96,7 +96,7 @@ def card_lines(scenario: Scenario) -> list[str]:
             gpu = load = vram = sp = qsp = vshare = gshare = util = "-"
         else:
             gpu, load, vram = _fmt(c.gpu_ms), _fmt(loads[tool]), _fmt(c.vram_mb)
-            sp, qsp = f"{c.speedup:.2f}x", f"{c.cpu_ms / (c.gpu_ms + loads[tool]):.2f}x"
+            sp, qsp = f"{c.speedup:.2f}x", f"{queue_speedup(c, machine) or 0.0:.2f}x"
             vshare = f"{c.vram_mb / budget:.2f}"
             gshare = f"{c.gpu_ms / cp:.2f}"
             util = f"{c.gpu_util:.2f}"

@@ -180,11 +180,6 @@ class ToolCard(BaseModel):
         return None if self.gpu_ms is None else self.cpu_ms / self.gpu_ms
 
     @property
-    def queue_speedup(self) -> float | None:
-        """cpu_ms / (gpu_ms + load_ms): single-shot speedup of ``gpu_queue``."""
-        return None if self.gpu_ms is None else self.cpu_ms / (self.gpu_ms + self.load_ms)
-
-    @property
     def category(self) -> Category:
         """The paper's category from the speedup (gpu_preferred > 5x, ambiguous 0.5-5x, ...)."""
         s = self.speedup

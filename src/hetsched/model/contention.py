@@ -695,6 +695,14 @@ def queue_load_ms(card: ToolCard, machine: Machine) -> float:
     return card.expected_load_ms(machine.cold_load_share)
 
 
+def queue_speedup(card: ToolCard, machine: Machine) -> float | None:
+    """cpu_ms / (gpu_ms + :func:`queue_load_ms`): the single-shot speedup of a ``gpu_queue`` node of
+    ``card`` on ``machine``, with the load the kernel charges it (None without a GPU implementation).
+    The one home of that figure: ``hetsched show``, the LLM's prompt and the ``greedy-mem`` baseline
+    take it (a card alone cannot give it: the load depends on the machine's ``cold_load_share``)."""
+    return None if card.gpu_ms is None else card.cpu_ms / (card.gpu_ms + queue_load_ms(card, machine))
+
+
 def cpu_slowdown(demand: float, cores_asked: float) -> float:
     """The kernel's CPU slowdown of a task demanding ``demand`` cores while the running CPU tasks
     together demand ``cores_asked`` times the machine's cores (no slowdown up to 1), for callers
@@ -742,4 +750,6 @@ def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:
     return [load_of[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
 
 
-__all__ = ["EPS", "Codes", "Compiled", "Timings", "cpu_slowdown", "simulate", "simulate_e2e"]
+__all__ = [
+    "EPS", "Codes", "Compiled", "Timings", "cpu_slowdown", "queue_load_ms", "queue_speedup", "simulate", "simulate_e2e",
+]

@@ -6,8 +6,8 @@ by benefit under a capacity (e.g. first-fit decreasing). Rule: tools in descendi
 get ``gpu_now`` while the VRAM budget allows; a tool that no longer fits gets ``gpu_queue``
 when its single-shot queue speedup cpu_ms / (gpu_ms + load) is above 1 (and it fits the
 budget alone), else ``cpu``; the load is the one the contention model charges on this machine
-(:func:`hetsched.model.contention.queue_load_ms`: the card's ``load_ms``, or with the machine's
-``cold_load_share`` its expectation between ``load_ms`` and ``load_cold_ms``).
+(:func:`hetsched.model.contention.queue_speedup` with ``queue_load_ms``: the card's ``load_ms``, or
+with the machine's ``cold_load_share`` its expectation between ``load_ms`` and ``load_cold_ms``).
 
 Choices (docs/baselines.md):
 - GPU benefit = the time the GPU saves on the tool, (cpu_ms - gpu_ms) x its number of nodes,
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario, ToolCard
-from hetsched.model.contention import queue_load_ms
+from hetsched.model import Mapping, Mode, Placement, Probe, Proposal, RoundRecord, Scenario
+from hetsched.model.contention import queue_speedup
 from hetsched.monitor import Observations
 from hetsched.policies.base import Policy
 from hetsched.policies.guard import Check, model_check
@@ -53,14 +53,6 @@ def benefit_order(scenario: Scenario) -> list[str]:
         return (-saved, -(c.speedup or 0.0), t)
 
     return sorted(tools, key=key)
-
-
-def queue_speedup(scenario: Scenario, card: ToolCard) -> float:
-    """cpu_ms / (gpu_ms + the load the model charges on the scenario's machine): the single-shot
-    speedup of ``gpu_queue`` (0 for a card without a GPU implementation)."""
-    if card.gpu_ms is None:
-        return 0.0
-    return card.cpu_ms / (card.gpu_ms + queue_load_ms(card, scenario.machine))
 
 
 def _node_mapping(scenario: Scenario, place: dict[str, Placement]) -> Mapping:
@@ -102,7 +94,7 @@ def _greedy(scenario: Scenario, check: Check | None) -> tuple[dict[str, Placemen
             notes.append(f"{t}: gpu_now ({used:g}/{budget:g} MB)")
             continue
         lead = f"{t}: does not fit ({c.vram_mb:g} MB)" if why_now == "does not fit" else f"{t}: gpu_now {why_now}"
-        qsp = queue_speedup(scenario, c)
+        qsp = queue_speedup(c, scenario.machine) or 0.0  # benefit_order gives GPU-capable tools only
         if three_way and qsp > 1.0 and c.vram_mb <= budget:
             why_queue = refused(t, Placement.GPU_QUEUE)
             if why_queue is None:

@@ -3,7 +3,8 @@
 Used for workflows too large for the exact search (:mod:`hetsched.search.oracle`), and by the exact
 search itself for its first incumbent. Anytime: it returns the best mapping found when its budget
 ends, which is either a time budget (``max_seconds``) or a number of simulations (``max_evals``;
-then the result is the same for a seed on every machine).
+then the result is the same for a seed on every machine), or sooner when ``STALL_STEPS`` steps in
+a row simulate nothing new (it has converged: every move it tries is known).
 
 One iteration:
 
@@ -63,6 +64,10 @@ on long workflows a full window of six nodes simulated up to 300 of its 728 neig
 windows took nearly the whole budget and left a handful of kicks; past the first few dozen in
 bound order an improvement is rare. The last window, which proves a workflow of up to ``WINDOW``
 free nodes optimal, is never capped."""
+STALL_STEPS = 1000
+"""Search steps (bounded neighbourhoods) in a row that simulate nothing new before the search stops: it has
+converged, every move it tries is already known (a small workflow, a large ``max_evals``), and would
+otherwise keep bounding cached moves until its budget ends."""
 _IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
 _CACHE_MAX = 200_000
 
@@ -168,12 +173,18 @@ class _Search:
         self._mv_nodes = np.array([i for i, _ in moves], dtype=np.intp)
         self._mv_codes = np.array([c for _, c in moves], dtype=np.int8)
         self.steps = 0
+        self._new_at = (0, ev.evaluations)
+        """(step, simulations) when the last new simulation was seen."""
         self._tail_of: tuple[int, ...] | None = None
         self._tail: list[int] = []
         self.max_steps = 0 if max_evals is None else 2 * (max_evals - ev.evaluations) + 20
 
     # ------------------------------------------------------------------ evaluation
     def check(self) -> None:
+        if self.ev.evaluations != self._new_at[1]:
+            self._new_at = (self.steps, self.ev.evaluations)
+        elif self.steps - self._new_at[0] >= STALL_STEPS:
+            raise _Budget
         if self.max_evals is not None and (self.ev.evaluations >= self.max_evals or self.steps >= self.max_steps):
             raise _Budget
         if time.perf_counter() >= self.deadline:
@@ -533,4 +544,5 @@ def local_search(
     )
 
 
-__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult", "local_search"]
+__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "STALL_STEPS", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult",
+           "local_search"]

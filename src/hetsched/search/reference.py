@@ -48,6 +48,10 @@ BOUND_SHARE = 0.2
 RELAXATION_SHARE = 0.5
 """Share of the lower bound's time given to the relaxation (:mod:`hetsched.search.relaxation`)
 when OR-Tools is installed; the best-first bound search has the rest."""
+EVALS_PER_SECOND = 5000
+"""Simulations a ``max_evals`` budget counts as one second when it shares the budget with the lower
+bound (about what one idle core simulates a second at 50 nodes): ``max_evals=50_000`` gives the
+relaxation the deterministic time the default 10 s budget gives it."""
 NO_RELAXATION_NOTE = "without the relaxation bound: pip install 'hetsched[search]'"
 """What a best-known label adds when OR-Tools is missing (its bound is then the weaker one)."""
 
@@ -110,10 +114,11 @@ def best_known(
 
     Spends ``1 - BOUND_SHARE`` of ``max_seconds`` searching mappings and the rest raising the
     lower bound (which may find a better mapping too). With ``max_evals`` the budget is
-    ``max_evals`` simulations for the search and ``max(4, max_evals // 100)`` expanded batches
-    for the bound, so the result is the same for a seed on every machine. The lower bound is the
-    largest of the bound search's, the Lagrangian bound and, with OR-Tools installed, the
-    relaxation's (:mod:`hetsched.search.relaxation`, given ``RELAXATION_SHARE`` of the bound's
+    ``max_evals`` simulations for the search, ``max(4, max_evals // 100)`` expanded batches
+    for the bound and deterministic solver time for the relaxation as if the budget were
+    ``max_evals / EVALS_PER_SECOND`` seconds, so the result is the same for a seed on every
+    machine. The lower bound is the largest of the bound search's, the Lagrangian bound and, with
+    OR-Tools installed, the relaxation's (:mod:`hetsched.search.relaxation`, given ``RELAXATION_SHARE`` of the bound's
     time first); without OR-Tools the label says so. With ``prove``, a
     mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that).
     """
@@ -124,7 +129,7 @@ def best_known(
     starts = [] if start is None else [_codes(scenario, scenario.validate_mapping(start))]
     # a short search for an upper bound, then the relaxation: its bound, and its solution as a start
     # (its limit is deterministic solver time, so with max_evals the result is the same everywhere)
-    bound_share = BOUND_SHARE * (max_seconds if max_seconds is not None else (max_evals or 0) / 1000)
+    bound_share = BOUND_SHARE * (max_seconds if max_seconds is not None else (max_evals or 0) / EVALS_PER_SECOND)
     first = local_search(scenario, seed=seed, max_evals=30 + 3 * len(scenario.workflow.nodes), starts=starts,
                          evaluator=ev, max_seconds=None if max_seconds is None else 0.1 * max_seconds)
     starts.append(first.codes)
@@ -267,6 +272,7 @@ __all__ = [
     "AUTO_REFUSE_FACTOR",
     "BOUND_SHARE",
     "DEFAULT_SEARCH_SECONDS",
+    "EVALS_PER_SECOND",
     "NO_RELAXATION_NOTE",
     "RELAXATION_SHARE",
     "ReferenceChoice",
