@@ -100,7 +100,7 @@ def test_deep_nesting_is_refused_without_recursion(tmp_path: Path, depth: int) -
         ("name", "5", "name = 5: Input should be a valid string"),
         ("name", "true", "name = True"),
         ("mode", "[binary]", "mode = ['binary'] is not a mode"),
-        ("machine", "[1]", "machine (a list)"),
+        ("machine", "[1]", "machine must be a mapping of keys to values, got a list"),
     ],
 )
 def test_no_list_or_number_is_accepted_as_text(tmp_path: Path, key: str, value: str, fragment: str) -> None:
@@ -255,7 +255,7 @@ def test_markup_and_unicode_names_are_accepted_as_written(tmp_path: Path) -> Non
 def test_integer_node_ids_are_names_but_other_scalars_are_not(tmp_path: Path) -> None:
     sc = load_scenario(write(tmp_path, "nodes: {1: bert_base, 2: ocr}\nedges: [[1, 2]]\n"))
     assert sc.workflow.node_ids == ("1", "2") and sc.workflow.succs("1") == ("2",)
-    refused(load_scenario, write(tmp_path, "nodes: {1.5: bert_base}\n"), "is a float", "quote it")
+    refused(load_scenario, write(tmp_path, "nodes: {1.5: bert_base}\n"), "is a number", "quote it")
     refused(load_scenario, write(tmp_path, "nodes: {1: bert_base, '1': ocr}\n"), "defined twice")
 
 

@@ -40,6 +40,7 @@ from hetsched.deciders.evidence import Evidence
 from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_FIRST,
     SCREEN_EVALUATIONS_LATER,
+    SCREEN_KICKS_FIRST,
     SCREEN_MIN_NODES,
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
@@ -389,6 +390,28 @@ def test_screened_search_stays_in_budget_and_is_seeded(family: str, n: int, thre
     assert _race(search, ranked, ample)[1] <= min(min(seen.values()) for seen in own.values()) * (1 + 1e-12)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 26), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), race=st.integers(20, 120), extra=st.integers(1, 300))
+def test_screened_search_with_a_fixed_race_only_gains_from_more_kicks(
+        family: str, n: int, three_way: bool, seed: int, race: int, extra: int) -> None:
+    """Round 0's larger budget goes to the kicks, the race's share fixed: the search then repeats the
+    smaller budget's estimates and goes on, so it never returns a higher estimate; both answers fit
+    the VRAM budget (a screened search never proposes a ``gpu_now`` set over it) and stay in budget."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    small, large = 2 * race, 2 * race + extra
+    a = local_search(est, comp.starts, comp.allowed, max_evaluations=small, seed=5, screen=True,
+                     race_evaluations=race)
+    b = local_search(est, comp.starts, comp.allowed, max_evaluations=large, seed=5, screen=True,
+                     race_evaluations=race)
+    assert b.e2e_ms <= a.e2e_ms and len(a.seen) <= small and len(b.seen) <= large
+    assert list(b.seen)[: len(a.seen)] == list(a.seen)  # the same estimates first, in the same order
+    for found in (a, b):
+        assert sc.compiled.static_ok(found.best) and math.isfinite(found.e2e_ms)
+
+
 def test_screened_race_gives_the_leading_descent_the_budget_equal_shares_cut_off() -> None:
     """Successive halving: with many starts and a budget that equal shares would spread too thin for
     any descent to converge, the descents that lead keep going; the result is no worse than the converged
@@ -441,7 +464,7 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
     first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
-    assert f"of a budget of {first}; descents screened" in spent[0]
+    assert f"of a budget of {first + SCREEN_KICKS_FIRST}; descents screened" in spent[0]
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 

@@ -65,8 +65,8 @@ def test_a_dropped_handle_is_recorded_as_abandoned_and_close_does_not_hang(tmp_p
     gc.collect()
     in_thread(s.close, "close")
     (record,) = stored_rounds(db)
-    assert record.trace.kind is InfeasibleKind.TOOL_ERROR and "abandoned" in record.trace.reason
-    assert ABANDONED in record.trace.reason
+    assert record.trace.kind is InfeasibleKind.ABANDONED  # told apart from a failed tool
+    assert record.trace.reason == f"abandoned: {ABANDONED}"
     assert set(record.trace.nodes) == {"A"}  # what the request ran is kept
 
 
@@ -77,7 +77,7 @@ def test_a_dropped_handle_lets_the_next_request_run() -> None:
     box = in_thread(lambda: s.submit(3), "a submit behind the dropped request")
     response = box["result"]
     assert isinstance(response, hs.Response) and response.outputs == {"B": 8} and response.round == 1
-    assert s.rounds[0].trace.kind is InfeasibleKind.TOOL_ERROR and ABANDONED in s.rounds[0].trace.reason
+    assert s.rounds[0].trace.kind is InfeasibleKind.ABANDONED and ABANDONED in s.rounds[0].trace.reason
     in_thread(s.close, "close")
 
 
@@ -133,7 +133,7 @@ def test_close_with_a_timeout_ends_a_held_unfinished_handle_and_lets_submits_fin
     rounds = stored_rounds(db)
     assert len(rounds) == 2  # nothing recorded is lost
     ended = rounds[held.round]
-    assert ended.trace.kind is InfeasibleKind.TOOL_ERROR and "close(timeout=0.2)" in ended.trace.reason
+    assert ended.trace.kind is InfeasibleKind.ABANDONED and "close(timeout=0.2)" in ended.trace.reason
     assert set(ended.trace.nodes) == {"A"}
     assert rounds[response.round].trace.feasible
 
@@ -150,3 +150,60 @@ def test_close_timeout_is_checked() -> None:
     with pytest.raises(hs.InputError, match="timeout must be >= 0 seconds"):
         s.close(timeout=-1)
     in_thread(s.close, "close")
+
+
+def test_a_failed_tool_and_an_abandoned_request_read_apart_in_the_store_and_the_cli(tmp_path: Path) -> None:
+    """Real SQLite: a request whose driver fails it stays ``tool_error``; a dropped one is ``abandoned``, in
+    the stored rounds, ``show-run`` (table and --json) and the round summaries."""
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from hetsched.cli import app, load_commands
+
+    db = tmp_path / "runs.db"
+    s = hs.Session(workflow(), store=db, name="app", executor_options=STANDIN, warm_start=False)
+    failed = s.begin_request(thread_bound=False)
+    failed.run_node("A", [1])
+    failed.fail("the caller's code broke")
+    failed.finish()
+    s.begin_request(thread_bound=False).run_node("A", [1])  # dropped at once
+    gc.collect()
+    in_thread(s.close, "close")
+    rounds = stored_rounds(db)
+    assert [r.trace.kind for r in rounds] == [InfeasibleKind.TOOL_ERROR, InfeasibleKind.ABANDONED]
+    with RunStore(db, read_only=True) as st:
+        (run,) = st.runs()
+        assert [o.kind for o in st.outcomes(run.id)] == ["tool_error", "abandoned"]
+    load_commands()
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show-run", run.id, "--store", str(db)])
+    assert shown.exit_code == 0, shown.output
+    rows = [ln.split(None, 6) for ln in shown.stdout.splitlines() if re.match(r" +[01] +C C ", ln)]
+    assert [row[6][:15] for row in rows] == ["no: tool error:", "no: abandoned: "], shown.stdout
+    exported = json.loads(runner.invoke(app, ["show-run", run.id, "--store", str(db), "--json"]).stdout)
+    assert [r["trace"]["infeasibility"]["kind"] for r in exported["rounds"]] == ["tool_error", "abandoned"]
+
+
+def test_an_abandoned_round_is_no_evidence_against_its_mapping() -> None:
+    """The monitor lists no infeasibility and no last round for a request whose driver went away: the
+    deciders must not avoid the mapping it ran under (a failed tool's round still counts)."""
+    from hetsched.deciders.evidence import measured_infeasible
+    from hetsched.model import Infeasibility, Mapping, Placement, Proposal, Trace
+    from hetsched.monitor import Monitor
+
+    s = hs.Session(workflow(), store=False, executor_options=STANDIN)
+    sc = s.scenario
+    in_thread(s.close, "close")
+    cpu = sc.uniform(Placement.CPU)
+    other = Mapping({**cpu.to_dict(), "A": Placement.GPU_NOW})
+    ran = Trace(mapping=cpu, feasible=True, e2e_ms=5.0, nodes={}, vram_budget_mb=sc.machine.vram_budget_mb)
+
+    def gone(kind: InfeasibleKind) -> Trace:
+        return Trace.refused(other, Infeasibility(kind, ABANDONED), vram_budget_mb=sc.machine.vram_budget_mb)
+
+    for kind, counted in ((InfeasibleKind.ABANDONED, False), (InfeasibleKind.TOOL_ERROR, True)):
+        history = [RoundRecord(0, Proposal(cpu), ran), RoundRecord(1, Proposal(other), gone(kind))]
+        records = Monitor(sc).observe(history).records
+        assert (other in measured_infeasible(records)) is counted, (kind, records)

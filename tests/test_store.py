@@ -622,7 +622,61 @@ def test_a_schema_3_store_reads_back_and_is_migrated_with_decision_times_and_ref
         more = continue_run(st, run_id, rounds=3)
         assert more.rounds[:2] == before and more.rounds[2].decision_ms is not None
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 4
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+
+
+# ---------------------------------------------------------------------------- schema 4 -> 5
+OLD_ABANDONED = ("the request was abandoned: its handle was garbage-collected before finish() (the driver dropped it, "
+                 "e.g. its code raised outside a with block or its asyncio task was cancelled)")
+"""What a session wrote, as a ``tool_error`` detail, for a dropped handle before schema 5."""
+
+
+def test_a_schema_4_store_reads_its_abandoned_requests_as_abandoned(tmp_path: Path) -> None:
+    """Real SQLite: a store written before the ``abandoned`` kind (rounds of a dropped handle and of
+    ``close(timeout=...)`` recorded as ``tool_error``) reads back with the new kind, in memory when opened
+    read-only and in the file otherwise; a request its driver failed stays a ``tool_error``."""
+    import gc
+
+    import hetsched as hs
+
+    path = tmp_path / "v4.sqlite"
+    wf = hs.Workflow("one").node("A", hs.function_tool("inc", lambda x: x + 1))
+    s = hs.Session(wf, store=path, name="app", executor_options={"device": "standin"}, warm_start=False)
+    failed = s.begin_request(thread_bound=False)
+    failed.fail("the caller's code broke")
+    failed.finish()
+    s.begin_request(thread_bound=False).run_node("A", [1])  # dropped
+    gc.collect()
+    held = s.begin_request(thread_bound=False)  # held, never finished: close(timeout=0) ends it
+    s.close(timeout=0)
+    with RunStore(path) as st:
+        (run,) = st.runs()
+        now = st.rounds(run.id)
+    kinds = [r.trace.kind for r in now]
+    assert kinds == [InfeasibleKind.TOOL_ERROR, InfeasibleKind.ABANDONED, InfeasibleKind.ABANDONED], kinds
+    assert held.round == 2
+    with sqlite3.connect(path) as raw:  # back to what schema 4 wrote
+        for rnd, trace_json in raw.execute("SELECT round, trace_json FROM rounds WHERE round > 0").fetchall():
+            trace = json.loads(trace_json)
+            detail = trace["infeasibility"]["detail"]
+            detail = OLD_ABANDONED if detail.startswith("its handle") else detail
+            trace.update(infeasibility={"kind": "tool_error", "detail": detail}, reason=f"tool error: {detail}")
+            raw.execute("UPDATE rounds SET infeasible_kind = 'tool_error', reason = ?, trace_json = ? WHERE round = ?",
+                        (trace["reason"], json.dumps(trace), rnd))
+        raw.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        raw.execute("PRAGMA user_version = 4")
+    with RunStore(path, read_only=True) as ro:  # migrated in memory only
+        assert ro.rounds(run.id) == now
+        assert [o.kind for o in ro.outcomes(run.id)] == ["tool_error", "abandoned", "abandoned"]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
+    with RunStore(path) as st:
+        assert st.rounds(run.id) == now
+        rows = st._conn().execute("SELECT infeasible_kind, reason FROM rounds ORDER BY round").fetchall()
+    assert [k for k, _ in rows] == ["tool_error", "abandoned", "abandoned"]
+    assert [r for _, r in rows] == [r.trace.reason for r in now]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
 
 
 def test_round_outcomes_are_the_summary_of_the_rounds(tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ Guarantees (docs/python.md "Sessions"):
   for the requests in flight (``close(timeout=...)`` fails and records the node-by-node requests
   still open after the timeout);
 - a node-by-node request whose handle is dropped unfinished never holds the session: when the handle
-  is garbage-collected the request is failed, recorded ("abandoned") and its place let go.
+  is garbage-collected the request is ended, recorded as an ``abandoned`` round (not a ``tool_error``: no
+  tool failed, and the monitor takes it as no evidence against its mapping) and its place let go.
 
 Imports the model, the executors, the policies, the simulator's planner, the store and the loop's
 helpers (it sits beside the loop, above everything it drives).
@@ -74,6 +75,7 @@ from hetsched.exec.inproc import InProcessExecutor, Request, RequestResult, Tool
 from hetsched.loop import round_seed
 from hetsched.model import (
     ExecutorSpec,
+    InfeasibleKind,
     InputError,
     Mapping,
     Placement,
@@ -663,7 +665,7 @@ class Session:
             state.finalizer.detach()
         try:
             if why is not None and state.request.failure is None:
-                state.request.fail(why)
+                state.request.fail(why, InfeasibleKind.ABANDONED)
             trace = state.request.finish()
             with self._lock:
                 state.trace = trace
@@ -701,9 +703,9 @@ class Session:
 
         A node-by-node request whose handle was dropped unfinished is ended when the handle is
         garbage-collected (close collects garbage once first, so a handle caught in a reference cycle
-        is found): it is recorded as a failed round (``tool_error``, "abandoned"). ``timeout``: seconds
+        is found): it is recorded as an ``abandoned`` round. ``timeout``: seconds
         to wait for the node-by-node requests still open (their drivers hold their handles); then each
-        is failed and recorded as such (the reason names ``close(timeout=...)``) and its handle refuses
+        is ended and recorded as ``abandoned`` (the reason names ``close(timeout=...)``) and its handle refuses
         further nodes. Requests submitted with :meth:`submit` run to their end either way (a tool
         running in this process cannot be interrupted)."""
         if self._closed:
@@ -762,8 +764,8 @@ def complete(scenario: Scenario, trace: Trace) -> bool:
 
 
 
-ABANDONED = ("the request was abandoned: its handle was garbage-collected before finish() (the driver dropped it, "
-             "e.g. its code raised outside a with block or its asyncio task was cancelled)")
+ABANDONED = ("its handle was garbage-collected before finish() (the driver dropped it, e.g. its code raised "
+             "outside a with block or its asyncio task was cancelled)")
 """The recorded reason of a node-by-node request whose handle was dropped unfinished."""
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -137,6 +138,8 @@ def bench(
     suite_name = suite.strip().lower()
     if suite_name not in (*SUITES, "load"):
         raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join((*SUITES, 'load'))}")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise fail(f"--out {out_dir} is a file, not a folder; give a folder for the report (created if missing)")
     if suite_name == "load":
         if tools is not None or store is not None or seeds is not None or jobs is not None:
             raise InputError("--suite load runs one seed in this process without the run store; --tools, --store, "
@@ -359,6 +362,9 @@ def report(
         run_ids = store_run_ids(first, experiment)
         target = out_dir or Path("report-out")
     else:
+        for s in source:  # a run id is hex: one with a folder or a suffix was meant as a path
+            if ("/" in s or os.sep in s or "." in s) and not Path(s).exists():
+                raise InputError(f"{s}: not found; give a bench's output folder (--out), a run store file, or run ids")
         store_path = resolve_store_path(store)
         with RunStore(store_path, create=False) as st:
             run_ids = [st.resolve(s) for s in source]

@@ -33,8 +33,9 @@ def read_mapping(sc: Scenario, text: str | None, option: str = "--mapping") -> M
         assert ref is not None  # auto always gives one
         return ref.mapping
     path = Path(text)
-    given = load_mapping(path) if path.suffix.lower() in (".yaml", ".yml", ".json") else parse_mapping_text(text)
-    return sc.validate_mapping(given, where=option)
+    from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
+    given = load_mapping(path) if from_file else parse_mapping_text(text, where=option)
+    return sc.validate_mapping(given, where=f"{option} file {path}" if from_file else option)
 
 
 @export_app.command("ray", epilog=examples(

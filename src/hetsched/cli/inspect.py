@@ -339,7 +339,15 @@ def schema(
     from hetsched.model.schemas import SCHEMAS, write_schemas
 
     if write is not None:
-        for path in write_schemas(write):
+        from hetsched.model.errors import OutputError, os_error_text
+
+        if write.exists() and not write.is_dir():
+            raise fail(f"--write {write} is a file, not a folder; give a folder for the schemas (created if missing)")
+        try:
+            paths = write_schemas(write)
+        except OSError as exc:
+            raise OutputError(f"--write {write}: cannot be written: {os_error_text(exc)}") from None
+        for path in paths:
             out.print(f"wrote {safe(path)}")
         return
     if kind not in SCHEMAS:

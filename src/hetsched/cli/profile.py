@@ -11,11 +11,12 @@ from rich.table import Table
 from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
+from hetsched.model.errors import some
 from hetsched.model.files import load_scenario, load_tool_library
 from hetsched.profiling import ProfileConfig, Profiler, profile_tools, write_library
 from hetsched.profiling.profiler import plan_names
 from hetsched.profiling.refresh import moved, refresh_target, write_refreshed
-from hetsched.tools.registry import builtin_names, import_tool_modules
+from hetsched.tools.registry import builtin_names, import_tool_modules, is_registered, tool_names
 
 
 def card_table(cards: list[ToolCard], title: str) -> Table:
@@ -177,6 +178,11 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
              own_core: bool = False, cold_loads: int = 0) -> None:
     """``hetsched profile --refresh FILE``: measure FILE's tools and rewrite their cards in place."""
     target = refresh_target(path, names)
+    unknown = [t for t in target.tools if not is_registered(t)]
+    if unknown:  # before any measurement: say which, and how to register them
+        raise fail(f"--refresh {path}: tool(s) {', '.join(map(repr, unknown))} have no implementation to measure; "
+                   f"registered tools: {some(list(tool_names()), quote=False)}; register yours with --tool-module "
+                   "MODULE (docs/tools.md)")
     size = size or target.preset
     threads = cpu_threads
     if threads is None and target.cpu_cores is not None:

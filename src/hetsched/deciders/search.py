@@ -14,7 +14,7 @@ rank lowest, within a budget of estimates.
 - Screened (``screen=True``, the decider's choice for large workflows): each descent step simulates
   the current mapping once with its timings and tries only the moves of the nodes :func:`focus`
   names (its critical chain, what shared a device with it, what held the memory it waited for),
-  and half of the budget races descents from every start before the kicks: successive halving
+  and part of the budget (half by default) races descents from every start before the kicks: successive halving
   (Karnin, Koren, Somekh, "Almost Optimal Exploration in Multi-Armed Bandits", ICML 2013; Jamieson,
   Talwalkar, AISTATS 2016): in each of log2(starts) + 1 phases the descents still in the race share
   the phase's estimates equally, then the half with the higher estimates drop out (a descent that
@@ -356,10 +356,14 @@ def local_search(
     max_evaluations: int,
     seed: int = 0,
     screen: bool = False,
+    race_evaluations: int | None = None,
 ) -> SearchResult:
     """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
-    ``screen``, the descents try only the moves of the nodes :func:`focus` names."""
+    ``screen``, the descents try only the moves of the nodes :func:`focus` names, and the race of
+    descents from the starts spends about ``race_evaluations`` of them (default: half), the kicks the
+    rest. A fixed race makes a larger budget only lengthen the kicks: the same mapping or a lower one."""
     budget = max(1, max_evaluations)
+    race = budget // 2 if race_evaluations is None else max(1, min(race_evaluations, budget))
     search = _Search(estimator, allowed, budget, seed, screen)
     size = math.prod(len(a) for a in allowed)
     if size <= budget:
@@ -374,8 +378,8 @@ def local_search(
     ranked = sorted(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
     if screen:
         # a race of descents from every start (the uniform mappings lie in basins the best start's
-        # descent rarely reaches: three-way queues), within half the budget
-        best, best_e = _race(search, ranked, budget // 2)
+        # descent rarely reaches: three-way queues), within ``race`` estimates (half the budget by default)
+        best, best_e = _race(search, ranked, race)
     else:
         best, best_e = search.descend(ranked[0])
     stale = 0

@@ -787,9 +787,10 @@ class Request:
             self.ex._change(-need)
             self.ex._dev.notify_all()
 
-    def fail(self, reason: str) -> None:
-        """Mark the request failed (a tool error outside :meth:`run_node`, e.g. in the caller's own code)."""
-        self._fail(InfeasibleKind.TOOL_ERROR, reason)
+    def fail(self, reason: str, kind: InfeasibleKind = InfeasibleKind.TOOL_ERROR) -> None:
+        """Mark the request failed: by default a tool error outside :meth:`run_node` (e.g. in the caller's own
+        code); ``InfeasibleKind.ABANDONED`` when its driver went away (the session ends it)."""
+        self._fail(kind, reason)
 
     def finish(self) -> Trace:
         """End the request and return its trace (idempotent). Its gpu_now tools stay resident for the

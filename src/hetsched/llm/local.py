@@ -75,7 +75,11 @@ class LocalDecider(ChatDecider):
                 kwargs["n_threads"] = cfg.n_threads
             if cfg.seed is not None:
                 kwargs["seed"] = cfg.seed
-            self._llm = Llama(**kwargs)
+            try:
+                self._llm = Llama(**kwargs)
+            except ValueError as exc:  # llama.cpp: not a GGUF model it can read (a damaged or foreign file)
+                raise DeciderConfigError(f"model_path {str(self.path)!r}: llama.cpp cannot load it ({exc}); give a "
+                                         ".gguf model file") from None
         return self._llm
 
     def complete(self, messages: Messages, schema: dict[str, Any]) -> ChatReply:

@@ -6,6 +6,7 @@ Part of the model package; imports PyYAML, pydantic and the other model modules.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -13,7 +14,7 @@ import re
 import stat
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -33,7 +34,7 @@ from hetsched.model.machine import Machine
 from hetsched.model.mapping import Mapping
 from hetsched.model.scenario import Mode, Scenario
 from hetsched.model.workflow import Edge, Node, Workflow
-from hetsched.model.workload import Arrivals, Workload
+from hetsched.model.workload import MAX_DURATION_S, Arrivals, Workload
 
 PROVENANCE_DEFAULTS: tuple[str, ...] = ("hardware", "runs", "date", "source", "device", "preset", "cpu", "gpu",
                                          "software")
@@ -91,6 +92,20 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except (OSError, ValueError):  # missing, too long, embedded NUL, not a directory...
         return None
+
+
+def _missing(path: Path) -> str:
+    """Why nothing can be read at ``path``, in words: ``not found`` unless the system said more (a loop of
+    symbolic links, a name too long, a file where a folder should be, no permission)."""
+    try:
+        path.stat()
+    except ValueError:
+        return "not a file name (it holds a NUL character)"
+    except OSError as exc:
+        return {errno.ELOOP: "a loop of symbolic links", errno.ENAMETOOLONG: "the name is too long for the file system",
+                errno.ENOTDIR: "not found (a part of the path is a file, not a folder)",
+                errno.EACCES: "permission denied"}.get(exc.errno or 0, "not found")
+    return "not found"
 
 
 def _exists(path: Path) -> bool:
@@ -372,6 +387,18 @@ def _value(value: Any, limit: int = 80) -> str:
     return _short(repr(value), limit)
 
 
+_TYPE_WORDS = {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
+               bool: "a boolean (true/false)"}
+
+
+def a_type(value: Any) -> str:
+    """What a value is, in a message's words: ``nothing``, ``a list``, ``an integer``, ``a mapping``..."""
+    if value is None:
+        return "nothing"
+    name = type(value).__name__
+    return _TYPE_WORDS.get(type(value), f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}")
+
+
 def read_structured(path: Path) -> Any:
     """Parse a YAML file (or a ``.json`` file as strict JSON); errors name the file, line and column.
 
@@ -382,7 +409,7 @@ def read_structured(path: Path) -> Any:
     """
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: not found")
+        raise InputError(f"file {path}: {_missing(path)}")
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
         raise InputError(f"file {path}: is {kind}; give a YAML or JSON file")
@@ -418,6 +445,36 @@ def _fields_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]
     return list(current.model_fields) if current is not None else []
 
 
+_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal"})
+
+
+def _accepted_range(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """``; accepted: a number from 0.001 to 100000000`` for the numeric field at ``loc`` inside ``model``
+    (its bounds both ways, as the CLI's range messages word them), or '' when the field is not found."""
+    current, field = model, None
+    for part in loc:
+        if current is None:
+            return ""
+        field = current.model_fields.get(str(part))
+        ann = field.annotation if field is not None else None
+        current = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if field is None:
+        return ""
+    bounds = {type(m).__name__.lower(): _bound(getattr(m, type(m).__name__.lower())) for m in field.metadata
+              if type(m).__name__ in ("Ge", "Gt", "Le", "Lt")}
+    kind = "an integer" if int in (field.annotation, *get_args(field.annotation)) else "a number"
+    low = f">= {bounds['ge']}" if "ge" in bounds else f"> {bounds['gt']}" if "gt" in bounds else ""
+    high = f"<= {bounds['le']}" if "le" in bounds else f"< {bounds['lt']}" if "lt" in bounds else ""
+    if "ge" in bounds and "le" in bounds:
+        return f"; accepted: {kind} from {bounds['ge']} to {bounds['le']}"
+    return f"; accepted: {kind} {' and '.join(b for b in (low, high) if b)}" if low or high else ""
+
+
+def _bound(value: float) -> str:
+    """A range bound as a user types it: ``100000000``, ``0.001``."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
+
+
 def format_validation_error(
     exc: ValidationError, path: Path | str, prefix: str = "", model: type[BaseModel] | None = None
 ) -> str:
@@ -440,6 +497,8 @@ def format_validation_error(
         else:
             shown = f" = {_value(value)}"
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] in _RANGE_ERRORS:
+            msg += _accepted_range(model, tuple(err["loc"]))
         lines.append(f"{_short(loc) or '(top level)'}{shown}: {msg}")
     head = f"file {path}: " if str(path) else ""
     if len(lines) == 1:
@@ -449,8 +508,7 @@ def format_validation_error(
 
 def _expect_dict(value: Any, where: str, path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
-        got = "nothing" if value is None else f"a {type(value).__name__}"
-        raise InputError(f"file {path}: {where} must be a mapping of keys to values, got {got}")
+        raise InputError(f"file {path}: {where} must be a mapping of keys to values, got {a_type(value)}")
     return value
 
 
@@ -459,6 +517,13 @@ def _check_keys(doc: dict[str, Any], known: set[str], where: str, path: Path) ->
         if key not in known:
             raise InputError(f"file {path}: {where}unknown key {_value(key)}; accepted keys: {', '.join(sorted(known))}"
                              + did_you_mean(key, known))
+
+
+def _given(doc: dict[str, Any], key: str, default: Any) -> Any:
+    """``doc[key]``, or ``default`` when it is absent or empty (``key:`` alone); any other value as written,
+    for its check to refuse a wrong type (``machine: 0`` is no machine block)."""
+    value = doc.get(key)
+    return default if value is None or value == default else value
 
 
 def _node_name(value: Any) -> str | None:
@@ -598,7 +663,7 @@ def resolve_scenario_path(ref: str | Path) -> Path:
     path = Path(ref)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or _exists(path):
         if not _exists(path):
-            raise InputError(f"file {path}: not found")
+            raise InputError(f"file {path}: {_missing(path)}")
         return path
     bundled = bundled_scenarios()
     if str(ref) in bundled:
@@ -638,16 +703,19 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
             lib_path = path.parent / lib_path
         if not _exists(lib_path):
             raise InputError(f"file {path}: tools = {doc['tools']!r}: tool library {lib_path} not found")
-        base_library = load_tool_library(lib_path)
+        try:
+            base_library = load_tool_library(lib_path)
+        except InputError as exc:  # name the scenario that points at the library too
+            raise InputError(f"file {path}: tools = {doc['tools']!r}: {exc}") from None
     elif library is not None:
         base_library = library
     else:
         base_library = load_tool_library(bundled_library_path())
-    inline = parse_cards(_expect_dict(doc.get("cards") or {}, "cards", path), path)
+    inline = parse_cards(_expect_dict(_given(doc, "cards", {}), "cards", path), path)
     combined = {**base_library, **inline}
 
     nodes = _parse_nodes(doc.get("nodes"), path)
-    edges = _parse_edges(doc.get("edges") or [], path)
+    edges = _parse_edges(_given(doc, "edges", []), path)
     cards: dict[str, ToolCard] = {}
     for node in nodes:
         if node.tool in cards:
@@ -671,7 +739,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="workflow")) from None
     try:
-        machine = Machine.model_validate(doc.get("machine") or {}, strict=True)
+        machine = Machine.model_validate(_expect_dict(_given(doc, "machine", {}), "machine", path), strict=True)
     except ValidationError as exc:
         raise InputError(format_validation_error(exc, path, prefix="machine", model=Machine)) from None
     workload = _parse_workload(doc.get("workload"), path)
@@ -722,7 +790,10 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
         if "times_ms" in data:
             raise InputError(f"file {path}: workload gives both file and times_ms; give one of the two")
         target = Path(name) if Path(name).is_absolute() else path.parent / name
-        data["times_ms"] = read_arrivals(target)
+        try:
+            data["times_ms"] = read_arrivals(target)
+        except InputError as exc:  # name the scenario that points at the file too
+            raise InputError(f"file {path}: workload.file = {name!r}: {exc}") from None
     if isinstance(data.get("times_ms"), list):
         data["times_ms"] = tuple(data["times_ms"])
     try:
@@ -744,11 +815,13 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         for i, v in enumerate(doc):
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise InputError(f"file {path}: [{i}] = {_value(v)} is not a number; give arrival times in ms")
-            out.append(float(v))
+            out.append(_arrival_ms(float(v), f"file {path}: [{i}] = {_value(v)}"))
         return tuple(out)
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: not found (a file of arrival times)")
+        raise InputError(f"file {path}: {_missing(path)} (a file of arrival times)")
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"file {path}: is a directory; give a file of arrival times (ms), one a line")
     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
         raise InputError(f"file {path}: not a regular file of at most {MAX_FILE_BYTES:,} bytes")
     try:
@@ -767,12 +840,20 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         except ValueError:
             raise InputError(f"file {path}: line {no}: {_value(cell)} is not a number; give one arrival time "
                              "in ms a line") from None
-        if not math.isfinite(value):
-            raise InputError(f"file {path}: line {no}: {cell} is not a finite number")
-        times.append(value)
+        times.append(_arrival_ms(value, f"file {path}: line {no}: {_short(cell, 40)}"))
     if not times:
         raise InputError(f"file {path}: holds no arrival times; give one number (ms) a line")
     return tuple(times)
+
+
+def _arrival_ms(value: float, where: str) -> float:
+    """One arrival time, refused with ``where`` (the file and line) unless finite and within a window's span."""
+    top_ms = MAX_DURATION_S * 1000
+    if not math.isfinite(value):
+        raise InputError(f"{where} is not a finite number; give arrival times in ms, 0 to {top_ms:g}")
+    if not 0 <= value <= top_ms:
+        raise InputError(f"{where}: arrival times are ms from the start, 0 to {top_ms:g}")
+    return value
 
 
 def _parse_nodes(raw: Any, path: Path) -> list[Node]:
@@ -792,7 +873,7 @@ def _parse_nodes(raw: Any, path: Path) -> list[Node]:
                 )
             items.append((entry["id"], entry["tool"], f"nodes[{i}]"))
     else:
-        raise InputError(f"file {path}: 'nodes' must be a list or a mapping, got a {type(raw).__name__}")
+        raise InputError(f"file {path}: 'nodes' must be a list or a mapping, got {a_type(raw)}")
     if not items:
         raise InputError(f"file {path}: 'nodes' is empty; a workflow needs at least one node")
     nodes = []
@@ -806,7 +887,7 @@ def _parse_nodes(raw: Any, path: Path) -> list[Node]:
                     f"file {path}: node id {_value(node_id)} (tool {tool!r}) is empty; give every node a name"
                 )
             raise InputError(
-                f"file {path}: {where}: node id {_value(node_id)} is a {type(node_id).__name__}; give a name "
+                f"file {path}: {where}: node id {_value(node_id)} is {a_type(node_id)}; give a name "
                 "(quote it: YAML reads true, 1.5 or null as values, not text)"
             )
         try:
@@ -821,7 +902,7 @@ _MAX_EDGE_TEXT = 2 * MAX_NAME_CHARS + 16
 
 def _parse_edges(raw: Any, path: Path) -> list[Edge]:
     if not isinstance(raw, list):
-        raise InputError(f"file {path}: 'edges' must be a list, got a {type(raw).__name__}")
+        raise InputError(f"file {path}: 'edges' must be a list, got {a_type(raw)}")
     edges = []
     for i, entry in enumerate(raw):
         try:
@@ -929,12 +1010,15 @@ def detect_kind(path: Path) -> str:
         return "tools"
     if isinstance(doc, dict) and "nodes" in doc:
         return "scenario"
+    what = "not a tool library (top-level 'tools:'), a scenario ('nodes:') or a mapping (node: placement)"
     if isinstance(doc, dict):
-        return "mapping"
-    raise InputError(
-        f"file {path}: not a tool library (top-level 'tools:'), a scenario ('nodes:') or a mapping; "
-        f"got {type(doc).__name__}"
-    )
+        nested = [k for k, v in doc.items() if isinstance(v, dict | list) and k != "mapping"]
+        if not nested:
+            return "mapping"
+        raise InputError(f"file {path}: {what}: {_value(nested[0])} holds {a_type(doc[nested[0]])}, where a "
+                         f"mapping gives a placement (cpu, gpu_now, gpu_queue); top-level keys: {some(list(doc))} (a "
+                         "tool library lists its cards under 'tools:', a scenario its nodes under 'nodes:')")
+    raise InputError(f"file {path}: {what}; the top level is {a_type(doc)}")
 
 
 # ---------------------------------------------------------------------------- starting points

@@ -31,6 +31,9 @@ class InfeasibleKind(StrEnum):
     """A tool ran past its time limit during a real execution."""
     UNAVAILABLE = "unavailable"
     """The executor has no device for a placement (a GPU placement without CUDA or a stand-in device)."""
+    ABANDONED = "abandoned"
+    """A request driven node by node was ended unfinished by the session (its handle was dropped, or
+    ``close(timeout=...)`` ran out): its driver went away; no tool failed and the mapping is not at fault."""
 
     @property
     def label(self) -> str:
@@ -45,6 +48,7 @@ _LABELS = {
     InfeasibleKind.TOOL_ERROR: "tool error",
     InfeasibleKind.TIMEOUT: "timeout",
     InfeasibleKind.UNAVAILABLE: "unavailable",
+    InfeasibleKind.ABANDONED: "abandoned",
 }
 
 

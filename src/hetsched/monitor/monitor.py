@@ -260,6 +260,8 @@ class _Seen:
         for run in runs[len(self.runs):]:
             self.runs.append(run)
             t = run.trace
+            if t.kind is InfeasibleKind.ABANDONED:  # its driver went away: no evidence about the mapping
+                continue
             codes = self.codes(t)
             self.executed[codes] = t
             if not t.feasible:
@@ -631,12 +633,14 @@ class Monitor:
         sc = self.scenario
         order = self._order
         records: list[Observation] = []
-        if history:
-            last = history[-1].trace
+        # the last round that ran (an abandoned request is no evidence: see _Seen.extend)
+        lr = next((h for h in reversed(history) if h.trace.kind is not InfeasibleKind.ABANDONED), None)
+        if lr is not None:
+            last = lr.trace
             lc = seen.codes(last)
             records.append(
                 LastRound(
-                    round=history[-1].round,
+                    round=lr.round,
                     mapping=self._pairs(lc),
                     code=self._code(lc),
                     feasible=last.feasible,

@@ -76,6 +76,8 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     """Read ``path`` (a scenario or a tool library file) and plan the refresh of ``tools`` (default:
     every tool the scenario uses, or every measured card of the library). Bundled files are refused."""
     path = Path(path)
+    if path.is_dir():
+        raise ParameterError("refresh", f"{path}: is a directory; give a scenario or tool library file")
     if not path.is_file():
         raise ParameterError("refresh", f"{path}: not found; give a scenario or tool library file (a bundled "
                              "scenario is copied first: hetsched init NAME -o NAME.yaml)")

@@ -13,10 +13,10 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from hetsched.model import Infeasibility
-from hetsched.store.codec import DECISION_INFO_KEYS, StoreError
+from hetsched.model import Infeasibility, InfeasibleKind
+from hetsched.store.codec import DECISION_INFO_KEYS, StoreError, dumps, loads
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the layout below; bump it and add a step to :data:`MIGRATIONS` for every change."""
 
 def current_version() -> int:
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS rounds (
     feasible          INTEGER NOT NULL,
     e2e_ms            REAL,                     -- NULL when infeasible
     reason            TEXT NOT NULL,            -- why infeasible, '' otherwise
-    infeasible_kind   TEXT,                     -- oom, never_admissible, deadlock, tool_error... NULL if feasible
+    infeasible_kind   TEXT,                     -- oom, deadlock, tool_error, abandoned...; NULL if feasible
     rationale         TEXT NOT NULL,
     decider           TEXT,                     -- DecisionRecord.decider (NULL: no decider)
     model             TEXT,                     -- DecisionRecord.model
@@ -204,7 +204,29 @@ def _v3_to_v4(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+ABANDONED_BEFORE_V5 = ("the request was abandoned: ", "the session closed (close(timeout=")
+"""How the detail of a ``tool_error`` round began, before schema 5, when the session had ended a request driven
+node by node whose driver went away (its handle dropped; ``close(timeout=...)`` ran out)."""
+
+
+def _v4_to_v5(conn: sqlite3.Connection) -> None:
+    """Abandoned requests get their own kind: the ``tool_error`` rounds the session recorded for a request whose
+    driver went away become ``abandoned`` (kind, reason and trace), told apart from a failed tool."""
+    rows = conn.execute("SELECT rowid, trace_json FROM rounds WHERE infeasible_kind = 'tool_error'").fetchall()
+    for rowid, trace_json in rows:
+        trace = loads(trace_json)
+        why = trace.get("infeasibility") if isinstance(trace, dict) else None
+        detail = why.get("detail") if isinstance(why, dict) else None
+        if not isinstance(detail, str) or not detail.startswith(ABANDONED_BEFORE_V5):
+            continue
+        detail = detail.removeprefix(ABANDONED_BEFORE_V5[0])
+        reason = str(Infeasibility(InfeasibleKind.ABANDONED, detail))
+        trace.update(infeasibility={"kind": InfeasibleKind.ABANDONED.value, "detail": detail}, reason=reason)
+        conn.execute("UPDATE rounds SET infeasible_kind = ?, reason = ?, trace_json = ? WHERE rowid = ?",
+                     (InfeasibleKind.ABANDONED.value, reason, dumps(trace, "trace"), rowid))
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 """``from_version -> step`` taking a store from ``from_version`` to ``from_version + 1``
 inside the open transaction."""
 
