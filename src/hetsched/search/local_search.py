@@ -30,8 +30,9 @@ One iteration:
 Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
 a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
 queue by the least load per MB freed until the budget holds). The search descends from the best
-of them; with ``descend_starts`` (the best-known reference) first from each start it was given
-and the greedy one as well: their basins can be percents apart (a 50-tool fork-join: the greedy
+of them; with ``descend_starts`` (the best-known reference) then from each other start it was given
+and the greedy one as well (with a move order of their own, so the search from the best start is
+unchanged until a kick starts from a better basin): their basins can be percents apart (a 50-tool fork-join: the greedy
 start's 1.6% below the best start's, a basin a 400,000-simulation search from the best start
 never reached), and a descent costs a few thousand simulations.
 
@@ -72,6 +73,7 @@ STALL_STEPS = 1000
 """Search steps (bounded neighbourhoods) in a row that simulate nothing new before the search stops: it has
 converged, every move it tries is already known (a small workflow, a large ``max_evals``), and would
 otherwise keep bounding cached moves until its budget ends."""
+_STARTS_SEED = 0x5EED  # the start descents' own move order (``descend_starts``)
 _IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
 _CACHE_MAX = 200_000
 
@@ -479,11 +481,16 @@ class _Search:
                 self.cost(s)
             if self.n == 0 or not any(len(a) > 1 for a in self.allowed):
                 return False
-            if self.descend_starts:  # each start's basin, best first; the search goes on from the best found
-                for s in sorted(dict.fromkeys([*given, self.greedy()]), key=lambda s: (self.ev(s), s)):
-                    if self.ev(s) < math.inf:
-                        self.descend(s, self.ev(s))
+            origin = self.best
             cur, cur_e = self.descend(self.best, self.best_e)
+            if self.descend_starts:
+                # each other start's basin, with a generator of its own so that the search from the best
+                # start goes on as without them; it kicks from whichever local optimum is the best
+                main_rng, self.nprng = self.nprng, np.random.default_rng(_STARTS_SEED)
+                for s in sorted(dict.fromkeys([*given, self.greedy()]), key=lambda s: (self.ev(s), s)):
+                    if s != origin and self.ev(s) < math.inf:
+                        self.descend(s, self.ev(s))
+                self.nprng = main_rng
             stale = 0
             seen_windows: set[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]] = set()
             while True:
@@ -541,9 +548,9 @@ def local_search(
         starts: extra start mappings (codes in node order), e.g. a previous best.
         keep: how many distinct best mappings to return in ``elite``.
         evaluator: reuse an evaluator (and its memo) across calls.
-        descend_starts: descend from each start given and the greedy start (each to its local
-            optimum) before the search goes on from the best; by default only the best start is
-            descended.
+        descend_starts: after the best start's descent, descend from each other start given and
+            the greedy start too (each to its local optimum); the kicks then start from the best
+            found. By default only the best start is descended.
     """
     t0 = time.perf_counter()
     if max_evals is None and max_seconds is None:
