@@ -286,3 +286,30 @@ def test_a_path_that_leads_nowhere_says_why(tmp_path: Path, capsys: pytest.Captu
     refused(capsys, ["show", str(path)], path, (fragment,))
     refused(capsys, ["simulate", str(write(tmp_path, "flow.yaml", GOOD)), "A=cpu,B=cpu", "--arrivals", str(path)],
             path, (fragment,))
+
+
+def test_a_tool_module_that_is_a_bare_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python imports a folder without __init__.py as an empty namespace package: no tool is registered, and
+    the command must not go on as if the user's tools were there."""
+    monkeypatch.chdir(tmp_path)
+    folder = write(tmp_path, "polish_bare_tools_folder", None)
+    refused(capsys, ["profile", "vector_search", "--runs", "1", "--tool-module", folder.name], folder,
+            ("is a folder without __init__.py", "registers no tool"))
+
+
+@pytest.mark.parametrize(("content", "fragments"), [
+    (b'{"a": "\xe9"}', ("not UTF-8 text",)),
+    (b"[1]", ("the top level must be a JSON object", "got a list")),
+    (b"{", ("malformed JSON at line 1",)),
+    (b'{"manifest_version": 1}', ("store = None", "accepted: the run store's path")),
+    (b'{"manifest_version": 1, "store": 5, "run_ids": []}', ("store = 5",)),
+    (b'{"manifest_version": 1, "store": "runs.sqlite", "run_ids": 5}', ("run_ids = 5", "accepted: a list of run ids")),
+    (b'{"manifest_version": 1, "store": "runs.sqlite", "run_ids": [1]}', ("run_ids must hold run ids",)),
+    (b'{"manifest_version": 7}', ("manifest_version = 7", "reads version 1")),
+])
+def test_a_damaged_bench_manifest_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes,
+                                           fragments: tuple[str, ...]) -> None:
+    folder = write(tmp_path, "bench-out", None)
+    manifest = write(folder, "bench.json", content)
+    refused(capsys, ["report", str(folder), "-o", str(tmp_path / "out")], manifest, fragments)

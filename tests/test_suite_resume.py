@@ -42,13 +42,13 @@ def _run(out: Path, args: list[str], jobs: int = 1) -> subprocess.CompletedProce
     return done
 
 
-def _read(store: Path, sql: str) -> list[tuple[object, ...]]:
-    for attempt in range(100):  # SQLITE_PROTOCOL is a transient WAL-lock race with a writer frozen mid-step
+def _read(store: Path, sql: str, attempts: int = 100) -> list[tuple[object, ...]]:
+    for attempt in range(attempts):  # SQLITE_PROTOCOL: a transient WAL-lock race with a writer mid-step
         conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
         try:
             return [tuple(r) for r in conn.execute(sql).fetchall()]
         except sqlite3.OperationalError as exc:
-            if "locking protocol" not in str(exc) or attempt == 99:
+            if "locking protocol" not in str(exc) or attempt == attempts - 1:
                 raise
         finally:
             conn.close()
@@ -57,13 +57,16 @@ def _read(store: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def _peek(store: Path, sql: str) -> list[tuple[object, ...]]:
-    """:func:`_read` while the suite may still be creating the file (then: nothing yet)."""
+    """:func:`_read` while the suite, frozen, may still be creating the file or be frozen mid-write (then:
+    nothing yet; the caller lets the suite go on and looks again). A writer frozen while it updates the WAL
+    index makes every read fail with SQLITE_PROTOCOL until it runs again, so retrying while frozen is useless."""
     if not store.exists():
         return []
     try:
-        return _read(store, sql)
-    except sqlite3.OperationalError as exc:  # no table yet, or the file is being created
-        if "no such table" in str(exc) or "locked" in str(exc) or "unable to open" in str(exc):
+        return _read(store, sql, attempts=1)
+    except sqlite3.OperationalError as exc:  # no table yet, the file is being created, or a frozen WAL writer
+        text = str(exc)
+        if any(s in text for s in ("no such table", "locked", "unable to open", "locking protocol")):
             return []
         raise
 

@@ -250,13 +250,24 @@ def read_manifest(folder: Path) -> tuple[Path, list[str], list[str], dict[str, A
     if not path.is_file():
         raise InputError(f"{folder}: no {MANIFEST} here; give a bench's output folder (`out`), "
                          "a run store file, or run ids")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"file {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("manifest_version") != MANIFEST_VERSION:
-        got = doc.get("manifest_version") if isinstance(doc, dict) else doc
-        raise InputError(f"file {path}: manifest_version = {got!r}; this hetsched reads version {MANIFEST_VERSION}")
+    from hetsched.model.files import a_type, read_structured
+
+    doc = read_structured(path)  # strict JSON; a damaged file (not UTF-8, too large...) is named
+    if not isinstance(doc, dict):
+        raise InputError(f"file {path}: the top level must be a JSON object (a bench manifest), got {a_type(doc)}")
+    if doc.get("manifest_version") != MANIFEST_VERSION:
+        raise InputError(f"file {path}: manifest_version = {doc.get('manifest_version')!r}; this hetsched reads "
+                         f"version {MANIFEST_VERSION}")
+    expected = {"store": (str, "the run store's path"), "run_ids": (list, "a list of run ids"),
+                "labels": (list, "a list of labels"), "meta": (dict, "an object")}
+    for key, (kind, what) in expected.items():
+        value = doc.get(key)
+        if (value is None and key in ("labels", "meta")) or (isinstance(value, kind) and value != ""):
+            continue
+        raise InputError(f"file {path}: {key} = {value!r}; accepted: {what} (write the folder again with hetsched "
+                         "bench, or give the run store file)")
+    if not all(isinstance(r, str) for r in doc["run_ids"]):
+        raise InputError(f"file {path}: run_ids must hold run ids (text); got {doc['run_ids']!r:.80}")
     store = Path(doc["store"])
     if not store.is_absolute():
         store = folder / store

@@ -124,14 +124,17 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
 
     Solved in two rounds: first the constraints up to the VRAM x time term (small, and solved to
     optimality in a fraction of a second up to about 100 nodes), then the whole model, told the
-    first round's bound and started from its solution, with the wall-clock time the first left.
+    first round's bound and started from its solution, with the wall-clock time and the
+    deterministic time the first left of the two rounds' limits (``2 * max_seconds`` together:
+    the small model seldom needs its share, the whole one often needs more at 50-100 nodes).
     The bound is the larger, so the stronger terms never cost the bound the smaller model proves
     within the same limit.
 
     Args:
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
-        max_seconds: the solver's deterministic time limit (about seconds of one core) per round.
+        max_seconds: the solver's deterministic time limit (about seconds of one core) per round;
+            the second round also gets what the first left of its limit.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
             is then the same on every machine only when the cap does not bind.
     """
@@ -144,7 +147,9 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     left_wall = wall - (time.perf_counter() - t0)
     out = first
     if left_wall > _MIN_ROUND_SECONDS:
-        second = _solve(scenario, upper_ms, True, max_seconds, left_wall, math.floor(first.proven + 1e-9), first.codes)
+        # the two rounds share their limits: the second has what the first left of them
+        limit = 2 * max_seconds - first.seconds
+        second = _solve(scenario, upper_ms, True, limit, left_wall, math.floor(first.proven + 1e-9), first.codes)
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
                          second.codes or first.codes)
@@ -159,6 +164,8 @@ class _Round:
     """The proven bound on ``T`` in time units (0: nothing proven)."""
     optimal: bool
     codes: tuple[int, ...] | None
+    seconds: float = 0.0
+    """The solver's deterministic time."""
 
 
 def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
@@ -291,7 +298,7 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     if not math.isfinite(proven):
         proven = 0.0
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes)
+    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes, solver.deterministic_time)
 
 
 def _add_strong_terms(model: Any, c: Any, x: list[dict[int, Any]], y: list[Any], s: list[Any], f: list[Any],

@@ -199,7 +199,7 @@ def _import_tool_module(spec: str) -> None:
     else:
         name = text
     try:
-        importlib.import_module(name)
+        _runs_code(text, importlib.import_module(name))
         return
     except ModuleNotFoundError as exc:
         top = name.split(".")[0]
@@ -209,9 +209,19 @@ def _import_tool_module(spec: str) -> None:
         raise _import_error(text, exc) from None
     _on_path(os.getcwd())  # a module in the current folder (not on sys.path under a console script)
     try:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
     except (ImportError, SyntaxError) as exc:
         raise _import_error(text, exc) from None
+    _runs_code(text, module)
+
+
+def _runs_code(text: str, module: Any) -> None:
+    """Refuse a folder without ``__init__.py`` (Python imports it as an empty namespace package: no code ran,
+    so it registered no tool and the command would go on without the user's tools)."""
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+        raise InputError(f"tool module {text!r}: {next(iter(module.__path__))} is a folder without __init__.py, "
+                         "so no code of it runs and it registers no tool; give a Python file (./my_tools.py) or a "
+                         "package that calls hetsched.tools.register_tool")
 
 
 def _on_path(folder: str) -> None:
