@@ -124,13 +124,15 @@ def test_local_search_is_feasible_seeded_and_no_better_than_the_optimum(sc: Scen
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.integers(0, 3), st.integers(40, 400))
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.integers(0, 3), st.integers(40, 400),
+       st.booleans(), st.sampled_from(list(Mode)))
 def test_local_search_on_longer_workflows_keeps_its_budget_its_seed_and_its_starts(
-        sc_seed: int, family: str, seed: int, evals: int) -> None:
+        sc_seed: int, family: str, seed: int, evals: int, descend_starts: bool, mode: Mode) -> None:
     """Past six nodes each window is re-optimized with at most ``WINDOW_SIMULATIONS`` simulations:
     the search never returns a mapping worse than a start it was given (or all-CPU), spends at
-    most its budget, and repeats itself for a seed."""
-    sc = random_search_scenario(14, sc_seed, family=family)
+    most its budget, stays within the VRAM budget and repeats itself for a seed, descending from the
+    best start only or (the best-known reference's way) from each start."""
+    sc = random_search_scenario(14, sc_seed, family=family, mode=mode)
     rng = np.random.default_rng(sc_seed)
     ids = sc.workflow.node_ids
     start = tuple(int(rng.choice([p.code for p in sc.allowed(v)])) for v in ids)
@@ -138,11 +140,12 @@ def test_local_search_on_longer_workflows_keeps_its_budget_its_seed_and_its_star
     sim = Simulator(sc, noise=False)
     given_e = [e for e in (sim.e2e(Mapping(zip(ids, (Placement.of_code(c) for c in s), strict=True)))
                            for s in (start, cpu)) if e is not None]
-    a = local_search(sc, seed=seed, max_evals=evals, starts=[start])
-    b = local_search(sc, seed=seed, max_evals=evals, starts=[start])
+    a = local_search(sc, seed=seed, max_evals=evals, starts=[start], descend_starts=descend_starts)
+    b = local_search(sc, seed=seed, max_evals=evals, starts=[start], descend_starts=descend_starts)
     assert (a.codes, a.e2e_ms, a.evaluations) == (b.codes, b.e2e_ms, b.evaluations)
     assert a.evaluations <= evals
     assert a.e2e_ms <= min(given_e)
+    assert sc.compiled.static_ok(a.codes)
     assert sim.e2e(Mapping(zip(ids, (Placement.of_code(c) for c in a.codes), strict=True))) == a.e2e_ms
 
 
@@ -346,3 +349,66 @@ def test_best_known_by_simulations_gives_the_relaxation_the_default_budgets_shar
             best_known(sc, seed=0, **kwargs)  # type: ignore[arg-type]
     assert seen[0] == seen[1] == pytest.approx(
         ref_mod.RELAXATION_SHARE * ref_mod.BOUND_SHARE * ref_mod.DEFAULT_SEARCH_SECONDS)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.sampled_from(list(Mode)))
+def test_descend_starts_descends_from_each_start_given_and_the_greedy_one(sc_seed: int, family: str,
+                                                                         mode: Mode) -> None:
+    """With ``descend_starts`` the search explores the basin of every start it was given and of the greedy
+    start (a descent begins at each feasible one), and ends no worse than any of them; without it,
+    only the best start is descended."""
+    import random
+
+    import hetsched.search.local_search as ls
+
+    sc = random_search_scenario(12, sc_seed, family=family, mode=mode)
+    rng = random.Random(sc_seed)
+    given = [tuple(rng.choice(a) for a in sc.compiled.allowed) for _ in range(3)]
+    ev = ls.Evaluator(sc)
+    greedy = ls._Search(sc, ev, random.Random(0), math.inf, None, 1).greedy()
+    feasible = {s for s in [*given, greedy] if ev(s) < math.inf}
+    every = [*given, *ls._Search(sc, ev, random.Random(0), math.inf, None, 1).starts()]
+    best_start = min((s for s in every if ev(s) < math.inf), key=lambda s: (ev(s), s))
+    real = ls._Search.descend
+    for descend_starts in (False, True):
+        began: list[tuple[int, ...]] = []
+
+        def spy(self: ls._Search, cur: tuple[int, ...], cur_e: float,
+                began: list[tuple[int, ...]] = began) -> tuple[tuple[int, ...], float]:
+            began.append(cur)
+            return real(self, cur, cur_e)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ls._Search, "descend", spy)
+            found = local_search(sc, seed=1, max_evals=2_000, starts=given, descend_starts=descend_starts)
+        assert found.e2e_ms <= min((ev(s) for s in feasible), default=math.inf)
+        if descend_starts:
+            assert set(began[: len(feasible)]) == feasible
+        else:
+            assert began[0] == best_start
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES))
+def test_best_known_is_never_worse_than_its_greedy_start_or_a_given_incumbent(sc_seed: int, family: str) -> None:
+    """The best-known reference (its search descends from every start) returns a feasible mapping within
+    the VRAM budget, never worse than the greedy start or an incumbent it was handed, the same for a seed."""
+    import random
+
+    import hetsched.search.local_search as ls
+
+    sc = random_search_scenario(12, sc_seed, family=family)
+    ev = ls.Evaluator(sc)
+    greedy = ls._Search(sc, ev, random.Random(0), math.inf, None, 1).greedy()
+    rng = random.Random(sc_seed)
+    incumbent = tuple(rng.choice(a) for a in sc.compiled.allowed)
+    if ev(incumbent) == math.inf:
+        incumbent = tuple(Placement.CPU.code for _ in incumbent)
+    start = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in incumbent), strict=True))
+    ref = best_known(sc, seed=2, max_seconds=None, max_evals=400, start=start)
+    again = best_known(sc, seed=2, max_seconds=None, max_evals=400, start=start)
+    assert (ref.mapping, ref.e2e_ms) == (again.mapping, again.e2e_ms)
+    codes = tuple(ref.mapping[v].code for v in sc.workflow.node_ids)
+    assert sc.compiled.static_ok(codes)
+    assert ref.e2e_ms <= min(ev(incumbent), ev(greedy)) * (1 + 1e-12)

@@ -140,7 +140,7 @@ def best_known(
         starts.append(relaxed.codes)
     search_s = None if max_seconds is None else max(0.0, max_seconds * (1 - BOUND_SHARE) - (time.perf_counter() - t0))
     found = local_search(scenario, seed=seed, max_seconds=search_s, max_evals=max_evals, starts=starts,
-                         evaluator=ev)
+                         evaluator=ev, descend_starts=True)
     bound_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
     if relaxed is not None and not relaxed.optimal and found.e2e_ms < first.e2e_ms:
         # stopped by its limit: again with the better upper bound (a smaller T to prove), half the rest
