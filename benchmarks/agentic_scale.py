@@ -14,13 +14,13 @@ Quality mode (issue 17: best of rounds 0-5 against the best known mapping at 20-
 rounds of ``agentic:rules`` on each checkout (this one, and ``--old`` when given) in a subprocess
 and scores the noise-free E2E of the best mapping played against the best known: the lowest of the
 search room's ``best_known`` (``--reference-evals`` simulations; 0 skips it), a screened search of
-the decider's own noise-free model with ``--search-evals`` estimates (16 times the round-0 budget
-by default; the model is the simulator's kernel, so its estimate is the noise-free E2E) from the
+the decider's own noise-free model with ``--search-evals`` estimates (6,400 by default: twice round
+0's budget up to 100 tools; the model is the simulator's kernel, so its estimate is the noise-free E2E) from the
 decider's round-0 starts (this checkout's: the cards' rules, in three-way also with its ``gpu_now`` nodes
 queued, and the uniform mappings), and every mapping either checkout played.
 
 Run: python benchmarks/agentic_scale.py --quality --sizes 20 30 50 100 --seeds 41
-     [--families layered random forkjoin diamond fanout] [--old /path/to/old/checkout]
+     [--families layered random forkjoin diamond fanout] [--modes binary three_way] [--old /path/to/old/checkout]
      [--reference-evals 0] [--search-evals 6400] [--out F.json]
 """
 
@@ -111,7 +111,7 @@ def quality(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for family in args.families:
-            for mode in ("binary", "three_way"):
+            for mode in args.modes:
                 for seed in args.seeds:
                     got = {side: play(path.resolve(), family, n, mode, seed) for side, path in sides}
                     ref = reference_ms(family, n, mode, seed, args.reference_evals, args.search_evals)
@@ -127,7 +127,7 @@ def quality(args: argparse.Namespace) -> None:
     print("|---|---|" + "---|" * len(sides))
     for n in args.sizes:
         goal = 1.03 if n >= 100 else 1.01
-        for mode in ("binary", "three_way"):
+        for mode in args.modes:
             sub = [r for r in rows if r["n"] == n and r["mode"] == mode]
             summary: list[str] = []
             for side, _ in sides:
@@ -157,6 +157,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=400.0)
     ap.add_argument("--quality", action="store_true", help="best of rounds 0-5 against the best known (see above)")
     ap.add_argument("--families", nargs="+", default=["layered", "random", "forkjoin", "diamond", "fanout"])
+    ap.add_argument("--modes", nargs="+", default=["binary", "three_way"], choices=["binary", "three_way"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[41])
     ap.add_argument("--reference-evals", type=int, default=0)
     ap.add_argument("--search-evals", type=int, default=6400)

@@ -58,7 +58,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
-from hetsched.model.mapping import PLACEMENTS
+from hetsched.model.mapping import CPU_CODE, NOW_CODE, PLACEMENTS
 from hetsched.model.workload import Workload
 from hetsched.monitor import Monitor, MonitorConfig, critical_path
 from hetsched.monitor.static import StaticCheck
@@ -410,6 +410,35 @@ def test_screened_search_with_a_fixed_race_only_gains_from_more_kicks(
     assert list(b.seen)[: len(a.seen)] == list(a.seen)  # the same estimates first, in the same order
     for found in (a, b):
         assert sc.compiled.static_ok(found.best) and math.isfinite(found.e2e_ms)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 30), seed=st.integers(0, 10_000))
+def test_screened_binary_kicks_evict_a_resident_tool_whole(family: str, n: int, seed: int) -> None:
+    """A screened binary search's kicks include the eviction of one resident tool, every one of its
+    ``gpu_now`` nodes to the CPU and nothing else moved (the room a descent refills with several small
+    tools); a three-way or an unscreened search (tables under 17 tools) never makes that kick."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    cur = local_search(est, comp.starts, comp.allowed, max_evaluations=60, seed=1, screen=True).best
+    tool = sc.compiled.tool_idx
+    resident = {tool[j] for j, p in enumerate(cur) if p == NOW_CODE}
+    search = _Search(est, comp.allowed, 10**6, seed, screen=True)
+    assert search.eject
+    evictions = 0
+    for _ in range(200):
+        kicked = search.kick(cur)
+        moved = [j for j in range(n) if kicked[j] != cur[j]]
+        if moved and {tool[j] for j in moved} <= resident and all(kicked[j] == CPU_CODE for j in moved):
+            t = tool[moved[0]]
+            if moved == [j for j in range(n) if tool[j] == t and cur[j] == NOW_CODE]:
+                evictions += 1
+    assert evictions > 0 or not resident
+    three_way = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
+    allowed = RulesDecider()._compile(three_way).allowed
+    assert not _Search(Estimator(three_way), allowed, 100, seed, screen=True).eject
+    assert not _Search(est, comp.allowed, 100, seed, screen=False).eject
 
 
 def test_screened_race_gives_the_leading_descent_the_budget_equal_shares_cut_off() -> None:

@@ -5,8 +5,10 @@ rank lowest, within a budget of estimates.
   estimated.
 - Otherwise an iterated local search: a first-improvement descent from the best of the starting
   mappings, then, while the budget lasts, a random kick (two to four nodes, or every node of one
-  tool, to other placements) of the best mapping so far and a descent from there, kept when it
-  is better (Lourenco, Martin, Stuetzle, "Iterated Local Search", Handbook of Metaheuristics, 2003).
+  tool, to other placements; in a screened binary search also, one time in five, one resident tool,
+  drawn by its VRAM, evicted whole to the CPU: ``EJECT_KICK_SHARE``) of the best mapping so far and a
+  descent from there, kept when it is better (Lourenco, Martin, Stuetzle, "Iterated Local Search",
+  Handbook of Metaheuristics, 2003).
 - The descent's neighbourhood: every one-node move; every tool's nodes moved together (a tool is
   resident once, so a lone node rarely pays for it); and, when moving a node to ``gpu_now`` does
   not fit the budget, *making room*: the resident tools of least GPU benefit per MB leave
@@ -78,6 +80,14 @@ class SearchResult:
         return finite[:k]
 
 
+EJECT_KICK_SHARE = 0.2
+"""In a screened binary search, the share of kicks that move one resident tool (drawn with probability
+proportional to its VRAM) wholly to the CPU, the other kicks as before. In binary mode the GPU memory
+is the only trade-off, and the exchange a descent cannot make is one large resident tool out for
+several small ones in: each small one's promotion improves only once the room is free, and making room
+(one tool in, residents out) goes the other way. After the eviction, the descent promotes them one by one."""
+
+
 def focus(c: Compiled, place: Codes, tm: Timings) -> list[int]:
     """The nodes whose moves can shorten a recorded run, most promising first: the critical chain (the
     last sink back through the input that arrived last; longest first), then the nodes that shared a
@@ -138,6 +148,8 @@ class _Search:
         for i, t in enumerate(self.tool):
             groups.setdefault(t, []).append(i)
         self.groups = [g for g in groups.values() if len(g) > 1]
+        self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
+        """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
         # GPU benefit per MB of each tool (cards): what making room gives up first
         benefit: dict[int, float] = {}
         for i in range(n):
@@ -308,6 +320,12 @@ class _Search:
 
     def kick(self, cur: Codes) -> Codes:
         codes = list(cur)
+        if self.eject and self.rng.random() < EJECT_KICK_SHARE:
+            # binary, screened: one resident tool (drawn by its VRAM) to the CPU; the descent refills the room
+            residents = sorted({self.tool[j] for j in range(self.n) if cur[j] == NOW_CODE})
+            if residents:
+                t = self.rng.choices(residents, weights=[self.tool_vram[r] for r in residents])[0]
+                return tuple(CPU_CODE if self.tool[j] == t and p == NOW_CODE else p for j, p in enumerate(cur))
         if self.groups and self.rng.random() < 0.3:
             g = self.rng.choice(self.groups)
             common = sorted(set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:])))
