@@ -164,19 +164,26 @@ def _without_wall_clock(csv: str) -> list[list[str]]:
                          ids=["random", "scale", "random-2-workers", "random-ctrl-c"])
 def test_a_suite_killed_with_sigkill_resumes_from_the_store(tmp_path: Path, args: list[str], jobs: int,
                                                            sig: signal.Signals) -> None:
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole = tmp_path / "whole"
     _run(whole, args)
-    if "scale" in args:
-        # 20-node workflows get a best-known reference from a time-bounded search: give the killed suite the
-        # same references (a recorded reference is reused), so its tables can be compared with the whole one's
-        killed.mkdir()
-        _seed_references(whole / "runs.sqlite", killed / "runs.sqlite")
-    workers = _kill_mid_run(killed, args, jobs, sig)
-    assert bool(workers) == (jobs > 1)
-    assert _reap(workers) == []  # the workers died with the suite: none goes on driving a run
-    store = killed / "runs.sqlite"
-    before = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
-    stale = _read(store, "SELECT id FROM runs WHERE status <> 'finished'")  # running (killed) or interrupted
+    for attempt in range(5):
+        killed = tmp_path / f"killed{attempt}"
+        if "scale" in args:
+            # 20-node workflows get a best-known reference from a time-bounded search: give the killed suite the
+            # same references (a recorded reference is reused), so its tables can be compared with the whole one's
+            killed.mkdir()
+            _seed_references(whole / "runs.sqlite", killed / "runs.sqlite")
+        workers = _kill_mid_run(killed, args, jobs, sig)
+        assert bool(workers) == (jobs > 1)
+        assert _reap(workers) == []  # the workers died with the suite: none goes on driving a run
+        store = killed / "runs.sqlite"
+        before = {row[:5]: row[5:] for row in _read(store, ROUNDS_SQL)}
+        stale = _read(store, "SELECT id FROM runs WHERE status <> 'finished'")  # running (killed) or interrupted
+        if stale:
+            break
+        # the freeze fell inside a commit: the run's last commit was in the WAL file but not yet in its index,
+        # so the peek saw the run partial while the kill came after it had finished (the first reader after
+        # the kill recovers that commit). Kill another suite at another moment.
     assert before and stale  # the kill left a run partly recorded
 
     again = _run(killed, args, jobs)

@@ -264,8 +264,8 @@ def read_manifest(folder: Path) -> tuple[Path, list[str], list[str], dict[str, A
         value = doc.get(key)
         if (value is None and key in ("labels", "meta")) or (isinstance(value, kind) and value != ""):
             continue
-        raise InputError(f"file {path}: {key} = {value!r}; accepted: {what} (write the folder again with hetsched "
-                         "bench, or give the run store file)")
+        raise InputError(f"file {path}: {key} = {value!r}; accepted: {what} (write the folder again with a bench "
+                         "run, or give the run store file)")
     if not all(isinstance(r, str) for r in doc["run_ids"]):
         raise InputError(f"file {path}: run_ids must hold run ids (text); got {doc['run_ids']!r:.80}")
     store = Path(doc["store"])
