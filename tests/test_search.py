@@ -411,3 +411,72 @@ def test_best_known_is_never_worse_than_its_greedy_start_or_a_given_incumbent(sc
     codes = tuple(ref.mapping[v].code for v in sc.workflow.node_ids)
     assert sc.compiled.static_ok(codes)
     assert ref.e2e_ms <= min(ev(incumbent), ev(greedy)) * (1 + 1e-12)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.sampled_from(list(Mode)), st.integers(0, 3),
+       st.integers(1, 400))
+def test_a_search_from_an_origin_begins_there_and_never_ends_worse(sc_seed: int, family: str, mode: Mode,
+                                                                   seed: int, evals: int) -> None:
+    """One trajectory of the best-known race (``origin``): its first descent begins at the origin, even where
+    another start is better; it ends within the VRAM budget, no worse than the origin, the same for a seed; an
+    origin with other starts is refused."""
+    import random
+
+    import hetsched.search.local_search as ls
+
+    sc = random_search_scenario(12, sc_seed, family=family, mode=mode)
+    rng = random.Random(sc_seed)
+    origin = tuple(rng.choice(a) for a in sc.compiled.allowed)
+    cpu = tuple(Placement.CPU.code for _ in origin)
+    if ls.Evaluator(sc)(origin) == math.inf:
+        origin = cpu
+    real, began = ls._Search.descend, []
+
+    def spy(self: ls._Search, cur: tuple[int, ...], cur_e: float) -> tuple[tuple[int, ...], float]:
+        began.append(cur)
+        return real(self, cur, cur_e)
+
+    ev = ls.Evaluator(sc)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ls._Search, "descend", spy)
+        a = local_search(sc, seed=seed, max_evals=evals, origin=origin, evaluator=ev)
+    b = local_search(sc, seed=seed, max_evals=evals, origin=origin)
+    assert (a.codes, a.e2e_ms, a.evaluations) == (b.codes, b.e2e_ms, b.evaluations)
+    if any(len(x) > 1 for x in sc.compiled.allowed):
+        assert began[0] == origin
+    assert a.evaluations <= evals + 2  # all-CPU and the origin are simulated whatever the budget
+    assert a.e2e_ms <= ev(origin)
+    assert sc.compiled.static_ok(a.codes)
+    sim = Simulator(sc, noise=False)
+    assert sim.e2e(Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in a.codes), strict=True))) == a.e2e_ms
+    with pytest.raises(ValueError, match="origin"):
+        local_search(sc, seed=seed, max_evals=evals, origin=origin, starts=[cpu])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.sampled_from(list(Mode)), st.integers(0, 3),
+       st.integers(1, 1_500))
+def test_the_best_known_race_is_never_worse_than_a_start_and_repeats_itself(sc_seed: int, family: str, mode: Mode,
+                                                                             seed: int, evals: int) -> None:
+    """The race of trajectories from the best distinct starts ends no worse than the best feasible start it was
+    given (a random mapping, all-CPU, all-gpu_now, all-queue, greedy), within the VRAM budget, within its budget
+    of simulations (each trajectory simulates at least one mapping), the same for a seed."""
+    import random
+
+    import hetsched.search.local_search as ls
+    from hetsched.search.reference import RACE_TRAJECTORIES, race
+
+    sc = random_search_scenario(14, sc_seed, family=family, mode=mode)
+    rng = random.Random(sc_seed)
+    starts = [tuple(rng.choice(a) for a in sc.compiled.allowed), *ls.start_mappings(sc)]
+    ev = ls.Evaluator(sc)
+    found = race(sc, ev, starts, seed=seed, max_seconds=None, max_evals=evals)
+    again = race(sc, ls.Evaluator(sc), starts, seed=seed, max_seconds=None, max_evals=evals)
+    assert (found.codes, found.e2e_ms) == (again.codes, again.e2e_ms)
+    assert found.e2e_ms <= min(ev(s) for s in starts)
+    assert ev.evaluations <= max(evals, len(starts)) + len(starts) + RACE_TRAJECTORIES + 1
+    assert sc.compiled.static_ok(found.codes)
+    sim = Simulator(sc, noise=False)
+    mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in found.codes), strict=True))
+    assert sim.e2e(mapping) == found.e2e_ms

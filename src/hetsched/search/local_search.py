@@ -30,11 +30,13 @@ One iteration:
 Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
 a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
 queue by the least load per MB freed until the budget holds). The search descends from the best
-of them; with ``descend_starts`` (the best-known reference) then from each other start it was given
-and the greedy one as well (with a move order of their own, so the search from the best start is
-unchanged until a kick starts from a better basin): their basins can be percents apart (a 50-tool fork-join: the greedy
-start's 1.6% below the best start's, a basin a 400,000-simulation search from the best start
-never reached), and a descent costs a few thousand simulations.
+of them; with ``descend_starts`` then from each other start it was given and the greedy one as well
+(with a move order of their own, so the search from the best start is unchanged until a kick starts
+from a better basin): their basins can be percents apart (a 50-tool fork-join: the greedy start's
+1.6% below the best start's, a basin a 400,000-simulation search from the best start never reached),
+and a descent costs a few thousand simulations. With an ``origin`` the search is one trajectory of the
+best-known reference's race (:func:`hetsched.search.reference.race`): it descends from that mapping
+whatever the other starts are worth.
 
 Imports the model, the simulator and the bounds.
 """
@@ -150,9 +152,11 @@ class _Search:
         max_evals: int | None,
         keep: int,
         descend_starts: bool = False,
+        origin: tuple[int, ...] | None = None,
     ) -> None:
         self.sc = scenario
         self.descend_starts = descend_starts
+        self.origin = origin
         self.ev = ev
         self.bm = ev.bounds
         self.rng = rng
@@ -477,12 +481,14 @@ class _Search:
             self.ev(first[0])  # all-CPU always runs: there is a result whatever the budget
             self._note(first[0], self.ev(first[0]))
             given = [tuple(s) for s in starts]
-            for s in [*given, *first[1:]]:
+            if self.origin is not None and self.ev(self.origin) < math.inf:  # runs whatever the budget, too
+                self._note(self.origin, self.ev(self.origin))
+            for s in [*given, *first[1:]] if self.origin is None else []:
                 self.cost(s)
             if self.n == 0 or not any(len(a) > 1 for a in self.allowed):
                 return False
-            origin = self.best
-            cur, cur_e = self.descend(self.best, self.best_e)
+            origin = self.best if self.origin is None or self.ev(self.origin) == math.inf else self.origin
+            cur, cur_e = self.descend(origin, self.ev(origin))
             if self.descend_starts:
                 # each other start's basin, with a generator of its own so that the search from the best
                 # start goes on as without them; it kicks from whichever local optimum is the best
@@ -536,6 +542,7 @@ def local_search(
     keep: int = 1,
     evaluator: Evaluator | None = None,
     descend_starts: bool = False,
+    origin: Sequence[int] | None = None,
 ) -> SearchResult:
     """Iterated local search for the lowest noise-free E2E (see the module docstring).
 
@@ -551,6 +558,10 @@ def local_search(
         descend_starts: after the best start's descent, descend from each other start given and
             the greedy start too (each to its local optimum); the kicks then start from the best
             found. By default only the best start is descended.
+        origin: one trajectory of a race (:func:`hetsched.search.reference.best_known`): descend from this
+            mapping and kick from the best found since, trying no other start (all-CPU aside, which always
+            runs), so trajectories from different origins explore different basins; ``starts`` and
+            ``descend_starts`` do not apply.
     """
     t0 = time.perf_counter()
     if max_evals is None and max_seconds is None:
@@ -558,13 +569,24 @@ def local_search(
     ev = evaluator or Evaluator(scenario)
     deadline = t0 + (max_seconds if max_seconds is not None else math.inf)
     budget = None if max_evals is None else ev.evaluations + max_evals
-    search = _Search(scenario, ev, random.Random(seed), deadline, budget, keep, descend_starts)
-    on_budget = search.run(tuple(int(c) for c in s) for s in starts)
+    given = [tuple(int(c) for c in s) for s in starts]
+    if origin is not None and (descend_starts or given):
+        raise ValueError("local_search: origin excludes starts and descend_starts")
+    search = _Search(scenario, ev, random.Random(seed), deadline, budget, keep, descend_starts,
+                     None if origin is None else tuple(int(c) for c in origin))
+    on_budget = search.run(given)
     elite = sorted(((e, c) for c, e in search.elite.items()), key=lambda x: (x[0], x[1]))[:keep]
     return SearchResult(
         search.best, search.best_e, ev.evaluations, time.perf_counter() - t0, tuple(elite), not on_budget
     )
 
 
+def start_mappings(scenario: Scenario, evaluator: Evaluator | None = None) -> list[tuple[int, ...]]:
+    """The search's own starts (codes in node order): all-CPU, all ``gpu_now`` and all ``gpu_queue`` where
+    they can run, and the greedy start (see the module docstring), without duplicates."""
+    ev = evaluator or Evaluator(scenario)
+    return _Search(scenario, ev, random.Random(0), math.inf, None, 1).starts()
+
+
 __all__ = ["MAX_NEIGHBOURS", "PATIENCE", "STALL_STEPS", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult",
-           "local_search"]
+           "local_search", "start_mappings"]
