@@ -162,19 +162,22 @@ def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Sc
 @needs_ortools
 def test_the_second_round_gets_what_the_first_left_of_the_two_rounds_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The two rounds share ``2 * max_seconds`` of deterministic time: a first round that stops
-    early leaves the rest to the second (which needs more at 50-100 nodes), never more in all."""
-    limits: list[float] = []
+    early leaves the rest of its limit to its repeat with the memory exclusion, and what both
+    leave to the second (which needs more at 50-100 nodes), never more in all; a first round that
+    runs out of its limit is not repeated."""
+    for solved, expected in ((True, [1.0, pytest.approx(0.7), pytest.approx(1.4)]), (False, [1.0, pytest.approx(1.7)])):
+        limits: list[float] = []
 
-    def fake(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, *args: object,
-             **kwargs: object) -> relaxation._Round:
-        limits.append(max_seconds)
-        return relaxation._Round(100.0, not strong, None, seconds=0.3 if not strong else max_seconds)
+        def fake(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, *args: object,
+                 solved: bool = solved, limits: list[float] = limits, **kwargs: object) -> relaxation._Round:
+            limits.append(max_seconds)
+            return relaxation._Round(100.0, solved and not strong, None, seconds=0.3 if not strong else max_seconds)
 
-    monkeypatch.setattr(relaxation, "_solve", fake)
-    sc = random_search_scenario(5, 3, family="layered", mode=Mode.THREE_WAY)
-    got = relaxation_bound_ms(sc, 1000.0, max_seconds=1.0, wall_seconds=600.0)
-    assert got is not None
-    assert limits == [1.0, pytest.approx(1.7)]
+        monkeypatch.setattr(relaxation, "_solve", fake)
+        sc = random_search_scenario(5, 3, family="layered", mode=Mode.THREE_WAY)
+        got = relaxation_bound_ms(sc, 1000.0, max_seconds=1.0, wall_seconds=600.0)
+        assert got is not None
+        assert limits == expected
 
 
 def _turns_scenario(big: int, vram_share: float) -> Scenario:
