@@ -336,6 +336,7 @@ def test_a_file_name_with_control_characters_is_shown_escaped_in_every_error(
         (["simulate", str(good), "A=cpu,B=cpu", "--arrivals", str(missing)], missing, "not found"),
         (["run", str(good), "--rounds", "1", "--store", str(missing / "runs.sqlite")], missing, "does not exist"),
         (["run", str(good), "--rounds", "1", "--no-store", "--trace", str(folder)], folder, "is a directory"),
+        (["init", "chain", "--out", str(folder)], folder, "is a directory"),
     ]
     raw = name.split(".")[0]
     for args, path, fragment in cases:

@@ -291,13 +291,14 @@ def init(
         typer.echo(starter_text(name), nl=False)
         return
     if out_file.is_dir():
-        raise fail(f"--out {out_file} is a directory; give a file such as {out_file / (name + '.yaml')}")
+        raise fail(f"--out {path_text(out_file)} is a directory; give a file such as "
+                   f"{path_text(out_file / (name + '.yaml'))}")
     if out_file.exists() and not force:
-        raise fail(f"--out {out_file} exists; give another file, or --force to overwrite it")
+        raise fail(f"--out {path_text(out_file)} exists; give another file, or --force to overwrite it")
     if not out_file.parent.is_dir():
-        raise fail(f"--out {out_file}: the folder {out_file.parent} does not exist")
+        raise fail(f"--out {path_text(out_file)}: the folder {path_text(out_file.parent)} does not exist")
     if out_file.suffix.lower() not in (".yaml", ".yml"):
-        raise fail(f"--out {out_file}: give a .yaml file (the copy is YAML, comments included)")
+        raise fail(f"--out {path_text(out_file)}: give a .yaml file (the copy is YAML, comments included)")
     text = starter_text(name, name=out_file.stem)
     write_output(out_file, text, what="--out")
     err.print(f"wrote {safe(out_file)}; check your edits with: hetsched validate {safe(out_file)}", soft_wrap=True)
