@@ -24,6 +24,11 @@ class MappingError(InputError):
     """A mapping that misses or invents nodes or uses a placement the scenario forbids."""
 
 
+class UnknownReasonError(InputError):
+    """A stored infeasibility reason that names no kind (``Infeasibility.parse``): a reason written before
+    reasons were typed must begin with a kind's label; anything else is damage, not a tool error."""
+
+
 class UnknownNameError(InputError, KeyError):
     """An unknown policy, decider, scenario or tool name."""
 

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable
 
 from hetsched.model import Infeasibility, InfeasibleKind
-from hetsched.model.errors import path_text
+from hetsched.model.errors import UnknownReasonError, path_text
 from hetsched.store.codec import DECISION_INFO_KEYS, StoreError, dumps, loads
 
 SCHEMA_VERSION = 5
@@ -160,8 +160,13 @@ Migration = Callable[[sqlite3.Connection], None]
 
 
 
-def _kind_of(reason: str) -> str:
-    return Infeasibility.parse(reason).kind.value
+def _kind_of(reason: str) -> str | None:
+    """The kind of a reason stored before schema 2; None (the column stays NULL) for one that names no kind:
+    the migration goes on, and reading that round says its reason cannot be read (``Infeasibility.parse``)."""
+    try:
+        return Infeasibility.parse(reason).kind.value
+    except UnknownReasonError:
+        return None
 
 
 def _v1_to_v2(conn: sqlite3.Connection) -> None:
