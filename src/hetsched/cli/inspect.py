@@ -13,6 +13,7 @@ from rich.table import Table
 from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Mapping, Scenario
+from hetsched.model.errors import path_text
 from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
 from hetsched.model.workload import Workload
 
@@ -259,7 +260,7 @@ def validate(
             out.print(f"ok: mapping {safe(file)} with {len(mapping)} nodes (give --scenario to check it fully)")
             return
         sc = load(scenario)
-        mapping = sc.validate_mapping(mapping, where=f"file {file}")
+        mapping = sc.validate_mapping(mapping, where=f"file {path_text(file)}")
         from hetsched.sim import Simulator
 
         reason = Simulator(sc, noise=False).infeasibility(mapping)
@@ -431,7 +432,7 @@ def simulate(
     path = Path(mapping)
     from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
     given = load_mapping(path) if from_file else parse_mapping_text(mapping)
-    m = sc.validate_mapping(given, where=f"file {path}" if from_file else "mapping")
+    m = sc.validate_mapping(given, where=f"file {path_text(path)}" if from_file else "mapping")
     from hetsched.cli.run import workload_from_flags
 
     wl = workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals, requests=requests,
