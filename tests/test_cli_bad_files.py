@@ -313,3 +313,38 @@ def test_a_damaged_bench_manifest_is_named(tmp_path: Path, capsys: pytest.Captur
     folder = write(tmp_path, "bench-out", None)
     manifest = write(folder, "bench.json", content)
     refused(capsys, ["report", str(folder), "-o", str(tmp_path / "out")], manifest, fragments)
+
+
+CONTROL_NAMES = {"newline": "two\nlines.yaml", "tab": "a\tb.yaml", "carriage return": "x\ry.yaml",
+                 "ESC": "red\x1b[31m.yaml", "bidi override": "evil\u202elmay.yaml", "NUL-free C1": "c1\x85.yaml"}
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_NAMES))
+def test_a_file_name_with_control_characters_is_shown_escaped_in_every_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    """A newline or another control character in a file name is shown as its escape (``\\n``, ``\\x1b``...)
+    in every error that names the file (a library's or the CLI's own), never raw: a name cannot break the
+    message's line or reach the terminal."""
+    name = CONTROL_NAMES[case]
+    good = write(tmp_path, "flow.yaml", GOOD)
+    bad = write(tmp_path, name, "42\n")  # a scenario whose top level is an integer
+    missing = tmp_path / f"missing-{name}"
+    folder = write(tmp_path, f"dir-{name}", None)
+    cases = [
+        (["validate", str(bad)], bad, "top level"),
+        (["show", str(missing)], missing, "not found"),
+        (["simulate", str(good), "A=cpu,B=cpu", "--arrivals", str(missing)], missing, "not found"),
+        (["run", str(good), "--rounds", "1", "--store", str(missing / "runs.sqlite")], missing, "does not exist"),
+        (["run", str(good), "--rounds", "1", "--no-store", "--trace", str(folder)], folder, "is a directory"),
+        (["init", "chain", "--out", str(folder)], folder, "is a directory"),
+    ]
+    raw = name.split(".")[0]
+    for args, path, fragment in cases:
+        code, _, err = cli(capsys, *args)
+        message = " ".join(err.split())
+        assert code == 2, (args, err)
+        shown = str(path).encode("unicode_escape").decode("ascii")
+        assert shown in message and fragment in message, (args, shown, message)
+        assert raw not in err, (args, err)
+        assert not any(ch in err for ch in name if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f
+                       or 0x202a <= ord(ch) <= 0x202e), (args, err)
