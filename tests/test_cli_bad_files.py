@@ -348,3 +348,38 @@ def test_a_file_name_with_control_characters_is_shown_escaped_in_every_error(
         assert raw not in err, (args, err)
         assert not any(ch in err for ch in name if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f
                        or 0x202a <= ord(ch) <= 0x202e), (args, err)
+
+
+def test_validate_warns_of_what_a_scenario_holds_that_loading_ignores_or_reorders(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Accepted (exit 0, 'ok' on stdout), but said on stderr, naming the file and the tool or line: an inline
+    card no node uses (ignored), arrival times out of order, inline or in the workload's file (sorted)."""
+    clean = write(tmp_path, "clean.yaml", GOOD)
+    code, out, err = cli(capsys, "validate", str(clean))
+    assert code == 0 and out.startswith("ok: scenario") and err == ""
+
+    spare = write(tmp_path, "spare.yaml", edit("cards:\n", "cards:\n  spare: {cpu_ms: 5, gpu_ms: 1, load_ms: 2, "
+                                                           "vram_mb: 10}\n"))
+    inline = write(tmp_path, "inline.yaml", GOOD + "workload: {arrivals: trace, times_ms: [0, 100, 50, 200]}\n")
+    write(tmp_path, "arr.txt", "0\n100\n# a comment\n50\n200\n")
+    write(tmp_path, "arr.yaml", "[0, 10, 20, 5]\n")
+    in_text = write(tmp_path, "text.yaml", GOOD + "workload: {arrivals: trace, file: arr.txt}\n")
+    in_yaml = write(tmp_path, "list.yaml", GOOD + "workload: {arrivals: trace, file: arr.yaml}\n")
+    sorted_file = write(tmp_path, "ok_arr.txt", "0\n0\n10\n")
+    in_order = write(tmp_path, "in_order.yaml", GOOD + f"workload: {{arrivals: trace, file: {sorted_file.name}}}\n")
+    for path, fragments in [
+        (spare, (f"file {spare}: cards.spare: no node uses tool 'spare'; its card is ignored",)),
+        (inline, (f"file {inline}: arrival times out of order: workload.times_ms[2] (50 ms) comes after "
+                  "workload.times_ms[1] (100 ms); they are sorted when read",)),
+        (in_text, (f"file {tmp_path / 'arr.txt'} (workload.file of file {in_text})",
+                   "line 4 (50 ms) comes after line 2 (100 ms)")),
+        (in_yaml, (f"file {tmp_path / 'arr.yaml'}", "[3] (5 ms) comes after [2] (20 ms)")),
+    ]:
+        code, out, err = cli(capsys, "validate", str(path))
+        message = " ".join(err.split())
+        assert code == 0 and out.startswith("ok: scenario"), (path, out, err)
+        assert message.startswith("warning:") and message.count("warning:") == 1, message
+        for fragment in fragments:
+            assert fragment in message, (fragment, message)
+    code, out, err = cli(capsys, "validate", str(in_order))
+    assert code == 0 and err == "", err

@@ -14,7 +14,14 @@ from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plai
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Mapping, Scenario
 from hetsched.model.errors import path_text
-from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.model.files import (
+    bundled_scenarios,
+    detect_kind,
+    load_mapping,
+    load_scenario,
+    load_tool_library,
+    scenario_warnings,
+)
 from hetsched.model.workload import Workload
 
 # the simulator and the searches (numpy) are imported by the commands that use them: show and validate
@@ -254,6 +261,8 @@ def validate(
             + (f"; workload: {safe(sc.workload.describe())}" if sc.workload is not None else "") + ")",
             soft_wrap=True,
         )
+        for warning in scenario_warnings(file):  # accepted, but ignored or changed when read
+            err.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     else:
         mapping = load_mapping(file)
         if scenario is None:

@@ -7,11 +7,13 @@ Part of the model package; imports PyYAML, pydantic and the other model modules.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import math
 import os
 import re
 import stat
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args
@@ -812,6 +814,11 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
 def read_arrivals(path: Path) -> tuple[float, ...]:
     """Arrival times (ms from the start) from a file: a YAML/JSON list (or ``{times_ms: [...]}``), or
     text with one number a line (blank lines and ``#`` comments skipped; a CSV's first column)."""
+    return tuple(ms for _, ms in _placed_arrivals(path))
+
+
+def _placed_arrivals(path: Path) -> list[tuple[str, float]]:
+    """:func:`read_arrivals` with where each time is in the file (``line 7``, ``[3]``)."""
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         doc = read_structured(path)
         if isinstance(doc, dict) and set(doc) == {"times_ms"}:
@@ -822,8 +829,8 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         for i, v in enumerate(doc):
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise InputError(f"{_file(path)}: [{i}] = {_value(v)} is not a number; give arrival times in ms")
-            out.append(_arrival_ms(float(v), f"{_file(path)}: [{i}] = {_value(v)}"))
-        return tuple(out)
+            out.append((f"[{i}]", _arrival_ms(float(v), f"{_file(path)}: [{i}] = {_value(v)}")))
+        return out
     st = _stat(path)
     if st is None:
         raise InputError(f"{_file(path)}: {_missing(path)} (a file of arrival times)")
@@ -847,10 +854,52 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         except ValueError:
             raise InputError(f"{_file(path)}: line {no}: {_value(cell)} is not a number; give one arrival time "
                              "in ms a line") from None
-        times.append(_arrival_ms(value, f"{_file(path)}: line {no}: {_short(cell, 40)}"))
+        times.append((f"line {no}", _arrival_ms(value, f"{_file(path)}: line {no}: {_short(cell, 40)}")))
     if not times:
         raise InputError(f"{_file(path)}: holds no arrival times; give one number (ms) a line")
-    return tuple(times)
+    return times
+
+
+def _first_out_of_order(placed: Sequence[tuple[str, float]]) -> str | None:
+    """``line 7 (40 ms) comes after line 6 (90 ms)``: the first arrival time earlier than the one before it."""
+    for (where_before, before), (where, ms) in itertools.pairwise(placed):
+        if ms < before:
+            return f"{where} ({ms:g} ms) comes after {where_before} ({before:g} ms)"
+    return None
+
+
+def scenario_warnings(ref: str | Path) -> list[str]:
+    """What a scenario file holds that loading it accepts but ignores or changes, one message each (for
+    ``hetsched validate``): an inline card of a tool no node uses (the card is ignored), and arrival times
+    out of order (inline ``workload.times_ms`` or the ``workload.file`` it names: they are sorted when
+    read). Each message names the file and the tool or line. Call it on a file that loads."""
+    path = resolve_scenario_path(ref)
+    doc = read_structured(path)
+    if not isinstance(doc, dict):
+        return []
+    out: list[str] = []
+    nodes = _parse_nodes(doc.get("nodes"), path)
+    used = {n.tool for n in nodes}
+    cards = doc.get("cards")
+    for name in cards if isinstance(cards, dict) else ():
+        if str(name) not in used:
+            out.append(f"{_file(path)}: cards.{_key(str(name))}: no node uses tool {str(name)!r}; its card is ignored")
+    workload = doc.get("workload")
+    if isinstance(workload, dict):
+        times = workload.get("times_ms")
+        if isinstance(times, list):
+            bad = _first_out_of_order([(f"workload.times_ms[{i}]", float(v)) for i, v in enumerate(times)
+                                       if isinstance(v, int | float) and not isinstance(v, bool)])
+            if bad:
+                out.append(f"{_file(path)}: arrival times out of order: {bad}; they are sorted when read")
+        name = workload.get("file")
+        if isinstance(name, str) and name.strip():
+            target = Path(name) if Path(name).is_absolute() else path.parent / name
+            bad = _first_out_of_order(_placed_arrivals(target))
+            if bad:
+                out.append(f"{_file(target)} (workload.file of {_file(path)}): arrival times out of order: {bad}; "
+                           "they are sorted when read")
+    return out
 
 
 def _arrival_ms(value: float, where: str) -> float:
