@@ -13,20 +13,25 @@ Quality mode (issue 17: best of rounds 0-5 against the best known mapping at 20-
 ``--quality`` runs, per generated workflow (``--families``, ``--sizes``, both modes, ``--seeds``), 6
 rounds of ``agentic:rules`` on each checkout (this one, and ``--old`` when given) in a subprocess
 and scores the noise-free E2E of the best mapping played against the best known: the lowest of the
-search room's ``best_known`` (``--reference-evals`` simulations; 0 skips it), a screened search of
-the decider's own noise-free model with ``--search-evals`` estimates (6,400 by default: twice round
-0's budget up to 100 tools; the model is the simulator's kernel, so its estimate is the noise-free E2E) from the
-decider's round-0 starts (this checkout's: the cards' rules, in three-way also with its ``gpu_now`` nodes
-queued, and the uniform mappings), and every mapping either checkout played.
+search room's ``best_known`` (``--reference-evals`` simulations, 20,000 by default: an iterated local
+search from its own starts with the relaxation's solution and a lower bound, independent of the
+decider; 0 skips it), a screened search of the decider's own noise-free model with ``--search-evals``
+estimates (6,400 by default; the model is the simulator's kernel, so its estimate is the noise-free
+E2E) from the decider's round-0 starts (this checkout's), and every mapping either checkout played.
+Every budget counts simulations or estimates, never seconds, so the numbers do not depend on the
+machine or its load. ``best_known`` (10-15 s a workflow) does not depend on the decider:
+``--reference-cache F.json`` keeps its results across runs (keyed by workflow and budget, so
+re-running after a decider change re-plays the rounds only); ``--jobs`` runs workflows in parallel.
 
 Run: python benchmarks/agentic_scale.py --quality --sizes 20 30 50 100 --seeds 41
      [--families layered random forkjoin diamond fanout] [--modes binary three_way] [--old /path/to/old/checkout]
-     [--reference-evals 0] [--search-evals 6400] [--out F.json]
+     [--reference-evals 20000] [--search-evals 6400] [--reference-cache F.json] [--jobs 1] [--out F.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -83,22 +88,41 @@ def play(checkout: Path, family: str, n: int, mode: str, seed: int) -> list[floa
     return played
 
 
-def reference_ms(family: str, n: int, mode: str, seed: int, ref_evals: int, search_evals: int) -> float:
-    """The best of ``best_known`` (``ref_evals`` simulations, 0: skipped) and a screened search of the
-    ``rules`` decider's noise-free model with ``search_evals`` estimates (this checkout's code)."""
+def best_known_ms(family: str, n: int, mode: str, seed: int, ref_evals: int) -> float:
+    """The search room's ``best_known`` with ``ref_evals`` simulations (seed 0; this checkout's code)."""
     from hetsched.bench.generate import WorkflowSpec, random_scenario
-    from hetsched.deciders.rules import RulesDecider
-    from hetsched.deciders.search import local_search
     from hetsched.model import Mode
     from hetsched.search.reference import best_known
 
     sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
+    return best_known(sc, seed=0, max_seconds=None, max_evals=ref_evals).e2e_ms
+
+
+def reference_ms(family: str, n: int, mode: str, seed: int, search_evals: int) -> float:
+    """A screened search of the ``rules`` decider's noise-free model with ``search_evals`` estimates from
+    its round-0 starts (this checkout's code)."""
+    from hetsched.bench.generate import WorkflowSpec, random_scenario
+    from hetsched.deciders.rules import RulesDecider
+    from hetsched.deciders.search import local_search
+    from hetsched.model import Mode
+
+    sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
     comp = RulesDecider()._compile(sc)
     est = comp.estimator.with_interference(sc.machine.gpu_kappa)
-    best = local_search(est, comp.starts, comp.allowed, max_evaluations=search_evals, seed=1, screen=True).e2e_ms
-    if ref_evals:
-        best = min(best, best_known(sc, seed=0, max_seconds=None, max_evals=ref_evals).e2e_ms)
-    return best
+    return local_search(est, comp.starts, comp.allowed, max_evaluations=search_evals, seed=1, screen=True).e2e_ms
+
+
+def score(job: tuple[list[tuple[str, Path]], str, int, str, int, int, int, float | None]) -> dict[str, Any]:
+    """One workflow: each checkout's six rounds, the references, the ratios."""
+    sides, family, n, mode, seed, ref_evals, search_evals, cached = job
+    got = {side: play(path.resolve(), family, n, mode, seed) for side, path in sides}
+    known_ms = cached if cached is not None or not ref_evals else best_known_ms(family, n, mode, seed, ref_evals)
+    search_ms = reference_ms(family, n, mode, seed, search_evals)
+    known = min([search_ms] + ([known_ms] if known_ms is not None else []) + [e for p in got.values() for e in p])
+    return {"n": n, "family": family, "mode": mode, "seed": seed, "best_known_ms": known,
+            "reference_evals": ref_evals, "best_known_search_ms": known_ms, "decider_search_ms": search_ms,
+            **{side: {"played": got[side], "ratio": min(got[side]) / known,
+                      "r0": got[side][0] / known} for side, _ in sides}}
 
 
 def quality(args: argparse.Namespace) -> None:
@@ -106,23 +130,28 @@ def quality(args: argparse.Namespace) -> None:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"agentic:rules rounds 0-5; best known = min(best_known {args.reference_evals} sims, screened search "
           f"{args.search_evals} estimates, every mapping played)")
+    cache: dict[str, float] = {}
+    if args.reference_cache and args.reference_cache.exists():
+        cache = json.loads(args.reference_cache.read_text())
+
+    def key(family: str, n: int, mode: str, seed: int) -> str:
+        return f"{family}:{n}:{mode}:{seed}:{args.reference_evals}"
+
+    jobs = [(sides, family, n, mode, seed, args.reference_evals, args.search_evals,
+             cache.get(key(family, n, mode, seed)))
+            for n in args.sizes for family in args.families for mode in args.modes for seed in args.seeds]
     print("| n | workflow | " + " | ".join(f"{side} best of R0-R5 / best known (R0)" for side, _ in sides) + " |")
     print("|---|---|" + "---|" * len(sides))
     rows: list[dict[str, Any]] = []
-    for n in args.sizes:
-        for family in args.families:
-            for mode in args.modes:
-                for seed in args.seeds:
-                    got = {side: play(path.resolve(), family, n, mode, seed) for side, path in sides}
-                    ref = reference_ms(family, n, mode, seed, args.reference_evals, args.search_evals)
-                    known = min([ref] + [e for played in got.values() for e in played])
-                    row = {"n": n, "family": family, "mode": mode, "seed": seed, "best_known_ms": known,
-                           **{side: {"played": got[side], "ratio": min(got[side]) / known,
-                                     "r0": got[side][0] / known} for side, _ in sides}}
-                    rows.append(row)
-                    tag = "3w" if mode == "three_way" else "bin"
-                    cells = " | ".join(f"{row[side]['ratio']:.4f} ({row[side]['r0']:.4f})" for side, _ in sides)
-                    print(f"| {n} | {family}-{tag}-s{seed} | {cells} |", flush=True)
+    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        for row in pool.map(score, jobs):
+            rows.append(row)
+            if args.reference_cache and row["best_known_search_ms"] is not None:
+                cache[key(row["family"], row["n"], row["mode"], row["seed"])] = row["best_known_search_ms"]
+                args.reference_cache.write_text(json.dumps(cache, indent=1, sort_keys=True))
+            tag = "3w" if row["mode"] == "three_way" else "bin"
+            cells = " | ".join(f"{row[side]['ratio']:.4f} ({row[side]['r0']:.4f})" for side, _ in sides)
+            print(f"| {row['n']} | {row['family']}-{tag}-s{row['seed']} | {cells} |", flush=True)
     print("\n| n | mode | " + " | ".join(f"{side}: worst / median / within goal" for side, _ in sides) + " |")
     print("|---|---|" + "---|" * len(sides))
     for n in args.sizes:
@@ -159,8 +188,11 @@ def main() -> None:
     ap.add_argument("--families", nargs="+", default=["layered", "random", "forkjoin", "diamond", "fanout"])
     ap.add_argument("--modes", nargs="+", default=["binary", "three_way"], choices=["binary", "three_way"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[41])
-    ap.add_argument("--reference-evals", type=int, default=0)
+    ap.add_argument("--reference-evals", type=int, default=20000,
+                    help="simulations of the search room's best_known in the reference (0: left out)")
     ap.add_argument("--search-evals", type=int, default=6400)
+    ap.add_argument("--reference-cache", type=Path, help="JSON file keeping best_known's results across runs")
+    ap.add_argument("--jobs", type=int, default=1, help="workflows scored in parallel")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     if args.quality:

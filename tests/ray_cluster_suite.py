@@ -13,7 +13,8 @@ a dead worker, a dead actor, memory over the card, a timeout and a dead node end
 their typed reason and the next round runs; stored rounds survive a failed one; Ray admits
 queued nodes out of FIFO order where the simulator does not; a window of overlapping requests
 shares one resident actor and keeps every invariant per request; ``hetsched run --executor ray``
-starts and stops its own local cluster, and ``--ray-address`` uses this one.
+starts and stops its own local cluster (and exits, its cluster stopped by force, when that
+cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` uses this one.
 """
 
 from __future__ import annotations
@@ -440,6 +441,44 @@ def test_kill_9_of_a_driver_that_started_its_own_cluster_leaves_no_process(clust
     finally:
         driver.kill()
         driver.wait(timeout=30)
+    assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+FREEZER_YAML = """
+name: freezer
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 30}
+cards:
+  freezer: {cpu_ms: 30, gpu_ms: null, load_ms: 0, vram_mb: 0, has_gpu: false}
+nodes: [{id: A, tool: freezer}]
+edges: []
+"""
+
+
+def test_cli_exits_when_the_raylet_of_its_own_cluster_stops_answering(cluster: Cluster, wide_ex: RayExecutor,
+                                                                      tmp_path: Path) -> None:
+    """Ray's own teardown (``ray.shutdown()``) waits without a bound on a raylet or GCS that does not
+    answer (seen once at load ~6: the run recorded, stdout empty, no exit after 400 s). Here the round's
+    tool stops (SIGSTOP) its local cluster's raylet after its call: the CLI still prints its result and
+    exits 0, says on stderr that the teardown was forced, and leaves no process of that cluster."""
+    local = Path(NS_DIR) / "frozen-ray"
+    path, flag, store = tmp_path / "freezer.yaml", tmp_path / "freeze.once", tmp_path / "runs.sqlite"
+    path.write_text(FREEZER_YAML)
+    flag.touch()
+    env = {**os.environ, "HETSCHED_TEST_FREEZE_FLAG": str(flag)}
+    proc = _cli(["run", str(path), "--executor", "ray", "-X", f"temp_dir={local}", "-X", 'tool_modules=["tests.rayfreeze"]',
+                 "-X", "shutdown_timeout_s=5", "--policy", "all-cpu", "--rounds", "1", "--json", "--store", str(store),
+                 "--reference", "none"], env=env)
+    assert not flag.exists(), f"the freezer tool never ran: {proc.stderr[-3000:]}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["rounds"][0]["feasible"], out
+    with RunStore(store) as st:
+        assert st.run(out["run_id"]).status == "finished"
+        assert len(st.rounds(out["run_id"])) == 1
+    assert "shutdown did not finish within 5 s" in proc.stderr and "stopped by force" in proc.stderr, proc.stderr
+    left = _outliving(str(local).encode())
+    assert not left, f"processes of the local cluster outlived the run: {left}"
     assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
 
 

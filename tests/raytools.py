@@ -5,7 +5,9 @@ processes run them in milliseconds without the [tools] extra.
 for its run time; its output is its value plus the sum of its inputs, so tests can check that
 outputs flowed along the edges. Failures are switched on by flag files, so a test can make one
 round fail and the next succeed: ``fail_flag`` raises, ``crash_flag`` kills the worker process,
-``slow_flag`` sleeps; a flag named ``*.once`` is removed by the run it triggers. ``wait_flag`` and
+``slow_flag`` sleeps, ``freeze_flag`` stops (SIGSTOP) the raylet that started the worker after the
+call's work, so the round's result still reaches the driver and the cluster's teardown meets a raylet
+that does not answer; a flag named ``*.once`` is removed by the run it triggers. ``wait_flag`` and
 ``done_flag`` order tools without trusting their durations (a loaded machine stretches those): a
 tool with ``wait_flag`` waits until that file exists (at most ``wait_s``), one with ``done_flag``
 creates it when its call ends, one with ``start_flag`` when its call begins (a test waits for it
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,12 +63,13 @@ class Spin(Tool):
     def __init__(self, name: str, ms: float = 10.0, mem_mb: float = 1.0, value: int = 1, *, has_gpu: bool = True,
                  run_mem_mb: float = 0.0, fail_flag: str = "", crash_flag: str = "", slow_flag: str = "",
                  slow_s: float = 60.0, wait_flag: str = "", wait_s: float = 120.0, done_flag: str = "",
-                 start_flag: str = "") -> None:
+                 start_flag: str = "", freeze_flag: str = "") -> None:
         super().__init__("tiny")
         self.name, self.ms, self.mem_mb, self.value, self.has_gpu = name, ms, mem_mb, value, has_gpu
         self.run_mem_mb, self.fail_flag, self.crash_flag = run_mem_mb, fail_flag, crash_flag
         self.slow_flag, self.slow_s = slow_flag, slow_s
         self.wait_flag, self.wait_s, self.done_flag, self.start_flag = wait_flag, wait_s, done_flag, start_flag
+        self.freeze_flag = freeze_flag
         self.description = f"test tool: {ms:g} ms of CPU, {mem_mb:g} MB"
 
     def load(self, device: Device) -> Any:
@@ -89,7 +93,18 @@ class Spin(Tool):
         del scratch
         if self.done_flag:
             Path(self.done_flag).touch()
+        if _flag(self.freeze_flag):
+            freeze_raylet()
         return int(self.value + sum(int(x) for x in inputs if isinstance(x, int | np.integer)))
+
+
+def freeze_raylet() -> None:
+    """SIGSTOP the raylet that started this Ray worker (its parent process); refuses anything else."""
+    parent = os.getppid()
+    argv0 = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")[0]
+    if os.path.basename(argv0) != b"raylet":
+        raise RuntimeError(f"the worker's parent {parent} is {argv0!r}, not a raylet")
+    os.kill(parent, signal.SIGSTOP)
 
 
 def card(name: str, ms: float = 10.0, vram_mb: float = 1.0, load_ms: float = 5.0, has_gpu: bool = True,

@@ -313,3 +313,73 @@ def test_a_damaged_bench_manifest_is_named(tmp_path: Path, capsys: pytest.Captur
     folder = write(tmp_path, "bench-out", None)
     manifest = write(folder, "bench.json", content)
     refused(capsys, ["report", str(folder), "-o", str(tmp_path / "out")], manifest, fragments)
+
+
+CONTROL_NAMES = {"newline": "two\nlines.yaml", "tab": "a\tb.yaml", "carriage return": "x\ry.yaml",
+                 "ESC": "red\x1b[31m.yaml", "bidi override": "evil\u202elmay.yaml", "NUL-free C1": "c1\x85.yaml"}
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_NAMES))
+def test_a_file_name_with_control_characters_is_shown_escaped_in_every_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    """A newline or another control character in a file name is shown as its escape (``\\n``, ``\\x1b``...)
+    in every error that names the file (a library's or the CLI's own), never raw: a name cannot break the
+    message's line or reach the terminal."""
+    name = CONTROL_NAMES[case]
+    good = write(tmp_path, "flow.yaml", GOOD)
+    bad = write(tmp_path, name, "42\n")  # a scenario whose top level is an integer
+    missing = tmp_path / f"missing-{name}"
+    folder = write(tmp_path, f"dir-{name}", None)
+    cases = [
+        (["validate", str(bad)], bad, "top level"),
+        (["show", str(missing)], missing, "not found"),
+        (["simulate", str(good), "A=cpu,B=cpu", "--arrivals", str(missing)], missing, "not found"),
+        (["run", str(good), "--rounds", "1", "--store", str(missing / "runs.sqlite")], missing, "does not exist"),
+        (["run", str(good), "--rounds", "1", "--no-store", "--trace", str(folder)], folder, "is a directory"),
+        (["init", "chain", "--out", str(folder)], folder, "is a directory"),
+    ]
+    raw = name.split(".")[0]
+    for args, path, fragment in cases:
+        code, _, err = cli(capsys, *args)
+        message = " ".join(err.split())
+        assert code == 2, (args, err)
+        shown = str(path).encode("unicode_escape").decode("ascii")
+        assert shown in message and fragment in message, (args, shown, message)
+        assert raw not in err, (args, err)
+        assert not any(ch in err for ch in name if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f
+                       or 0x202a <= ord(ch) <= 0x202e), (args, err)
+
+
+def test_validate_warns_of_what_a_scenario_holds_that_loading_ignores_or_reorders(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Accepted (exit 0, 'ok' on stdout), but said on stderr, naming the file and the tool or line: an inline
+    card no node uses (ignored), arrival times out of order, inline or in the workload's file (sorted)."""
+    clean = write(tmp_path, "clean.yaml", GOOD)
+    code, out, err = cli(capsys, "validate", str(clean))
+    assert code == 0 and out.startswith("ok: scenario") and err == ""
+
+    spare = write(tmp_path, "spare.yaml", edit("cards:\n", "cards:\n  spare: {cpu_ms: 5, gpu_ms: 1, load_ms: 2, "
+                                                           "vram_mb: 10}\n"))
+    inline = write(tmp_path, "inline.yaml", GOOD + "workload: {arrivals: trace, times_ms: [0, 100, 50, 200]}\n")
+    write(tmp_path, "arr.txt", "0\n100\n# a comment\n50\n200\n")
+    write(tmp_path, "arr.yaml", "[0, 10, 20, 5]\n")
+    in_text = write(tmp_path, "text.yaml", GOOD + "workload: {arrivals: trace, file: arr.txt}\n")
+    in_yaml = write(tmp_path, "list.yaml", GOOD + "workload: {arrivals: trace, file: arr.yaml}\n")
+    sorted_file = write(tmp_path, "ok_arr.txt", "0\n0\n10\n")
+    in_order = write(tmp_path, "in_order.yaml", GOOD + f"workload: {{arrivals: trace, file: {sorted_file.name}}}\n")
+    for path, fragments in [
+        (spare, (f"file {spare}: cards.spare: no node uses tool 'spare'; its card is ignored",)),
+        (inline, (f"file {inline}: arrival times out of order: workload.times_ms[2] (50 ms) comes after "
+                  "workload.times_ms[1] (100 ms); they are sorted when read",)),
+        (in_text, (f"file {tmp_path / 'arr.txt'} (workload.file of file {in_text})",
+                   "line 4 (50 ms) comes after line 2 (100 ms)")),
+        (in_yaml, (f"file {tmp_path / 'arr.yaml'}", "[3] (5 ms) comes after [2] (20 ms)")),
+    ]:
+        code, out, err = cli(capsys, "validate", str(path))
+        message = " ".join(err.split())
+        assert code == 0 and out.startswith("ok: scenario"), (path, out, err)
+        assert message.startswith("warning:") and message.count("warning:") == 1, message
+        for fragment in fragments:
+            assert fragment in message, (fragment, message)
+    code, out, err = cli(capsys, "validate", str(in_order))
+    assert code == 0 and err == "", err

@@ -40,6 +40,7 @@ from hetsched.model import (
     Trace,
     UnknownNameError,
 )
+from hetsched.model.errors import UnknownReasonError
 from hetsched.model.files import load_scenario
 from hetsched.monitor import Observations
 from hetsched.policies import Policy, make_policy, policy_names
@@ -47,6 +48,7 @@ from hetsched.search.oracle import solve
 from hetsched.search.reference import ReferenceChoice, SimPlanner, parse_reference_choice, reference
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
+from hetsched.store.codec import StoreError
 
 DATA = Path(__file__).parent / "data"
 
@@ -92,13 +94,26 @@ def test_executor_spec_is_json_ready_picklable_and_hashable() -> None:
     ("never admissible: node 'B' ... until nodes that depend on it finish (deadlock)", InfeasibleKind.DEADLOCK),
     ("deadlock: node 'Q1' at the head of the gpu_queue", InfeasibleKind.DEADLOCK),
     ("timeout: node 'A' ran past 30 s", InfeasibleKind.TIMEOUT),
-    ("something else entirely", InfeasibleKind.TOOL_ERROR),
+    ("tool error: node 'A' raised ValueError", InfeasibleKind.TOOL_ERROR),
 ])
 def test_schema_1_reasons_parse_to_their_kind(text: str, kind: InfeasibleKind) -> None:
     parsed = Infeasibility.parse(text)
     assert parsed.kind is kind
-    if kind is not InfeasibleKind.TOOL_ERROR:
-        assert parsed.detail and parsed.detail in text
+    assert parsed.detail and parsed.detail in text
+
+
+@pytest.mark.parametrize("text", ["something else entirely", "", "exploded: node 'A'", "OOMish: 5 MB",
+                                  "never admissible (deadlock)"])
+def test_a_stored_reason_that_names_no_kind_is_an_error_naming_it_not_a_tool_error(text: str) -> None:
+    """Before reasons were typed only the simulator refused mappings: a reason whose head is no kind's
+    label is damage or foreign text, and reading it as a tool error would invent a failure."""
+    with pytest.raises(UnknownReasonError, match="names no kind of infeasibility") as caught:
+        Infeasibility.parse(text)
+    assert repr(text) in str(caught.value) and "OOM, never admissible" in str(caught.value)
+    legacy = {"mapping": {"A": "cpu"}, "feasible": False, "e2e_ms": None, "reason": text, "nodes": {},
+              "vram_timeline": []}
+    with pytest.raises(UnknownReasonError):
+        Trace.from_dict(legacy)
 
 
 @given(kind=st.sampled_from(list(InfeasibleKind)), detail=st.text(max_size=40))
@@ -337,6 +352,32 @@ def test_a_schema_1_store_is_migrated_and_reads_back_typed(tmp_path: Path) -> No
         # a migrated run continues like any other
         more = continue_run(st, runs["ucb1"].id, rounds=3)
         assert len(more.rounds) == 3 and more.rounds[:2] == st.rounds(runs["ucb1"].id)[:2]
+
+
+def test_a_schema_1_reason_that_names_no_kind_migrates_and_reads_as_damage_naming_it(tmp_path: Path) -> None:
+    """One OOM round's reason tampered with: the migration goes on (its kind stays NULL), every other run
+    reads back, and reading that run says which reason cannot be read (it was read as a tool error)."""
+    path = tmp_path / "v1.sqlite"
+    weird = "exploded: nobody knows"
+    with sqlite3.connect(path) as raw:
+        raw.executescript((DATA / "store_v1.sql").read_text())
+        raw.execute("PRAGMA user_version = 1")
+        run_id = raw.execute("SELECT id FROM runs WHERE policy = 'all-gpu'").fetchone()[0]
+        trace = json.loads(raw.execute("SELECT trace_json FROM rounds WHERE run_id = ? AND round = 1",
+                                       (run_id,)).fetchone()[0])
+        trace["reason"] = weird
+        raw.execute("UPDATE rounds SET reason = ?, trace_json = ? WHERE run_id = ? AND round = 1",
+                    (weird, json.dumps(trace), run_id))
+    with RunStore(path) as st:
+        runs = {i.policy: i for i in st.runs()}
+        assert set(runs) == {"agentic", "all-gpu", "ucb1"}
+        assert st.rounds(runs["ucb1"].id) and st.rounds(runs["agentic"].id)
+        kinds = dict(st._conn().execute("SELECT round, infeasible_kind FROM rounds WHERE run_id = ?",
+                                        (run_id,)).fetchall())
+        assert kinds == {0: "oom", 1: None}
+        with pytest.raises(StoreError, match=r"round 1 cannot be read \(infeasibility reason 'exploded: nobody "
+                                             r"knows' names no kind"):
+            st.rounds(run_id)
 
 
 @settings(max_examples=20, deadline=None)

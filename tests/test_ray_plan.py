@@ -373,9 +373,33 @@ def test_bad_options_fail_before_any_cluster_is_started() -> None:
     sc = load_scenario("rag_tiny")
     for bad, words in ((dict(device="gpu"), "device 'gpu'"), (dict(timeout_s=0), "timeout_s"),
                        (dict(address="  "), "address is empty"), (dict(num_gpus=0), "num_gpus"),
-                       (dict(memory_slack=-1), "memory_slack")):
+                       (dict(memory_slack=-1), "memory_slack"), (dict(shutdown_timeout_s=0), "shutdown_timeout_s")):
         with pytest.raises(InputError, match=words):
             RayExecutor(sc, **bad)  # type: ignore[arg-type]
+
+
+def test_a_ray_call_that_never_returns_is_bounded_and_its_result_or_error_comes_back() -> None:
+    """What bounds ray.shutdown() and ray.nodes() (both wait without a bound while the local cluster's
+    raylet or GCS does not answer; the cluster suite stops a raylet for real): a call that blocks is
+    given up after its bound, and a call that returns hands back its value or its exception."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hetsched[ray]')")
+    import threading
+
+    from hetsched.exec.ray import _within
+
+    release = threading.Event()
+    try:
+        with pytest.raises(TimeoutError, match=r"no answer within 0\.2 s"):
+            _within(0.2, release.wait)  # blocks until released: never within the bound
+    finally:
+        release.set()
+    assert _within(30, lambda: 42) == 42
+
+    def boom() -> None:
+        raise ValueError("from inside")
+
+    with pytest.raises(ValueError, match="from inside"):
+        _within(30, boom)
 
 
 def test_cli_says_what_is_missing_without_ray_and_where_ray_address_belongs(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from tests.test_sim import instances
 
 from hetsched.bench.generate import FAMILIES as GEN_FAMILIES
 from hetsched.bench.generate import WorkflowSpec, random_scenario
-from hetsched.model import Mode, ReferenceKind, Scenario
+from hetsched.model import Machine, Mode, Node, ReferenceKind, Scenario, ToolCard, Workflow
 from hetsched.model.contention import simulate
 from hetsched.model.mapping import QUEUE_CODE
 from hetsched.search import reference as reference_mod
@@ -162,16 +162,48 @@ def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Sc
 @needs_ortools
 def test_the_second_round_gets_what_the_first_left_of_the_two_rounds_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The two rounds share ``2 * max_seconds`` of deterministic time: a first round that stops
-    early leaves the rest to the second (which needs more at 50-100 nodes), never more in all."""
-    limits: list[float] = []
+    early leaves the rest of its limit to its repeat with the memory exclusion, and what both
+    leave to the second (which needs more at 50-100 nodes), never more in all; a first round that
+    runs out of its limit is not repeated."""
+    for solved, expected in ((True, [1.0, pytest.approx(0.7), pytest.approx(1.4)]), (False, [1.0, pytest.approx(1.7)])):
+        limits: list[float] = []
 
-    def fake(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, *args: object,
-             **kwargs: object) -> relaxation._Round:
-        limits.append(max_seconds)
-        return relaxation._Round(100.0, not strong, None, seconds=0.3 if not strong else max_seconds)
+        def fake(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, *args: object,
+                 solved: bool = solved, limits: list[float] = limits, **kwargs: object) -> relaxation._Round:
+            limits.append(max_seconds)
+            return relaxation._Round(100.0, solved and not strong, None, seconds=0.3 if not strong else max_seconds)
 
-    monkeypatch.setattr(relaxation, "_solve", fake)
-    sc = random_search_scenario(5, 3, family="layered", mode=Mode.THREE_WAY)
-    got = relaxation_bound_ms(sc, 1000.0, max_seconds=1.0, wall_seconds=600.0)
+        monkeypatch.setattr(relaxation, "_solve", fake)
+        sc = random_search_scenario(5, 3, family="layered", mode=Mode.THREE_WAY)
+        got = relaxation_bound_ms(sc, 1000.0, max_seconds=1.0, wall_seconds=600.0)
+        assert got is not None
+        assert limits == expected
+
+
+def _turns_scenario(big: int, vram_share: float) -> Scenario:
+    """``big`` independent nodes of their own tools, each far too slow on the CPU and each holding
+    ``vram_share`` of the budget (over half: no two fit together)."""
+    cards = {f"t{k}": ToolCard(name=f"t{k}", cpu_ms=1e6, gpu_ms=100.0 + 10 * k, load_ms=50.0,
+                               vram_mb=1000.0 * vram_share, gpu_util=0.3, has_gpu=True) for k in range(big)}
+    workflow = Workflow(nodes=tuple(Node(id=f"n{k}", tool=f"t{k}") for k in range(big)), edges=())
+    machine = Machine(name="turns", cpu_cores=4, vram_budget_mb=1000.0, gpu_kappa=0.0)
+    return Scenario(name=f"turns-{big}", mode=Mode.THREE_WAY, workflow=workflow, cards=cards, machine=machine)
+
+
+@needs_ortools
+@pytest.mark.parametrize("big", [2, 3, 4])
+def test_tools_that_do_not_fit_together_hold_the_memory_in_turn(big: int) -> None:
+    """No two of the tools fit: whichever is resident, the others are queued after it leaves, each
+    loading and running alone, so the optimum is the sum of their holding times. The VRAM x time
+    term alone sees only 0.6 of it (each holds 0.6 of the budget); the memory exclusion term sees
+    it all, in the first round already (the second's cumulative VRAM sees it too, at more cost),
+    and the bound still never exceeds the optimum (exact search)."""
+    sc = _turns_scenario(big, 0.6)
+    opt = min(naive(sc).values())
+    upper = opt * 1.5
+    first = relaxation._solve(sc, upper, False, 2.0, 600.0, 0, None)  # the small round has no cumulative VRAM
+    assert (first.proven - 1.0) * upper / relaxation._UNITS >= opt * 0.99, (first.proven, opt)
+    got = relaxation_bound_ms(sc, upper, max_seconds=2.0)
     assert got is not None
-    assert limits == [1.0, pytest.approx(1.7)]
+    assert opt * 0.99 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6, (got.lower_ms, opt)
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,11 +42,12 @@ from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_FIRST,
     SCREEN_EVALUATIONS_LATER,
     SCREEN_KICKS_FIRST,
+    SCREEN_LATE_FIRST,
     SCREEN_MIN_NODES,
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
 )
-from hetsched.deciders.search import _race, _Search, focus, local_search
+from hetsched.deciders.search import LATE_QUEUE_RATIOS, _race, _Search, focus, late_starts, local_search
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -58,7 +60,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
-from hetsched.model.mapping import CPU_CODE, NOW_CODE, PLACEMENTS
+from hetsched.model.mapping import CPU_CODE, NOW_CODE, PLACEMENTS, QUEUE_CODE
 from hetsched.model.workload import Workload
 from hetsched.monitor import Monitor, MonitorConfig, critical_path
 from hetsched.monitor.static import StaticCheck
@@ -441,6 +443,88 @@ def test_screened_binary_kicks_evict_a_resident_tool_whole(family: str, n: int, 
     assert not _Search(est, comp.allowed, 100, seed, screen=False).eject
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 30), three_way=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_late_starts_fit_the_vram_budget_and_follow_their_rules(family: str, n: int, three_way: bool,
+                                                                 seed: int) -> None:
+    """The late starts are valid mappings (the ``gpu_now`` set fits the VRAM budget, each queued node fits
+    alone, every placement allowed): the greedy one keeps each node on its faster device in isolation
+    except the ``gpu_now`` nodes whose tools left whole; in three-way workflows the CPU-heavy ones queue
+    exactly the nodes whose CPU time is at least the ratio times their GPU time."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    est = Estimator(sc, sc.machine.gpu_kappa)
+    c = sc.compiled
+    got = late_starts(est, c.allowed, three_way)
+    assert got and len(set(got)) == len(got)
+    for codes in got:
+        assert sc.compiled.static_ok(codes) and all(p in a for p, a in zip(codes, c.allowed, strict=True))
+    greedy = got[0]
+    for i, p in enumerate(greedy):
+        faster_on_gpu = math.isfinite(est.gpu_ms[i]) and est.gpu_ms[i] < est.cpu_ms[i] and NOW_CODE in c.allowed[i]
+        if not faster_on_gpu:
+            assert p == CPU_CODE
+        elif p != NOW_CODE:  # its tool left gpu_now whole
+            assert all(greedy[j] != NOW_CODE for j in range(n) if c.tool_idx[j] == c.tool_idx[i])
+    if three_way:
+        for r in LATE_QUEUE_RATIOS:
+            heavy = tuple(QUEUE_CODE if QUEUE_CODE in a and math.isfinite(est.gpu_ms[i])
+                          and est.cpu_ms[i] >= r * est.gpu_ms[i] else CPU_CODE for i, a in enumerate(c.allowed))
+            assert heavy in got or not sc.compiled.static_ok(heavy) or heavy == greedy
+    else:
+        assert got == [greedy]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 26), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), kicks=st.integers(40, 200), late=st.integers(1, 300))
+def test_screened_search_with_late_starts_only_gains(family: str, n: int, three_way: bool, seed: int,
+                                                      kicks: int, late: int) -> None:
+    """Round 0's late starts come after the kicks: the search makes the same estimates first, in the same
+    order, as the search that stops there, so it never returns a higher estimate; it stays in budget,
+    within VRAM, no worse than any start, and the same for the same seed."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    extra = late_starts(comp.estimator, comp.allowed, three_way)
+    race = kicks // 2
+    a = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=5, screen=True,
+                     race_evaluations=race)
+    b = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks + late, seed=5, screen=True,
+                     race_evaluations=race, late_starts=extra, late_evaluations=late)
+    again = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks + late, seed=5, screen=True,
+                         race_evaluations=race, late_starts=extra, late_evaluations=late)
+    assert (b.best, b.e2e_ms, list(b.seen)) == (again.best, again.e2e_ms, list(again.seen))
+    assert list(b.seen)[: len(a.seen)] == list(a.seen)  # the same estimates first, in the same order
+    assert b.e2e_ms <= a.e2e_ms and len(a.seen) <= kicks and len(b.seen) <= kicks + late
+    assert b.e2e_ms <= min(b.seen[s] for s in comp.starts)
+    assert sc.compiled.static_ok(b.best) and math.isfinite(b.e2e_ms)
+    assert min(b.seen.values()) <= b.e2e_ms <= min(b.seen.values()) * (1 + 1e-12)
+
+
+def test_late_starts_reach_a_basin_the_first_starts_miss() -> None:
+    """On this fork-join (three-way, 50 tools) round 0's search with the late starts ends lower than the same
+    search spending those estimates on more kicks: the best mappings queue few nodes and run the rest
+    on the CPU, a basin the rules' and the uniform mappings do not lead to. Under 17 nodes there are none
+    (the bundled and random suites' searches are unchanged)."""
+    sc = random_scenario(WorkflowSpec("forkjoin", 50, Mode.THREE_WAY, 13))
+    d = RulesDecider()
+    comp = d._compile(sc)
+    assert comp.late
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    with_late = d._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
+    seed = zlib.crc32(f"{sc.name}:{sc.machine.gpu_kappa}:{comp.starts[-1]}".encode())  # the decider's
+    race = SCREEN_EVALUATIONS_FIRST // 2
+    first = local_search(est, comp.starts, comp.allowed, max_evaluations=SCREEN_EVALUATIONS_FIRST + SCREEN_KICKS_FIRST,
+                         seed=seed, screen=True, race_evaluations=race)
+    kicks = local_search(est, comp.starts, comp.allowed, max_evaluations=with_late.budget, seed=seed, screen=True,
+                         race_evaluations=race)
+    assert list(with_late.seen)[: len(first.seen)] == list(first.seen)
+    assert with_late.e2e_ms < kicks.e2e_ms <= first.e2e_ms and sc.compiled.static_ok(with_late.best)
+    small = random_scenario(WorkflowSpec("forkjoin", SCREEN_MIN_NODES - 1, Mode.THREE_WAY, 13))
+    assert RulesDecider()._compile(small).late == []
+
+
 def test_screened_race_gives_the_leading_descent_the_budget_equal_shares_cut_off() -> None:
     """Successive halving: with many starts and a budget that equal shares would spread too thin for
     any descent to converge, the descents that lead keep going; the result is no worse than the converged
@@ -493,7 +577,7 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
     first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
-    assert f"of a budget of {first + SCREEN_KICKS_FIRST}; descents screened" in spent[0]
+    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST}; descents screened" in spent[0]
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 

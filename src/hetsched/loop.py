@@ -44,6 +44,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.errors import path_text
 from hetsched.model.learned import LearnedCards, learned_cards
 from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
@@ -391,7 +392,7 @@ def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
     try:
         store.set_status(run_id, "interrupted", reason[:500])
     except (StoreError, sqlite3.Error) as store_exc:
-        exc.add_note(f"run {run_id} could not be marked interrupted in {store.path}: {store_exc}")
+        exc.add_note(f"run {run_id} could not be marked interrupted in {path_text(store.path)}: {store_exc}")
 
 
 def ensure_run(store: RunStore, key: RunKey, executor: Executor | None = None) -> tuple[str, str]:

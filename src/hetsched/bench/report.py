@@ -25,6 +25,7 @@ from typing import Any
 
 from hetsched import __version__
 from hetsched.model import InputError
+from hetsched.model.errors import path_text
 
 from .data import BenchData
 from .tables import Table, all_tables, reference_note, regret_csv, rounds_csv
@@ -248,26 +249,27 @@ def read_manifest(folder: Path) -> tuple[Path, list[str], list[str], dict[str, A
     """(store path, run ids, labels, meta) from a bench output folder."""
     path = folder / MANIFEST
     if not path.is_file():
-        raise InputError(f"{folder}: no {MANIFEST} here; give a bench's output folder (`out`), "
+        raise InputError(f"{path_text(folder)}: no {MANIFEST} here; give a bench's output folder (`out`), "
                          "a run store file, or run ids")
     from hetsched.model.files import a_type, read_structured
 
     doc = read_structured(path)  # strict JSON; a damaged file (not UTF-8, too large...) is named
     if not isinstance(doc, dict):
-        raise InputError(f"file {path}: the top level must be a JSON object (a bench manifest), got {a_type(doc)}")
+        raise InputError(f"file {path_text(path)}: the top level must be a JSON object (a bench manifest), got "
+                         f"{a_type(doc)}")
     if doc.get("manifest_version") != MANIFEST_VERSION:
-        raise InputError(f"file {path}: manifest_version = {doc.get('manifest_version')!r}; this hetsched reads "
-                         f"version {MANIFEST_VERSION}")
+        raise InputError(f"file {path_text(path)}: manifest_version = {doc.get('manifest_version')!r}; this "
+                         f"hetsched reads version {MANIFEST_VERSION}")
     expected = {"store": (str, "the run store's path"), "run_ids": (list, "a list of run ids"),
                 "labels": (list, "a list of labels"), "meta": (dict, "an object")}
     for key, (kind, what) in expected.items():
         value = doc.get(key)
         if (value is None and key in ("labels", "meta")) or (isinstance(value, kind) and value != ""):
             continue
-        raise InputError(f"file {path}: {key} = {value!r}; accepted: {what} (write the folder again with a bench "
-                         "run, or give the run store file)")
+        raise InputError(f"file {path_text(path)}: {key} = {value!r}; accepted: {what} (write the folder again "
+                         f"with a bench run, or give the run store file)")
     if not all(isinstance(r, str) for r in doc["run_ids"]):
-        raise InputError(f"file {path}: run_ids must hold run ids (text); got {doc['run_ids']!r:.80}")
+        raise InputError(f"file {path_text(path)}: run_ids must hold run ids (text); got {doc['run_ids']!r:.80}")
     store = Path(doc["store"])
     if not store.is_absolute():
         store = folder / store

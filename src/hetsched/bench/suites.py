@@ -39,7 +39,7 @@ from typing import Any
 
 from hetsched.loop import ensure_run
 from hetsched.model import InputError, Mode, Reference, RoundOutcome, RunKey, Scenario
-from hetsched.model.errors import ParameterError, UnknownValueError
+from hetsched.model.errors import ParameterError, UnknownValueError, path_text
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice
 from hetsched.sim import Simulator
 from hetsched.store import RunStore
@@ -229,7 +229,7 @@ def check_legacy(out: Path) -> None:
     found = [name for name in LEGACY_FILES if (out / name).exists()]
     if found:
         raise InputError(
-            f"{out} holds {' and '.join(found)} from an older hetsched, whose suites kept their runs there; "
+            f"{path_text(out)} holds {' and '.join(found)} from an older hetsched, whose suites kept their runs there; "
             "the suites now record every run in the run store (runs.sqlite), and those files hold only "
             "per-round summaries, so they cannot be continued or converted. Move them away (or choose another "
             "output folder) and the suite runs afresh; keep them to read the old tables (tables/, report.md)"

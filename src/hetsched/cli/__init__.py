@@ -10,6 +10,7 @@ listed in :mod:`hetsched.cli.app`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from hetsched.cli.app import (
@@ -49,6 +50,33 @@ def _is(exc: BaseException, module: str, name: str) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        _exit_now_if_teardown_abandoned(exc.code)
+        raise
+    _exit_now_if_teardown_abandoned(0)
+
+
+def _exit_now_if_teardown_abandoned(code: int | str | None) -> None:
+    """When an executor had to abandon its teardown (the Ray executor: Ray's shutdown did not finish in
+    time; its watchdog stops the local cluster once this process is gone), exit at once with the
+    command's status: a thread of Ray's may still be stuck, and the interpreter's own exit must not wait
+    for it. Everything the command printed is flushed first."""
+    ray_exec = sys.modules.get("hetsched.exec.ray")
+    if ray_exec is None or not ray_exec.teardown_abandoned():
+        return
+    import os
+
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
+def _main(argv: list[str] | None) -> None:
     with watch_ctrl_c():
         try:
             app(args=argv, prog_name="hetsched")

@@ -53,6 +53,7 @@ from hetsched.cli.common import check_store_folder, parse_executor_options
 from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
 from hetsched.model import ExecutorSpec, InputError
+from hetsched.model.errors import path_text
 from hetsched.model.limits import MAX_ROUNDS
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
@@ -139,7 +140,8 @@ def bench(
     if suite_name not in (*SUITES, "load"):
         raise InputError(f"--suite {suite!r}: unknown suite; accepted: {', '.join((*SUITES, 'load'))}")
     if out_dir.exists() and not out_dir.is_dir():
-        raise fail(f"--out {out_dir} is a file, not a folder; give a folder for the report (created if missing)")
+        raise fail(f"--out {path_text(out_dir)} is a file, not a folder; give a folder for the report (created if "
+                   "missing)")
     if suite_name == "load":
         if tools is not None or store is not None or seeds is not None or jobs is not None:
             raise InputError("--suite load runs one seed in this process without the run store; --tools, --store, "
@@ -169,7 +171,8 @@ def bench(
     check_store_folder(store)
     store_path = resolve_store_path(store) if store is not None else out_dir / "runs.sqlite"
     if store_path.is_dir():
-        raise fail(f"--store {store_path} is a directory; give a file such as {store_path / 'runs.sqlite'}")
+        raise fail(f"--store {path_text(store_path)} is a directory; give a file such as "
+                   f"{path_text(store_path / 'runs.sqlite')}")
     config = BenchConfig(
         specs=specs, scenarios=scenarios, seeds=tuple(range(n_seeds)), rounds=n_rounds, store=store_path,
         jobs=1 if real else jobs or default_jobs(), executor=spec, reference=choice, reference_seconds=max_seconds,
@@ -371,7 +374,7 @@ def report(
         labels, meta = [], {}
         target = out_dir or Path("report-out")
     if not run_ids:
-        raise InputError(f"run store {store_path}: no runs to report on")
+        raise InputError(f"run store {path_text(store_path)}: no runs to report on")
     data = load_runs(store_path, run_ids, labels, meta)
     paths = write_report(data, target)
     out.print(f"report over {len(data.runs)} runs: {safe(paths['html'])}", soft_wrap=True)

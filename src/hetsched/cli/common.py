@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from hetsched.model import Mapping, Scenario
     from hetsched.model.learned import LearnedCards
 
+def _path_text(path: object) -> str:
+    """:func:`hetsched.model.errors.path_text` (a file name with its control characters escaped), imported
+    when an error needs it: this module stays light."""
+    from hetsched.model.errors import path_text
+
+    return path_text(path)
+
+
 SCENARIO_HELP = "Scenario file, or the name of a bundled scenario (hetsched scenarios lists them)."
 """Help text of every SCENARIO argument."""
 
@@ -32,11 +40,12 @@ def mapping_text(mapping: Mapping, reference: Mapping | None = None) -> str:
 def check_output_file(path: Path, option: str) -> None:
     """Fail early (exit 2) when an output file cannot be written, before any work is done."""
     if path.is_dir():
-        raise fail(f"{option} {path} is a directory; give a file name such as {path / 'trace.json'}")
+        raise fail(f"{option} {_path_text(path)} is a directory; give a file name such as "
+                   f"{_path_text(path / 'trace.json')}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise fail(f"{option} {path}: cannot create its folder ({exc.strerror})") from None
+        raise fail(f"{option} {_path_text(path)}: cannot create its folder ({exc.strerror})") from None
 
 
 def check_store_folder(store: Path | None, option: str = "--store") -> None:
@@ -47,8 +56,8 @@ def check_store_folder(store: Path | None, option: str = "--store") -> None:
     folder = store.expanduser().parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
-        raise fail(f"{option} {store}: the folder {folder} {what}; create it first, or give a file in an existing "
-                   "folder")
+        raise fail(f"{option} {_path_text(store)}: the folder {_path_text(folder)} {what}; create it first, or "
+                   f"give a file in an existing folder")
 
 
 def load(ref: str) -> Scenario:

@@ -15,6 +15,7 @@ from hetsched.cli.app import app, examples, fail
 from hetsched.cli.common import load
 from hetsched.exec.ray_plan import export_dict, export_text
 from hetsched.model import Mapping, Scenario
+from hetsched.model.errors import path_text
 from hetsched.model.files import load_mapping, parse_mapping_text
 from hetsched.search.reference import reference
 
@@ -35,7 +36,7 @@ def read_mapping(sc: Scenario, text: str | None, option: str = "--mapping") -> M
     path = Path(text)
     from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
     given = load_mapping(path) if from_file else parse_mapping_text(text, where=option)
-    return sc.validate_mapping(given, where=f"{option} file {path}" if from_file else option)
+    return sc.validate_mapping(given, where=f"{option} file {path_text(path)}" if from_file else option)
 
 
 @export_app.command("ray", epilog=examples(

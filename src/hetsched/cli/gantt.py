@@ -12,6 +12,7 @@ from hetsched.cli.app import app, examples, fail, out, safe
 from hetsched.cli.common import SCENARIO_HELP, check_output_file, load
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement
+from hetsched.model.errors import path_text
 from hetsched.model.files import load_mapping, parse_mapping_text
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.policies import make_policy, policy_names
@@ -60,7 +61,7 @@ def gantt(
         given = Path(mapping)
         from_file = given.suffix.lower() in (".yaml", ".yml", ".json")
         chosen: Mapping = load_mapping(given) if from_file else parse_mapping_text(mapping, where="--mapping")
-        chosen = sc.validate_mapping(chosen, where=f"--mapping file {given}" if from_file else "--mapping")
+        chosen = sc.validate_mapping(chosen, where=f"--mapping file {path_text(given)}" if from_file else "--mapping")
         title = "your mapping"
     elif policy is not None:
         result = run_rounds(sc, make_policy(policy), LoopConfig(rounds=rounds, seed=seed))

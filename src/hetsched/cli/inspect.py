@@ -13,7 +13,15 @@ from rich.table import Table
 from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Mapping, Scenario
-from hetsched.model.files import bundled_scenarios, detect_kind, load_mapping, load_scenario, load_tool_library
+from hetsched.model.errors import path_text
+from hetsched.model.files import (
+    bundled_scenarios,
+    detect_kind,
+    load_mapping,
+    load_scenario,
+    load_tool_library,
+    scenario_warnings,
+)
 from hetsched.model.workload import Workload
 
 # the simulator and the searches (numpy) are imported by the commands that use them: show and validate
@@ -253,13 +261,15 @@ def validate(
             + (f"; workload: {safe(sc.workload.describe())}" if sc.workload is not None else "") + ")",
             soft_wrap=True,
         )
+        for warning in scenario_warnings(file):  # accepted, but ignored or changed when read
+            err.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     else:
         mapping = load_mapping(file)
         if scenario is None:
             out.print(f"ok: mapping {safe(file)} with {len(mapping)} nodes (give --scenario to check it fully)")
             return
         sc = load(scenario)
-        mapping = sc.validate_mapping(mapping, where=f"file {file}")
+        mapping = sc.validate_mapping(mapping, where=f"file {path_text(file)}")
         from hetsched.sim import Simulator
 
         reason = Simulator(sc, noise=False).infeasibility(mapping)
@@ -290,13 +300,14 @@ def init(
         typer.echo(starter_text(name), nl=False)
         return
     if out_file.is_dir():
-        raise fail(f"--out {out_file} is a directory; give a file such as {out_file / (name + '.yaml')}")
+        raise fail(f"--out {path_text(out_file)} is a directory; give a file such as "
+                   f"{path_text(out_file / (name + '.yaml'))}")
     if out_file.exists() and not force:
-        raise fail(f"--out {out_file} exists; give another file, or --force to overwrite it")
+        raise fail(f"--out {path_text(out_file)} exists; give another file, or --force to overwrite it")
     if not out_file.parent.is_dir():
-        raise fail(f"--out {out_file}: the folder {out_file.parent} does not exist")
+        raise fail(f"--out {path_text(out_file)}: the folder {path_text(out_file.parent)} does not exist")
     if out_file.suffix.lower() not in (".yaml", ".yml"):
-        raise fail(f"--out {out_file}: give a .yaml file (the copy is YAML, comments included)")
+        raise fail(f"--out {path_text(out_file)}: give a .yaml file (the copy is YAML, comments included)")
     text = starter_text(name, name=out_file.stem)
     write_output(out_file, text, what="--out")
     err.print(f"wrote {safe(out_file)}; check your edits with: hetsched validate {safe(out_file)}", soft_wrap=True)
@@ -431,7 +442,7 @@ def simulate(
     path = Path(mapping)
     from_file = path.suffix.lower() in (".yaml", ".yml", ".json")
     given = load_mapping(path) if from_file else parse_mapping_text(mapping)
-    m = sc.validate_mapping(given, where=f"file {path}" if from_file else "mapping")
+    m = sc.validate_mapping(given, where=f"file {path_text(path)}" if from_file else "mapping")
     from hetsched.cli.run import workload_from_flags
 
     wl = workload_from_flags(sc.workload, clients=clients, rate=rate, arrivals=arrivals, requests=requests,

@@ -11,7 +11,7 @@ from rich.table import Table
 from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
-from hetsched.model.errors import some
+from hetsched.model.errors import path_text, some
 from hetsched.model.files import load_scenario, load_tool_library
 from hetsched.profiling import ProfileConfig, Profiler, profile_tools, write_library
 from hetsched.profiling.profiler import plan_names
@@ -114,7 +114,7 @@ def profile(
                            cold_loads=cold_loads)
     path = out_file or Path(f"cards-{config.size}.yaml")
     if path.is_dir():
-        raise fail(f"--out {path} is a directory; give a file such as {path / 'cards.yaml'}")
+        raise fail(f"--out {path_text(path)} is a directory; give a file such as {path_text(path / 'cards.yaml')}")
     plan = plan_names(names)
     derived = {name: (base, int(name.rsplit("_x", 1)[1])) for base, asked in plan.items() for name in asked}
     with Profiler(config) as prof:
@@ -126,7 +126,8 @@ def profile(
         err.print(f"profiling {len(plan) - len(skip)} tool(s) at size {config.size}: CPU {prof.cpu_text}; "
                   f"GPU figures on {prof.gpu_text}", soft_wrap=True)
         if skip:
-            err.print(f"{len(skip)} tool(s) already in {path}: {', '.join(skip)} (--force profiles them again)",
+            err.print(f"{len(skip)} tool(s) already in {path_text(path)}: {', '.join(skip)} (--force profiles "
+                      f"them again)",
                       soft_wrap=True)
         cards = dict(kept)
 
@@ -156,21 +157,21 @@ def profile(
                         save()
         except KeyboardInterrupt:
             measured = len(cards) - len(kept)
-            err.print(f"interrupted: {measured} new card(s) kept in {path}; run the same command again to profile the "
-                      "rest", soft_wrap=True)
+            err.print(f"interrupted: {measured} new card(s) kept in {path_text(path)}; run the same command "
+                      f"again to profile the rest", soft_wrap=True)
             raise typer.Exit(130) from None
         save()
         real = prof.real_gpu
         gpu_text = prof.gpu_text
     shown = [cards[b] for b in plan if b in cards]
-    out.print(card_table(shown, f"cards written to {path}"))
+    out.print(card_table(shown, f"cards written to {path_text(path)}"))
     if real:
         out.print(f"GPU figures are real GPU measurements on {safe(gpu_text)}.", soft_wrap=True)
     else:
         out.print(f"[bold]GPU figures are NOT GPU measurements[/]: they were measured on the {safe(gpu_text)}. "
                   "CPU figures are real CPU measurements.", soft_wrap=True)
     out.print(f"use them: a scenario with 'tools: {path.name}' (see docs/tools.md), or "
-              f"hetsched bench --tools {path} for scenarios that name no library", soft_wrap=True)
+              f"hetsched bench --tools {path_text(path)} for scenarios that name no library", soft_wrap=True)
 
 
 def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
@@ -180,7 +181,8 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     target = refresh_target(path, names)
     unknown = [t for t in target.tools if not is_registered(t)]
     if unknown:  # before any measurement: say which, and how to register them
-        raise fail(f"--refresh {path}: tool(s) {', '.join(map(repr, unknown))} have no implementation to measure; "
+        raise fail(f"--refresh {path_text(path)}: tool(s) {', '.join(map(repr, unknown))} have no implementation "
+                   f"to measure; "
                    f"registered tools: {some(list(tool_names()), quote=False)}; register yours with --tool-module "
                    "MODULE (docs/tools.md)")
     size = size or target.preset
@@ -193,8 +195,8 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     done: list[ToolCard] = []
     written: dict[Path, None] = {}
     with Profiler(config) as prof:
-        err.print(f"refreshing {len(target.tools)} card(s) of {path} at size {config.size}: CPU {prof.cpu_text}; "
-                  f"GPU figures on {prof.gpu_text}", soft_wrap=True)
+        err.print(f"refreshing {len(target.tools)} card(s) of {path_text(path)} at size {config.size}: CPU "
+                  f"{prof.cpu_text}; GPU figures on {prof.gpu_text}", soft_wrap=True)
         try:
             with ctrl_c_wins(), Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
                           TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
@@ -210,7 +212,7 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
                     for note in result.notes:
                         err.print(f"{result.card.name}: {note}", soft_wrap=True)
         except KeyboardInterrupt:
-            err.print(f"interrupted: {len(done)} card(s) refreshed in {path}; the others are as they were",
+            err.print(f"interrupted: {len(done)} card(s) refreshed in {path_text(path)}; the others are as they were",
                       soft_wrap=True)
             raise typer.Exit(130) from None
         real = prof.real_gpu
@@ -227,12 +229,13 @@ def _reusable(path: Path, config: ProfileConfig, device_kind: str) -> dict[str, 
     try:
         existing = load_tool_library(path)
     except InputError as exc:
-        raise InputError(f"--out {path} exists but is not a tool library ({exc}); use --force or another --out") \
+        raise InputError(f"--out {path_text(path)} exists but is not a tool library ({exc}); use --force or "
+                         f"another --out") \
             from None
     kept = {n: c for n, c in existing.items() if c.base is None}
     other = [n for n, c in kept.items() if (c.provenance.preset, c.provenance.device) != (config.size, device_kind)]
     if other:
-        raise InputError(f"--out {path} holds cards profiled another way ({', '.join(other)}: not size "
+        raise InputError(f"--out {path_text(path)} holds cards profiled another way ({', '.join(other)}: not size "
                          f"{config.size} on {device_kind}); use --force to overwrite it or give another --out")
     return kept
 

@@ -8,7 +8,8 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -522,7 +523,7 @@ def run(
             stored_key = st.key(info.id)
             state["finished"] = info.status == "finished" and (not rounds_given or rounds == info.rounds_planned)
         sc, policy_name = stored_key.scenario, stored_key.policy
-        with make_executor(stored_key.executor, sc) as ex:
+        with opened_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
             with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
                 result = _drive(lambda: api.resume(
@@ -555,7 +556,7 @@ def run(
             executor_options["address"] = ray_address
         spec = ExecutorSpec(executor, executor_options)
         # a missing extra, tool or device fails here, before a run is stored
-        with make_executor(spec, sc) as ex:
+        with opened_executor(spec, sc) as ex:
             describe_executor(ex, as_json)
             with RoundStream(console, rounds) as stream:
                 result = _drive(lambda: api.run(
@@ -606,6 +607,21 @@ def run(
     if trace is not None:
         out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
     _exit_without_result(result)
+
+
+@contextmanager
+def opened_executor(spec: ExecutorSpec, sc: Scenario) -> Iterator[Executor]:
+    """The run's executor, closed on the way out whatever happened; when its teardown had to be forced
+    (the Ray executor's ``teardown_note``: Ray's shutdown did not finish in time, so the local cluster
+    was stopped by force) it says so on stderr."""
+    ex = make_executor(spec, sc)
+    try:
+        yield ex
+    finally:
+        ex.close()
+        note = getattr(ex, "teardown_note", None)
+        if note:
+            err.print(f"[yellow]warning:[/] executor {ex.name}: {safe(note)}", soft_wrap=True)
 
 
 def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, policy: str, executor: str,

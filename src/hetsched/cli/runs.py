@@ -15,7 +15,7 @@ from rich.table import Table
 from hetsched.cli.app import app, err, examples, fail, out, safe
 from hetsched.cli.common import mapping_text, print_learned
 from hetsched.model import Mapping, RoundRecord
-from hetsched.model.errors import did_you_mean
+from hetsched.model.errors import did_you_mean, path_text
 from hetsched.model.learned import learned_cards
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store import STATUSES, RunInfo, RunStore, UnknownRunError, resolve_store_path
@@ -157,7 +157,7 @@ def show_run(
     """Show one run: its settings, each round against its reference, probes, the decider transcript and fallbacks."""
     path = resolve_store_path(store)
     if not path.exists():
-        raise UnknownRunError(f"no run {run_id!r}: run store {path} does not exist")
+        raise UnknownRunError(f"no run {run_id!r}: run store {path_text(path)} does not exist")
     with RunStore(path, create=False, read_only=True) as st:
         if as_json:
             typer.echo(json.dumps(st.export(run_id)))

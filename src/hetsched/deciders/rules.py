@@ -28,7 +28,8 @@ These rules seed a model. The decider reads the cards through its own estimator
 block declares it until measured) and searches it (:mod:`hetsched.deciders.search`: exhaustive when
 the space fits the budget of estimates, else iterated local search from the rules' mapping and
 the uniform ones; three-way from ``SCREEN_MIN_NODES`` nodes on also from the rules' mapping with its
-``gpu_now`` nodes queued). Round 0 runs the lowest estimate.
+``gpu_now`` nodes queued; round 0 then also descends from the late starts,
+``hetsched.deciders.search.late_starts``). Round 0 runs the lowest estimate.
 
 Later rounds use the evidence the monitor reports (docs/agentic.md):
 - calibration: the running averages rescale the cards a node's measured latency contradicts
@@ -67,7 +68,7 @@ from hetsched.deciders.base import Decider, Decision, DecisionContext, check_map
 from hetsched.deciders.estimate import Estimator, fit_interference, fit_interference_local
 from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.deciders.parallel import mask_bits, related_masks
-from hetsched.deciders.search import SearchResult, local_search
+from hetsched.deciders.search import SearchResult, late_starts, local_search
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 from hetsched.model.contention import cpu_slowdown, queue_load_ms
@@ -292,6 +293,14 @@ no one-node or one-tool move improves and a kick then a descent finds. With 1,60
 tuning seeds 41/14 and 13/7, round 0 alone: 50 nodes 16 -> 19 and 16 -> 17 of 20 within 1% of the best
 known, 100 nodes 17 -> 19 and 15 -> 18 within 3%; round 0 costs about twice as long (later rounds,
 the median decision, unchanged)."""
+SCREEN_LATE_FIRST = 3200
+"""Estimates round 0's screened search spends, after those, on descents from the late starts
+(``hetsched.deciders.search.late_starts``: the greedy mapping and, in three-way workflows, CPU-heavy
+ones) and kicks from the best of all (capped like the rest: 5,000 in all at 100 nodes). The first
+estimates are the same as without them, so round 0 can only gain. Tuning seeds 41/14/13/7/21/22,
+three-way, round 0 alone: 50 nodes 25 -> 30 of 30 within 1% of the best found, 100 nodes 28 -> 29 within
+3% (the same estimates spent on more kicks instead: 27 and 29); round 0 costs about twice as long
+(later rounds, the median decision, unchanged)."""
 SCREEN_EVALUATIONS_LATER = 150
 """Estimates of the screened search once something was measured (it also starts from the best measured
 mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
@@ -332,6 +341,8 @@ class _Compiled:
     rules: Codes
     rules_steps: list[str]
     starts: list[Codes]
+    late: list[Codes]
+    """Round 0's late starts from ``SCREEN_MIN_NODES`` nodes on (``hetsched.deciders.search.late_starts``)."""
     estimates: dict[tuple[float, ...], dict[tuple[float, Codes], float]] = field(default_factory=dict)
     """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
     kept for the calibration's repeated fits."""
@@ -438,7 +449,9 @@ class RulesDecider(Decider):
             queued = tuple(queue if c == now and queue in a else c for c, a in zip(rules, allowed, strict=True))
             if est.static_ok(queued) and queued not in starts:
                 starts.insert(1, queued)
-        compiled = _Compiled(est, allowed, rules, rules_steps, starts)
+        late = [s for s in late_starts(est, allowed, sc.mode is Mode.THREE_WAY) if s not in starts] \
+            if len(allowed) >= SCREEN_MIN_NODES else []
+        compiled = _Compiled(est, allowed, rules, rules_steps, starts, late)
         if len(self._compiled) > 8:
             self._compiled.clear()
         self._compiled[id(sc)] = (sc, compiled)
@@ -523,8 +536,16 @@ class RulesDecider(Decider):
             budget = self.search_evaluations or min(SEARCH_EVALUATIONS_BASE + per_node * n,
                                                     max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
+        late: list[Codes] = []
+        late_evaluations = 0
+        if race is not None:
+            # round 0: the kicks end where they did, then descents from the late starts and more kicks
+            late = comp.late
+            late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
+            budget += late_evaluations
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
-                           max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race)
+                           max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
+                           late_starts=late, late_evaluations=late_evaluations)
         if len(self._searches) > 64:
             self._searches.clear()
         self._searches[key] = res

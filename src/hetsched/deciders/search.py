@@ -27,6 +27,11 @@ rank lowest, within a budget of estimates.
   the same timings), then the cards' ranking; and a tool moved to ``gpu_now`` whole makes room too.
   The cards' benefit per MB misjudges a tool that ends early (its GPU time saves nothing the run
   waits for) and one on the critical chain alike: the knapsack exchanges the descent missed.
+- Late starts (round 0 of the ``rules`` decider from 17 nodes on): after the kicks, descents from
+  further starts that lie in other basins (structural mappings: the greedy one, the CPU-heavy ones;
+  :func:`late_starts`), then kicks from the best of all until the budget ends. Racing them with the
+  other starts instead dropped the basin that wins on other workflows (successive halving judges a
+  descent by its first steps); after the kicks they cost the first starts nothing.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
@@ -341,6 +346,48 @@ class _Search:
         return tuple(codes)
 
 
+LATE_QUEUE_RATIOS = (3.0, 12.0)
+"""The CPU-heavy late starts of a three-way search: for each ratio r, every node whose CPU time is at least
+r times its GPU time on ``gpu_queue`` (where it may queue), every other node on the CPU. The basins of
+workflows whose best mappings keep the GPU queue short for the nodes that gain most from it (a fork-join
+whose best mapping sends 13 queued nodes to the CPU, each move alone a loss)."""
+
+
+def late_starts(est: Estimator, allowed: Sequence[tuple[int, ...]], three_way: bool) -> list[Codes]:
+    """Structural starts in basins the rules' and the uniform mappings rarely lead to, each within the VRAM
+    budget: the greedy mapping (each node on its faster device in isolation, then, while the ``gpu_now``
+    tools do not fit, the tool whose move costs least per MB freed leaves ``gpu_now``: to ``gpu_queue``
+    at its load where the mode and its VRAM allow, else to the CPU) and, in three-way workflows, the
+    CPU-heavy mappings of ``LATE_QUEUE_RATIOS``."""
+    c = est.compiled
+    n = len(allowed)
+    gpu = [math.isfinite(est.gpu_ms[i]) for i in range(n)]
+    codes = [NOW_CODE if NOW_CODE in allowed[i] and gpu[i] and est.gpu_ms[i] < est.cpu_ms[i] else CPU_CODE
+             for i in range(n)]
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        if codes[i] == NOW_CODE:
+            members.setdefault(c.tool_idx[i], []).append(i)
+    queue_ok = {t: three_way and c.tool_vram[t] <= c.budget and all(QUEUE_CODE in allowed[i] for i in nodes)
+                for t, nodes in members.items()}
+    cost_per_mb = {t: (sum(c.load_ms[i] for i in nodes) if queue_ok[t]
+                       else sum(est.cpu_ms[i] - est.gpu_ms[i] for i in nodes)) / max(c.tool_vram[t], 1e-9)
+                   for t, nodes in members.items()}
+    need = sum(c.tool_vram[t] for t in members)
+    for t in sorted(members, key=lambda t: (cost_per_mb[t], t)):  # a tool's cost does not change as others leave
+        if need <= c.budget:
+            break
+        for i in members[t]:
+            codes[i] = QUEUE_CODE if queue_ok[t] else CPU_CODE
+        need -= c.tool_vram[t]
+    out = [tuple(codes)]
+    if three_way:
+        for r in LATE_QUEUE_RATIOS:
+            out.append(tuple(QUEUE_CODE if QUEUE_CODE in allowed[i] and gpu[i] and est.cpu_ms[i] >= r * est.gpu_ms[i]
+                             else CPU_CODE for i in range(n)))
+    return [s for s in dict.fromkeys(out) if est.static_ok(s)]
+
+
 def _race(search: _Search, ranked: list[Codes], budget: int) -> tuple[Codes, float]:
     """Successive halving over descents from ``ranked`` (the module docstring): the lowest estimate
     any of them reached within about ``budget`` estimates, and its mapping."""
@@ -375,11 +422,16 @@ def local_search(
     seed: int = 0,
     screen: bool = False,
     race_evaluations: int | None = None,
+    late_starts: Sequence[Codes] = (),
+    late_evaluations: int = 0,
 ) -> SearchResult:
     """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
     ``screen``, the descents try only the moves of the nodes :func:`focus` names, and the race of
     descents from the starts spends about ``race_evaluations`` of them (default: half), the kicks the
-    rest. A fixed race makes a larger budget only lengthen the kicks: the same mapping or a lower one."""
+    rest. A fixed race makes a larger budget only lengthen the kicks: the same mapping or a lower one.
+    With ``late_starts`` and ``late_evaluations``, the kicks stop ``late_evaluations`` before the budget
+    ends; then a descent from each late start not yet seen, and kicks from the best until the budget
+    ends: the search without them makes the same estimates first, so they can only lower the result."""
     budget = max(1, max_evaluations)
     race = budget // 2 if race_evaluations is None else max(1, min(race_evaluations, budget))
     search = _Search(estimator, allowed, budget, seed, screen)
@@ -400,14 +452,36 @@ def local_search(
         best, best_e = _race(search, ranked, race)
     else:
         best, best_e = search.descend(ranked[0])
+    late = [s for s in dict.fromkeys(late_starts) if s not in search.seen] if late_evaluations > 0 else []
+    kicks_until = budget - late_evaluations if late else budget
+    best, best_e = _kick(search, best, best_e, kicks_until)
+    if late:
+        # further basins: a descent from each late start (within its share of half of what is left), then
+        # the kicks go on from the best of everything
+        share = max(1, (budget - len(search.seen)) // (2 * len(late)))
+        for s in late:
+            if search.spent:
+                break
+            search.limit = len(search.seen) + share
+            cand, e = search.descend(s)
+            search.limit = math.inf
+            if e < best_e * (1 - 1e-12):
+                best, best_e = cand, e
+        best, best_e = _kick(search, best, best_e, budget)
+    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen)
+
+
+def _kick(search: _Search, best: Codes, best_e: float, until: int) -> tuple[Codes, float]:
+    """Kicks of the best mapping and descents from there, each kept when better, until ``until`` estimates
+    were made (a descent begun before may go on to the budget) or 50 kicks in a row land on known ground."""
     stale = 0
-    while not search.spent and stale < 50:
+    while not search.spent and stale < 50 and len(search.seen) < until:
         before = len(search.seen)
         cand, e = search.descend(search.kick(best))
         if e < best_e * (1 - 1e-12):
             best, best_e = cand, e
         stale = stale + 1 if len(search.seen) == before else 0  # every kick lands on known ground
-    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen)
+    return best, best_e
 
 
-__all__ = ["Codes", "SearchResult", "local_search"]
+__all__ = ["Codes", "SearchResult", "late_starts", "local_search"]

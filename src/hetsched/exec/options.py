@@ -204,6 +204,8 @@ SCHEMAS: dict[str, tuple[Option, ...]] = {
                high=86_400.0),
         Option("load_timeout_s", "float", "how long gpu_now actors may take to be placed and load, seconds",
                low=0.0, low_open=True, high=7 * 86_400.0),
+        Option("shutdown_timeout_s", "float", "how long closing waits for Ray's teardown before it stops a local "
+               "cluster by force, seconds", low=0.0, low_open=True, high=86_400.0),
     ),
     "inproc": (
         Option("tools", "any", "tool objects by name (hs.Session passes them)", optional=True),

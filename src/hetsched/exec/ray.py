@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -102,10 +102,26 @@ WARM_HOLD_S = 0.3
 MAX_WARM_PER_NODE = 8
 """At most this many workers per Ray node are warmed before a round."""
 
+SHUTDOWN_TIMEOUT_S = 30.0
+"""How long ``close()`` waits for ``ray.shutdown()``. Ray's own teardown waits without a bound: it
+closes the driver's GCS subscribers (an RPC to the GCS) and joins the core worker's threads after
+telling the raylet it leaves; a local cluster whose GCS or raylet does not answer (stopped, or
+starved on a loaded machine) holds it forever. Past this, the executor gives up on Ray's teardown
+and stops the local cluster's processes itself (:func:`_stop_watchdog`)."""
+
+GCS_TIMEOUT_S = 60.0
+"""How long the executor waits for Ray's GCS to list the cluster's nodes (``ray.nodes()`` waits
+without a bound while the GCS does not answer): past it, a round is refused as unavailable."""
+
+_ABANDONED: list[Any] = []
+"""Watchdogs of local clusters whose teardown was abandoned: held open until this process exits."""
+
 _CONN_LOCK = threading.Lock()
-_CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None, "watchdog": None}
+_CONN: dict[str, Any] = {"users": 0, "opened": False, "started": False, "address": None, "watchdog": None,
+                         "broken": None}
 """The process's one Ray connection: how many executors use it, whether an executor opened it
-(then the last one to close disconnects) and whether it started the cluster (then that stops it)."""
+(then the last one to close disconnects) and whether it started the cluster (then that stops it);
+``broken``: why this process can no longer use Ray (its teardown had to be abandoned)."""
 
 
 def _ray_tool_modules(tool: Tool) -> set[str]:
@@ -170,6 +186,8 @@ class RayExecutor(ClosingExecutor):
         events: read Ray's task events for the trace (False: the workers' own clocks only).
         event_timeout_s: how long to wait for Ray's task events after a round.
         load_timeout_s: how long ``gpu_now`` actors may take to be placed and to load.
+        shutdown_timeout_s: how long ``close()`` waits for Ray's teardown before it stops a local
+            cluster's processes by force (:data:`SHUTDOWN_TIMEOUT_S`; :attr:`teardown_note` says so).
     """
 
     name = "ray"
@@ -198,6 +216,7 @@ class RayExecutor(ClosingExecutor):
         events: bool = True,
         event_timeout_s: float = 15.0,
         load_timeout_s: float = 300.0,
+        shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
     ) -> None:
         where = "executor 'ray'"
         device = str(device).strip().lower()
@@ -209,6 +228,8 @@ class RayExecutor(ClosingExecutor):
             raise InputError(f"{where}: memory_slack must be >= 0, got {memory_slack}")
         if standin_allowance_mb < 0:
             raise InputError(f"{where}: standin_allowance_mb must be >= 0, got {standin_allowance_mb}")
+        if shutdown_timeout_s <= 0:
+            raise InputError(f"{where}: shutdown_timeout_s must be > 0, got {shutdown_timeout_s}")
         if device_threads < 1:
             raise InputError(f"{where}: device_threads must be >= 1, got {device_threads}")
         if num_cpus is not None and num_cpus < 1:
@@ -243,6 +264,10 @@ class RayExecutor(ClosingExecutor):
         if temp_dir is not None and self.address is not None:
             raise InputError(f"{where}: temp_dir is for a local cluster; a cluster at an address has its own")
         self._temp_dir = None if temp_dir is None else str(Path(temp_dir).expanduser().resolve())
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.teardown_note: str | None = None
+        """Set by ``close()`` when Ray's teardown did not finish in time and was abandoned: what
+        happened, and whether the local cluster's processes were stopped (the CLI prints it)."""
         self._joined = False
         self._closed = False
         self._rounds = 0
@@ -268,12 +293,19 @@ class RayExecutor(ClosingExecutor):
             # a small tool travels inside each task's arguments (a reference nested in arguments costs Ray
             # a borrower registration per task); a large one once through the object store
             self._refs[tname] = _ToolRef(key, [tool] if len(blob) <= INLINE_TOOL_BYTES else [ray.put(tool)])
-        self.hosts: list[RayHost] = self.refresh_hosts()
+        self.hosts: list[RayHost] = []
         """The alive Ray nodes (refreshed every round)."""
+        try:
+            self.refresh_hosts()
+        except RayUnresponsive as exc:
+            self.close()
+            raise InputError(f"executor 'ray': {exc}") from None
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> None:
         with _CONN_LOCK:
+            if _CONN["broken"] is not None:
+                raise InputError(f"executor 'ray': this process can no longer use Ray: {_CONN['broken']}")
             if ray.is_initialized():
                 current = _CONN["address"]
                 if self.address is not None and current is not None and self.address != current:
@@ -321,9 +353,13 @@ class RayExecutor(ClosingExecutor):
         with _CONN_LOCK:
             _CONN["users"] -= 1
             if _CONN["users"] <= 0 and _CONN["opened"]:
-                with contextlib.suppress(Exception):
-                    ray.shutdown()  # a cluster ray.init started goes with it; a joined one keeps running
-                _stop_watchdog(_CONN.get("watchdog"))
+                # a cluster ray.init started goes with it; a joined one keeps running
+                if _shutdown_within(self.shutdown_timeout_s):
+                    _stop_watchdog(_CONN.get("watchdog"))
+                else:
+                    self.teardown_note = _abandon_shutdown(self.shutdown_timeout_s, bool(_CONN["started"]),
+                                                           _CONN["address"], _CONN.get("watchdog"))
+                    _CONN["broken"] = self.teardown_note
                 _CONN.update(users=0, opened=False, started=False, address=None, watchdog=None)
 
     @property
@@ -332,10 +368,25 @@ class RayExecutor(ClosingExecutor):
         return bool(_CONN["started"])
 
     def refresh_hosts(self) -> list[RayHost]:
-        """The alive Ray nodes and their resources, now."""
-        self.hosts = sorted((RayHost.from_ray(n) for n in ray.nodes() if n.get("Alive")),
+        """The alive Ray nodes and their resources, now (raises :class:`RayUnresponsive` when the GCS
+        does not answer within :data:`GCS_TIMEOUT_S`)."""
+        try:
+            nodes = _within(GCS_TIMEOUT_S, ray.nodes)
+        except TimeoutError:
+            raise RayUnresponsive(f"Ray's GCS did not list the cluster's nodes within {GCS_TIMEOUT_S:g} s (is its "
+                                  "head node stopped or overloaded?)") from None
+        self.hosts = sorted((RayHost.from_ray(n) for n in nodes if n.get("Alive")),
                             key=lambda h: (not h.gpu_capable, h.node_id))
         return self.hosts
+
+    def _hosts_or_refusal(self, mapping: Mapping) -> list[RayHost] | Trace:
+        """The alive nodes for a round, or the round refused as unavailable when the GCS does not answer."""
+        try:
+            return self.refresh_hosts()
+        except RayUnresponsive as exc:
+            return Trace.refused(mapping, Infeasibility(InfeasibleKind.UNAVAILABLE, str(exc)),
+                                 vram_budget_mb=sum(h.vram_mb for h in self.hosts if h.gpu_capable),
+                                 executor=self.name)
 
     def describe(self) -> list[str]:
         """What the executor runs on, one line each (for the CLI)."""
@@ -388,7 +439,9 @@ class RayExecutor(ClosingExecutor):
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
-        hosts = self.refresh_hosts()
+        hosts = self._hosts_or_refusal(mapping)
+        if isinstance(hosts, Trace):
+            return hosts
         budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         static = sc.infeasibility(mapping)
         if static is not None:
@@ -417,9 +470,11 @@ class RayExecutor(ClosingExecutor):
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
         clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
-        hosts = self.refresh_hosts()
-        budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         nothing: tuple[None, ...] = (None,) * clock.count
+        hosts = self._hosts_or_refusal(mapping)
+        if isinstance(hosts, Trace):
+            return WindowRun(hosts, nothing, nothing, budget_mb=hosts.vram_budget_mb)
+        budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         static = sc.infeasibility(mapping)
         if static is not None:
             return WindowRun(Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name), nothing,
@@ -514,18 +569,133 @@ def _start_watchdog() -> Any:
     except Exception:  # no node handle: nothing to watch
         return None
     env = {**os.environ, "HETSCHED_RAY_SESSION": session}
-    return subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True)
+    proc.hetsched_session = session  # type: ignore[attr-defined]
+    return proc
 
 
 def _stop_watchdog(proc: Any) -> None:
-    """After a clean shutdown: close the watchdog's stdin (it sweeps what is left) and reap it."""
+    """After a clean shutdown: close the watchdog's stdin (it stops what is left of the local cluster:
+    SIGTERM, then SIGKILL) and reap it; when it has not finished within 15 s, kill it and stop what
+    is left from here."""
     if proc is None:
         return
     with contextlib.suppress(OSError):
         proc.stdin.close()
-    with contextlib.suppress(Exception):
+    try:
         proc.wait(timeout=15)
+        return
+    except Exception:  # the watchdog itself is stuck: kill it and sweep from here
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=5)
+    session = getattr(proc, "hetsched_session", "")
+    if session:
+        _sweep_session(session)
+
+
+def _session_pids(session: str) -> list[int]:
+    """Live processes (zombies aside) whose command line names the local cluster's session."""
+    marker, me, found = session.encode(), os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                named = marker in f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                zombie = f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+        except (OSError, IndexError):
+            continue
+        if named and not zombie:
+            found.append(int(entry))
+    return found
+
+
+def _sweep_session(session: str, wait_s: float = 10.0) -> list[int]:
+    """SIGKILL every process naming the session (a stopped or stuck one too) until none is left or
+    ``wait_s`` has passed; returns those still there."""
+    import signal
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = _session_pids(session)
+        if not left or time.monotonic() >= deadline:
+            return left
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def teardown_abandoned() -> bool:
+    """True once an executor of this process gave up on Ray's teardown (``teardown_note`` says why):
+    this process can no longer use Ray, and should exit without waiting on Ray's threads."""
+    return _CONN["broken"] is not None
+
+
+class RayUnresponsive(RuntimeError):
+    """A part of the Ray cluster did not answer within the executor's bound."""
+
+
+def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
+    """``fn()`` (a Ray call that waits without a bound) in a daemon thread: its result or exception,
+    or ``TimeoutError`` when it has not returned within ``timeout_s`` (the thread is left to finish
+    or to die with the process)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller as is
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name=f"hetsched-ray-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _shutdown_within(timeout_s: float) -> bool:
+    """``ray.shutdown()``, bounded; True when it finished within ``timeout_s``."""
+    try:
+        _within(timeout_s, ray.shutdown)
+    except TimeoutError:
+        return False
+    except Exception as exc:  # Ray raises many types from its teardown; it is over either way
+        logging.getLogger(__name__).debug("ray.shutdown() raised %s", _first_line(exc))
+    return True
+
+
+def _abandon_shutdown(timeout_s: float, started: bool, address: str | None, watchdog: Any) -> str:
+    """After ``ray.shutdown()`` did not finish: keep Ray's exit hook from running it again (it would
+    wait just as long at interpreter exit) and say what happens to the cluster.
+
+    A local cluster is not stopped from here: the stuck teardown is Ray's core worker waiting on its
+    raylet, and when that raylet dies the core worker ends this whole process (exit status 1). So the
+    watchdog keeps its stdin open (a reference held here) and stops every process of the cluster
+    (SIGTERM, then SIGKILL: a stopped or stuck one too) as soon as this process exits."""
+    import atexit
+
+    from ray._private import worker as ray_worker
+
+    atexit.unregister(ray_worker.shutdown)
+    what = f"Ray's shutdown did not finish within {timeout_s:g} s"
+    if not started:
+        return f"{what}; the driver left the Ray cluster at {address} without it (the cluster keeps running)"
+    if watchdog is None:
+        return (f"{what} (a process of the local cluster did not answer); no watchdog could be started here "
+                "(no /proc), so its processes may outlive this one")
+    _ABANDONED.append(watchdog)
+    return (f"{what} (a process of the local cluster did not answer); its processes are stopped by force "
+            "(SIGTERM, then SIGKILL) as soon as this process exits")
 
 
 def _use_cluster_token() -> None:
@@ -911,9 +1081,9 @@ class _Round:
             for tool, a in self.plan.actors.items()
             if tool in self.facts.actor_release_s and all(n in trace.nodes for n in a.nodes)}
         if trace.feasible:
-            with contextlib.suppress(Exception):
-                self.ex.last_outputs = dict(zip(self.wf.sinks, ray.get([self.out_refs[s] for s in self.wf.sinks]),
-                                                strict=True))
+            with contextlib.suppress(Exception):  # Ray's errors, and its timeout: the outputs are then unknown
+                outs = ray.get([self.out_refs[s] for s in self.wf.sinks], timeout=GCS_TIMEOUT_S)
+                self.ex.last_outputs = dict(zip(self.wf.sinks, outs, strict=True))
         return trace
 
 
@@ -1079,4 +1249,4 @@ class _Window(_Round):
                                     "cannot return: nothing runs and nothing more is released"))
 
 
-__all__ = ["DEVICE_CHOICES", "RayExecutor", "classify"]
+__all__ = ["DEVICE_CHOICES", "RayExecutor", "RayUnresponsive", "classify", "teardown_abandoned"]

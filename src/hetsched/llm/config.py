@@ -28,7 +28,7 @@ from typing import Any
 
 from hetsched.deciders.base import DeciderConfigError
 from hetsched.llm.base import DEFAULT_MAX_ATTEMPTS
-from hetsched.model.errors import did_you_mean
+from hetsched.model.errors import did_you_mean, path_text
 
 ENV_VARS = {
     "base_url": "HETSCHED_LLM_BASE_URL",
@@ -193,7 +193,7 @@ regular file (``/dev/zero``, a FIFO), are refused unread."""
 def _from_file(path: Path) -> dict[str, Any]:
     import stat
 
-    where = f"LLM config file {path}"
+    where = f"LLM config file {path_text(path)}"
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):

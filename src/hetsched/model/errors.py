@@ -5,6 +5,7 @@ Leaf module: imports nothing of ours.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -21,6 +22,11 @@ class InputError(HetschedError, ValueError):
 
 class MappingError(InputError):
     """A mapping that misses or invents nodes or uses a placement the scenario forbids."""
+
+
+class UnknownReasonError(InputError):
+    """A stored infeasibility reason that names no kind (``Infeasibility.parse``): a reason written before
+    reasons were typed must begin with a kind's label; anything else is damage, not a tool error."""
 
 
 class UnknownNameError(InputError, KeyError):
@@ -106,6 +112,16 @@ def did_you_mean(name: object, choices: Iterable[object]) -> str:
     if not found:
         return ""
     return "; did you mean " + " or ".join(repr(f) for f in found) + "?"
+
+
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def path_text(path: object) -> str:
+    """A file or folder name as every message shows it: control characters (newline, tab, ESC, NUL,
+    C1, bidi overrides, lone surrogates) as Python escapes (``\\n``, ``\\x1b``, ``\\u202e``), the
+    rest as is, so a name can neither break a message's line nor reach a terminal raw."""
+    return _CONTROL_CHARS.sub(lambda m: repr(m.group())[1:-1], str(path))
 
 
 def os_error_text(exc: OSError) -> str:

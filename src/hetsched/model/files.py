@@ -7,11 +7,13 @@ Part of the model package; imports PyYAML, pydantic and the other model modules.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import math
 import os
 import re
 import stat
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args
@@ -27,6 +29,7 @@ from hetsched.model.errors import (
     UnknownNameError,
     did_you_mean,
     os_error_text,
+    path_text,
     some,
 )
 from hetsched.model.limits import MAX_NAME_CHARS
@@ -69,7 +72,7 @@ def write_output(path: Path | str, data: str | bytes, what: str = "file") -> Non
         with path.open("wb") as fh:  # a full device fails on write or on the flush at close: both caught
             fh.write(raw)
     except OSError as exc:
-        raise OutputError(f"{what} {path}: cannot be written: {os_error_text(exc)}") from None
+        raise OutputError(f"{what} {path_text(path)}: cannot be written: {os_error_text(exc)}") from None
 
 
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -92,6 +95,11 @@ def _stat(path: Path) -> os.stat_result | None:
         return path.stat()
     except (OSError, ValueError):  # missing, too long, embedded NUL, not a directory...
         return None
+
+
+def _file(path: object) -> str:
+    """``file NAME`` as this module's messages start, the name shown by :func:`path_text`."""
+    return f"file {path_text(path)}"
 
 
 def _missing(path: Path) -> str:
@@ -310,11 +318,11 @@ def _load_json(text: str, path: Path) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_json_pairs, parse_constant=_json_nonfinite, parse_int=_json_int)
     except json.JSONDecodeError as exc:
-        raise InputError(f"file {path}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise InputError(f"{_file(path)}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except _Refused as exc:
-        raise InputError(f"file {path}: {exc}") from None
+        raise InputError(f"{_file(path)}: {exc}") from None
     except RecursionError:
-        raise InputError(f"file {path}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
+        raise InputError(f"{_file(path)}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
 
 
 def _load_yaml(text: str, path: Path) -> Any:
@@ -325,9 +333,9 @@ def _load_yaml(text: str, path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"file {path}: malformed YAML{where}: {problem}") from None
+        raise InputError(f"{_file(path)}: malformed YAML{where}: {problem}") from None
     except RecursionError:  # not expected with the depth bound; kept so it can never be a traceback
-        raise InputError(f"file {path}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
+        raise InputError(f"{_file(path)}: nested deeper than {MAX_DEPTH} levels of lists and mappings") from None
     finally:
         loader.dispose()
 
@@ -339,11 +347,11 @@ def _check_tree(doc: Any, path: Path) -> None:
     while stack:
         value, where, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise InputError(f"file {path}: {where} is nested deeper than {MAX_DEPTH} levels of lists and mappings")
+            raise InputError(f"{_file(path)}: {where} is nested deeper than {MAX_DEPTH} levels of lists and mappings")
         if isinstance(value, dict):
             for k, v in value.items():
                 if not isinstance(k, str | int | float | bool | None):
-                    raise InputError(f"file {path}: {where or '(top level)'} has a {type(k).__name__} as a key")
+                    raise InputError(f"{_file(path)}: {where or '(top level)'} has a {type(k).__name__} as a key")
                 inner = f"{where}.{_key(k)}" if where else _key(k)
                 _check_scalar(k, inner, path)
                 stack.append((v, inner, depth + 1))
@@ -358,16 +366,16 @@ def _check_scalar(value: Any, where: str, path: Path) -> None:
     where = _short(where)
     if not isinstance(value, _SCALAR_TYPES):
         raise InputError(
-            f"file {path}: {where or '(top level)'} is a {type(value).__name__}; these files hold text, numbers, "
+            f"{_file(path)}: {where or '(top level)'} is a {type(value).__name__}; these files hold text, numbers, "
             "true/false, lists and mappings only (drop the YAML tag, or quote the value)"
         )
     if isinstance(value, float) and not math.isfinite(value):
-        raise InputError(f"file {path}: {where} = {value!r} is not a finite number; give a finite number")
+        raise InputError(f"{_file(path)}: {where} = {value!r} is not a finite number; give a finite number")
     if isinstance(value, str):
         bad = _SURROGATE.search(value)
         if bad:
             raise InputError(
-                f"file {path}: {where or 'a text'} holds the lone surrogate U+{ord(bad.group()):04X}, which is not "
+                f"{_file(path)}: {where or 'a text'} holds the lone surrogate U+{ord(bad.group()):04X}, which is not "
                 "a character; write the character itself, or a complete surrogate pair"
             )
 
@@ -409,24 +417,24 @@ def read_structured(path: Path) -> Any:
     """
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: {_missing(path)}")
+        raise InputError(f"{_file(path)}: {_missing(path)}")
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
-        raise InputError(f"file {path}: is {kind}; give a YAML or JSON file")
+        raise InputError(f"{_file(path)}: is {kind}; give a YAML or JSON file")
     if st.st_size > MAX_FILE_BYTES:
-        raise InputError(f"file {path}: {st.st_size:,} bytes; input files may hold at most {MAX_FILE_BYTES:,} bytes")
+        raise InputError(f"{_file(path)}: {st.st_size:,} bytes; input files may hold at most {MAX_FILE_BYTES:,} bytes")
     try:
         with path.open("rb") as fh:
             raw = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"file {path}: cannot be read ({exc.strerror or exc})") from None
+        raise InputError(f"{_file(path)}: cannot be read ({exc.strerror or exc})") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise InputError(f"file {path}: more than {MAX_FILE_BYTES:,} bytes; input files may hold at most that")
+        raise InputError(f"{_file(path)}: more than {MAX_FILE_BYTES:,} bytes; input files may hold at most that")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"file {path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+            f"{_file(path)}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
         ) from None
     doc = _load_json(text, path) if path.suffix.lower() == ".json" else _load_yaml(text, path)
     _check_tree(doc, path)
@@ -500,7 +508,7 @@ def format_validation_error(
         if err["type"] in _RANGE_ERRORS:
             msg += _accepted_range(model, tuple(err["loc"]))
         lines.append(f"{_short(loc) or '(top level)'}{shown}: {msg}")
-    head = f"file {path}: " if str(path) else ""
+    head = f"{_file(path)}: " if str(path) else ""
     if len(lines) == 1:
         return head + lines[0]
     return head + "invalid:\n  " + "\n  ".join(lines)
@@ -508,14 +516,15 @@ def format_validation_error(
 
 def _expect_dict(value: Any, where: str, path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InputError(f"file {path}: {where} must be a mapping of keys to values, got {a_type(value)}")
+        raise InputError(f"{_file(path)}: {where} must be a mapping of keys to values, got {a_type(value)}")
     return value
 
 
 def _check_keys(doc: dict[str, Any], known: set[str], where: str, path: Path) -> None:
     for key in doc:
         if key not in known:
-            raise InputError(f"file {path}: {where}unknown key {_value(key)}; accepted keys: {', '.join(sorted(known))}"
+            raise InputError(f"{_file(path)}: {where}unknown key {_value(key)}; accepted keys: "
+                             f"{', '.join(sorted(known))}"
                              + did_you_mean(key, known))
 
 
@@ -567,16 +576,16 @@ def parse_cards(
     """
     for name, fields in entries.items():
         if not isinstance(name, str):
-            raise InputError(f"file {path}: {where}: the key {_value(name)} is not a tool name; quote it")
+            raise InputError(f"{_file(path)}: {where}: the key {_value(name)} is not a tool name; quote it")
         fields = _expect_dict(fields, f"{where}.{_key(name)}", path)
         base = fields.get("base")
         if base is not None and not isinstance(base, str):
             raise InputError(
-                f"file {path}: {where}.{_key(name)}.base = {_value(base)}; give the name of a tool in this file"
+                f"{_file(path)}: {where}.{_key(name)}.base = {_value(base)}; give the name of a tool in this file"
             )
         if base is not None and base not in entries:
             raise InputError(
-                f"file {path}: {where}.{_key(name)}.base = {base!r} is not a tool in this file; "
+                f"{_file(path)}: {where}.{_key(name)}.base = {base!r} is not a tool in this file; "
                 f"known tools: [{some(sorted(entries))}]"
             )
     cards: dict[str, ToolCard] = {}
@@ -589,7 +598,7 @@ def parse_cards(
                 break
             if base in on_chain:
                 loop = chain[chain.index(base):]
-                raise InputError(f"file {path}: {where}: circular 'base' references among [{some(sorted(loop))}]")
+                raise InputError(f"{_file(path)}: {where}: circular 'base' references among [{some(sorted(loop))}]")
             chain.append(base)
             on_chain.add(base)
         for n in reversed(chain):
@@ -611,7 +620,7 @@ def _build_card(
     data.setdefault("name", name)
     if data["name"] != name:
         raise InputError(
-            f"file {path}: {where}.{_key(name)}.name = {_value(data['name'])} differs from its key {name!r}"
+            f"{_file(path)}: {where}.{_key(name)}.name = {_value(data['name'])} differs from its key {name!r}"
         )
     try:
         if base is not None:
@@ -624,7 +633,7 @@ def _build_card(
                     format_validation_error(exc, path, prefix=f"{where}.{_key(name)} (amplified {k}x from {base.name})")
                 ) from None
             except ValueError as exc:
-                raise InputError(f"file {path}: {where}.{_key(name)}.{exc}") from None
+                raise InputError(f"{_file(path)}: {where}.{_key(name)}.{exc}") from None
             merged = derived.model_dump()
             merged.update(data)
             return ToolCard.model_validate(merged, strict=True)  # errors: formatted below with the model
@@ -663,7 +672,7 @@ def resolve_scenario_path(ref: str | Path) -> Path:
     path = Path(ref)
     if path.suffix.lower() in (".yaml", ".yml", ".json") or _exists(path):
         if not _exists(path):
-            raise InputError(f"file {path}: {_missing(path)}")
+            raise InputError(f"{_file(path)}: {_missing(path)}")
         return path
     bundled = bundled_scenarios()
     if str(ref) in bundled:
@@ -689,12 +698,12 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     if "tools" in doc:
         if not isinstance(doc["tools"], str) or not doc["tools"].strip():
             raise InputError(
-                f"file {path}: tools = {_value(doc['tools'])}; give the path of a tool library file "
+                f"{_file(path)}: tools = {_value(doc['tools'])}; give the path of a tool library file "
                 "(relative to this scenario), or put cards inline under 'cards:'"
             )
         if library is not None:
             raise InputError(
-                f"file {path}: tools = {doc['tools']!r} names this scenario's own tool library, and another "
+                f"{_file(path)}: tools = {doc['tools']!r} names this scenario's own tool library, and another "
                 "library was given too (`library`); a scenario takes its cards from one library: drop one "
                 "of the two, or put cards that must override inline under 'cards:'"
             )
@@ -702,11 +711,11 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
         if not lib_path.is_absolute():
             lib_path = path.parent / lib_path
         if not _exists(lib_path):
-            raise InputError(f"file {path}: tools = {doc['tools']!r}: tool library {lib_path} not found")
+            raise InputError(f"{_file(path)}: tools = {doc['tools']!r}: tool library {path_text(lib_path)} not found")
         try:
             base_library = load_tool_library(lib_path)
         except InputError as exc:  # name the scenario that points at the library too
-            raise InputError(f"file {path}: tools = {doc['tools']!r}: {exc}") from None
+            raise InputError(f"{_file(path)}: tools = {doc['tools']!r}: {exc}") from None
     elif library is not None:
         base_library = library
     else:
@@ -726,10 +735,10 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
             where = f"node {node.id!r} tool {node.tool!r}"
             raise InputError(format_validation_error(exc, path, prefix=where)) from None
         except ValueError as exc:
-            raise InputError(f"file {path}: node {node.id!r} uses tool {node.tool!r}: {exc}") from None
+            raise InputError(f"{_file(path)}: node {node.id!r} uses tool {node.tool!r}: {exc}") from None
         if card is None:
             raise InputError(
-                f"file {path}: node {node.id!r} uses tool {node.tool!r}, which has no card; "
+                f"{_file(path)}: node {node.id!r} uses tool {node.tool!r}, which has no card; "
                 f"known tools: {some(sorted(combined), quote=False)}" + did_you_mean(node.tool, combined)
             )
         cards[node.tool] = card
@@ -746,7 +755,7 @@ def load_scenario(ref: str | Path, library: dict[str, ToolCard] | None = None) -
     mode_raw = doc.get("mode", "binary")
     if not isinstance(mode_raw, str) or mode_raw not in {m.value for m in Mode}:
         raise InputError(
-            f"file {path}: mode = {_value(mode_raw)} is not a mode; accepted: {', '.join(m.value for m in Mode)}"
+            f"{_file(path)}: mode = {_value(mode_raw)} is not a mode; accepted: {', '.join(m.value for m in Mode)}"
         )
     try:
         return Scenario.model_validate(
@@ -777,23 +786,23 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
     kind = data.get("arrivals")
     accepted = ", ".join(a.value for a in Arrivals)
     if kind is None:
-        raise InputError(f"file {path}: workload.arrivals is missing; accepted: {accepted}")
+        raise InputError(f"{_file(path)}: workload.arrivals is missing; accepted: {accepted}")
     if not isinstance(kind, str) or kind not in {a.value for a in Arrivals}:
-        raise InputError(f"file {path}: workload.arrivals = {_value(kind)} is not an arrival process; "
+        raise InputError(f"{_file(path)}: workload.arrivals = {_value(kind)} is not an arrival process; "
                          f"accepted: {accepted}")
     data["arrivals"] = Arrivals(kind)
     if "file" in data:
         name = data["file"]
         if not isinstance(name, str) or not name.strip():
-            raise InputError(f"file {path}: workload.file = {_value(name)}; give the path of a file of arrival "
+            raise InputError(f"{_file(path)}: workload.file = {_value(name)}; give the path of a file of arrival "
                              "times (relative to this scenario)")
         if "times_ms" in data:
-            raise InputError(f"file {path}: workload gives both file and times_ms; give one of the two")
+            raise InputError(f"{_file(path)}: workload gives both file and times_ms; give one of the two")
         target = Path(name) if Path(name).is_absolute() else path.parent / name
         try:
             data["times_ms"] = read_arrivals(target)
         except InputError as exc:  # name the scenario that points at the file too
-            raise InputError(f"file {path}: workload.file = {name!r}: {exc}") from None
+            raise InputError(f"{_file(path)}: workload.file = {name!r}: {exc}") from None
     if isinstance(data.get("times_ms"), list):
         data["times_ms"] = tuple(data["times_ms"])
     try:
@@ -805,31 +814,36 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
 def read_arrivals(path: Path) -> tuple[float, ...]:
     """Arrival times (ms from the start) from a file: a YAML/JSON list (or ``{times_ms: [...]}``), or
     text with one number a line (blank lines and ``#`` comments skipped; a CSV's first column)."""
+    return tuple(ms for _, ms in _placed_arrivals(path))
+
+
+def _placed_arrivals(path: Path) -> list[tuple[str, float]]:
+    """:func:`read_arrivals` with where each time is in the file (``line 7``, ``[3]``)."""
     if path.suffix.lower() in (".yaml", ".yml", ".json"):
         doc = read_structured(path)
         if isinstance(doc, dict) and set(doc) == {"times_ms"}:
             doc = doc["times_ms"]
         if not isinstance(doc, list):
-            raise InputError(f"file {path}: give a list of arrival times in ms (or times_ms: [...])")
+            raise InputError(f"{_file(path)}: give a list of arrival times in ms (or times_ms: [...])")
         out = []
         for i, v in enumerate(doc):
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise InputError(f"file {path}: [{i}] = {_value(v)} is not a number; give arrival times in ms")
-            out.append(_arrival_ms(float(v), f"file {path}: [{i}] = {_value(v)}"))
-        return tuple(out)
+                raise InputError(f"{_file(path)}: [{i}] = {_value(v)} is not a number; give arrival times in ms")
+            out.append((f"[{i}]", _arrival_ms(float(v), f"{_file(path)}: [{i}] = {_value(v)}")))
+        return out
     st = _stat(path)
     if st is None:
-        raise InputError(f"file {path}: {_missing(path)} (a file of arrival times)")
+        raise InputError(f"{_file(path)}: {_missing(path)} (a file of arrival times)")
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"file {path}: is a directory; give a file of arrival times (ms), one a line")
+        raise InputError(f"{_file(path)}: is a directory; give a file of arrival times (ms), one a line")
     if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-        raise InputError(f"file {path}: not a regular file of at most {MAX_FILE_BYTES:,} bytes")
+        raise InputError(f"{_file(path)}: not a regular file of at most {MAX_FILE_BYTES:,} bytes")
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except OSError as exc:
-        raise InputError(f"file {path}: cannot be read ({exc.strerror or exc})") from None
+        raise InputError(f"{_file(path)}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise InputError(f"file {path}: not UTF-8 text; save it as UTF-8") from None
+        raise InputError(f"{_file(path)}: not UTF-8 text; save it as UTF-8") from None
     times = []
     for no, line in enumerate(text.splitlines(), 1):
         cell = line.split("#", 1)[0].split(",", 1)[0].strip()
@@ -838,12 +852,54 @@ def read_arrivals(path: Path) -> tuple[float, ...]:
         try:
             value = float(cell)
         except ValueError:
-            raise InputError(f"file {path}: line {no}: {_value(cell)} is not a number; give one arrival time "
+            raise InputError(f"{_file(path)}: line {no}: {_value(cell)} is not a number; give one arrival time "
                              "in ms a line") from None
-        times.append(_arrival_ms(value, f"file {path}: line {no}: {_short(cell, 40)}"))
+        times.append((f"line {no}", _arrival_ms(value, f"{_file(path)}: line {no}: {_short(cell, 40)}")))
     if not times:
-        raise InputError(f"file {path}: holds no arrival times; give one number (ms) a line")
-    return tuple(times)
+        raise InputError(f"{_file(path)}: holds no arrival times; give one number (ms) a line")
+    return times
+
+
+def _first_out_of_order(placed: Sequence[tuple[str, float]]) -> str | None:
+    """``line 7 (40 ms) comes after line 6 (90 ms)``: the first arrival time earlier than the one before it."""
+    for (where_before, before), (where, ms) in itertools.pairwise(placed):
+        if ms < before:
+            return f"{where} ({ms:g} ms) comes after {where_before} ({before:g} ms)"
+    return None
+
+
+def scenario_warnings(ref: str | Path) -> list[str]:
+    """What a scenario file holds that loading it accepts but ignores or changes, one message each (for
+    ``hetsched validate``): an inline card of a tool no node uses (the card is ignored), and arrival times
+    out of order (inline ``workload.times_ms`` or the ``workload.file`` it names: they are sorted when
+    read). Each message names the file and the tool or line. Call it on a file that loads."""
+    path = resolve_scenario_path(ref)
+    doc = read_structured(path)
+    if not isinstance(doc, dict):
+        return []
+    out: list[str] = []
+    nodes = _parse_nodes(doc.get("nodes"), path)
+    used = {n.tool for n in nodes}
+    cards = doc.get("cards")
+    for name in cards if isinstance(cards, dict) else ():
+        if str(name) not in used:
+            out.append(f"{_file(path)}: cards.{_key(str(name))}: no node uses tool {str(name)!r}; its card is ignored")
+    workload = doc.get("workload")
+    if isinstance(workload, dict):
+        times = workload.get("times_ms")
+        if isinstance(times, list):
+            bad = _first_out_of_order([(f"workload.times_ms[{i}]", float(v)) for i, v in enumerate(times)
+                                       if isinstance(v, int | float) and not isinstance(v, bool)])
+            if bad:
+                out.append(f"{_file(path)}: arrival times out of order: {bad}; they are sorted when read")
+        name = workload.get("file")
+        if isinstance(name, str) and name.strip():
+            target = Path(name) if Path(name).is_absolute() else path.parent / name
+            bad = _first_out_of_order(_placed_arrivals(target))
+            if bad:
+                out.append(f"{_file(target)} (workload.file of {_file(path)}): arrival times out of order: {bad}; "
+                           "they are sorted when read")
+    return out
 
 
 def _arrival_ms(value: float, where: str) -> float:
@@ -858,36 +914,36 @@ def _arrival_ms(value: float, where: str) -> float:
 
 def _parse_nodes(raw: Any, path: Path) -> list[Node]:
     if raw is None:
-        raise InputError(f"file {path}: 'nodes' is missing; give a list of {{id, tool}} or a mapping id: tool")
+        raise InputError(f"{_file(path)}: 'nodes' is missing; give a list of {{id, tool}} or a mapping id: tool")
     items: list[tuple[Any, Any, str]] = []  # (id, tool, where)
     if isinstance(raw, dict):
         items = [(k, v, f"nodes.{_key(k)}") for k, v in raw.items()]
     elif isinstance(raw, list):
         for i, entry in enumerate(raw):
             if not isinstance(entry, dict) or "id" not in entry or "tool" not in entry:
-                raise InputError(f"file {path}: nodes[{i}] = {_value(entry)}: give {{id: NAME, tool: TOOL}}")
+                raise InputError(f"{_file(path)}: nodes[{i}] = {_value(entry)}: give {{id: NAME, tool: TOOL}}")
             extra = set(entry) - {"id", "tool"}
             if extra:
                 raise InputError(
-                    f"file {path}: nodes[{i}] has unknown keys [{some(sorted(map(str, extra)))}]; accepted: id, tool"
+                    f"{_file(path)}: nodes[{i}] has unknown keys [{some(sorted(map(str, extra)))}]; accepted: id, tool"
                 )
             items.append((entry["id"], entry["tool"], f"nodes[{i}]"))
     else:
-        raise InputError(f"file {path}: 'nodes' must be a list or a mapping, got {a_type(raw)}")
+        raise InputError(f"{_file(path)}: 'nodes' must be a list or a mapping, got {a_type(raw)}")
     if not items:
-        raise InputError(f"file {path}: 'nodes' is empty; a workflow needs at least one node")
+        raise InputError(f"{_file(path)}: 'nodes' is empty; a workflow needs at least one node")
     nodes = []
     for node_id, tool, where in items:
         if not isinstance(tool, str) or not tool:
-            raise InputError(f"file {path}: node {_value(node_id)}: tool = {_value(tool)}; give a tool name")
+            raise InputError(f"{_file(path)}: node {_value(node_id)}: tool = {_value(tool)}; give a tool name")
         name = _node_name(node_id)
         if name is None or name.strip() == "":
             if node_id is None or name is not None:
                 raise InputError(
-                    f"file {path}: node id {_value(node_id)} (tool {tool!r}) is empty; give every node a name"
+                    f"{_file(path)}: node id {_value(node_id)} (tool {tool!r}) is empty; give every node a name"
                 )
             raise InputError(
-                f"file {path}: {where}: node id {_value(node_id)} is {a_type(node_id)}; give a name "
+                f"{_file(path)}: {where}: node id {_value(node_id)} is {a_type(node_id)}; give a name "
                 "(quote it: YAML reads true, 1.5 or null as values, not text)"
             )
         try:
@@ -902,7 +958,7 @@ _MAX_EDGE_TEXT = 2 * MAX_NAME_CHARS + 16
 
 def _parse_edges(raw: Any, path: Path) -> list[Edge]:
     if not isinstance(raw, list):
-        raise InputError(f"file {path}: 'edges' must be a list, got {a_type(raw)}")
+        raise InputError(f"{_file(path)}: 'edges' must be a list, got {a_type(raw)}")
     edges = []
     for i, entry in enumerate(raw):
         try:
@@ -910,7 +966,7 @@ def _parse_edges(raw: Any, path: Path) -> list[Edge]:
                 m = _EDGE_TEXT.match(entry) if len(entry) <= _MAX_EDGE_TEXT else None
                 if not m:
                     raise InputError(
-                        f"file {path}: edges[{i}] = {_value(entry)}; write 'A -> B' or {{src, dst, data_mb}}"
+                        f"{_file(path)}: edges[{i}] = {_value(entry)}; write 'A -> B' or {{src, dst, data_mb}}"
                     )
                 edges.append(Edge.model_validate({"src": m["src"], "dst": m["dst"]}, strict=True))
             elif isinstance(entry, list) and len(entry) == 2 and all(_node_name(x) is not None for x in entry):
@@ -925,7 +981,7 @@ def _parse_edges(raw: Any, path: Path) -> list[Edge]:
                 edges.append(Edge.model_validate(fixed, strict=True))
             else:
                 raise InputError(
-                    f"file {path}: edges[{i}] = {_value(entry)}; write 'A -> B', [A, B] or {{src, dst, data_mb}}"
+                    f"{_file(path)}: edges[{i}] = {_value(entry)}; write 'A -> B', [A, B] or {{src, dst, data_mb}}"
                 )
         except ValidationError as exc:
             raise InputError(format_validation_error(exc, path, prefix=f"edges[{i}]", model=Edge)) from None
@@ -992,15 +1048,15 @@ def load_mapping(path: Path | str) -> Mapping:
         others = [k for k in doc if k != "mapping"]
         if others:
             raise MappingError(
-                f"file {path}: unknown key(s) [{some(others)}] beside 'mapping:'; a mapping file holds "
+                f"{_file(path)}: unknown key(s) [{some(others)}] beside 'mapping:'; a mapping file holds "
                 "node: placement pairs, or only a 'mapping:' key holding them"
             )
         doc = _expect_dict(doc["mapping"], "mapping", path)
     try:
-        return _mapping_from_pairs(list(doc.items()), f"file {path}")
+        return _mapping_from_pairs(list(doc.items()), f"{_file(path)}")
     except MappingError as exc:
         message = str(exc)
-        raise MappingError(message if message.startswith(f"file {path}") else f"file {path}: {message}") from None
+        raise MappingError(message if message.startswith(f"{_file(path)}") else f"{_file(path)}: {message}") from None
 
 
 def detect_kind(path: Path) -> str:
@@ -1015,10 +1071,10 @@ def detect_kind(path: Path) -> str:
         nested = [k for k, v in doc.items() if isinstance(v, dict | list) and k != "mapping"]
         if not nested:
             return "mapping"
-        raise InputError(f"file {path}: {what}: {_value(nested[0])} holds {a_type(doc[nested[0]])}, where a "
+        raise InputError(f"{_file(path)}: {what}: {_value(nested[0])} holds {a_type(doc[nested[0]])}, where a "
                          f"mapping gives a placement (cpu, gpu_now, gpu_queue); top-level keys: {some(list(doc))} (a "
                          "tool library lists its cards under 'tools:', a scenario its nodes under 'nodes:')")
-    raise InputError(f"file {path}: {what}; the top level is {a_type(doc)}")
+    raise InputError(f"{_file(path)}: {what}; the top level is {a_type(doc)}")
 
 
 # ---------------------------------------------------------------------------- starting points

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from hetsched.model.errors import UnknownReasonError
 from hetsched.model.mapping import Mapping, Placement
 
 
@@ -78,7 +79,12 @@ class Infeasibility:
 
     @classmethod
     def parse(cls, reason: str) -> Infeasibility:
-        """Read a reason string written before reasons were typed (``"OOM: ..."``, ``"never admissible: ..."``)."""
+        """Read a reason string written before reasons were typed (``"OOM: ..."``, ``"never admissible: ..."``,
+        a deadlock as ``"never admissible: ... (deadlock)"``), or as a typed one prints (``"timeout: ..."``).
+
+        A reason whose head is no kind's label raises :class:`~hetsched.model.errors.UnknownReasonError`
+        naming it: before reasons were typed only the simulator refused mappings (OOM, never admissible),
+        so such a reason is damage or foreign text, never a tool error to be read silently."""
         head, _, detail = reason.partition(":")
         head, detail = head.strip(), detail.strip()
         if head == "never admissible" and detail.endswith("(deadlock)"):
@@ -86,7 +92,10 @@ class Infeasibility:
         for kind, label in _LABELS.items():
             if head == label:
                 return cls(kind, detail)
-        return cls(InfeasibleKind.TOOL_ERROR, reason.strip())
+        shown = reason if len(reason) <= 120 else reason[:117] + "..."
+        raise UnknownReasonError(f"infeasibility reason {shown!r} names no kind of infeasibility; a reason stored "
+                                 f"before reasons were typed begins with one of: {', '.join(_LABELS.values())} "
+                                 "(then ': ' and its detail)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from hetsched.model import OutputError, Provenance, ToolCard
-from hetsched.model.errors import ParameterError, os_error_text
+from hetsched.model.errors import ParameterError, os_error_text, path_text
 from hetsched.model.files import (
     PROVENANCE_DEFAULTS,
     data_dir,
@@ -77,20 +77,21 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     every tool the scenario uses, or every measured card of the library). Bundled files are refused."""
     path = Path(path)
     if path.is_dir():
-        raise ParameterError("refresh", f"{path}: is a directory; give a scenario or tool library file")
+        raise ParameterError("refresh", f"{path_text(path)}: is a directory; give a scenario or tool library file")
     if not path.is_file():
-        raise ParameterError("refresh", f"{path}: not found; give a scenario or tool library file (a bundled "
-                             "scenario is copied first: hetsched init NAME -o NAME.yaml)")
+        raise ParameterError("refresh", f"{path_text(path)}: not found; give a scenario or tool library file (a "
+                                        f"bundled scenario is copied first: hetsched init NAME -o NAME.yaml)")
     try:
         path.resolve().relative_to(data_dir().resolve())
     except ValueError:
         pass
     else:
-        raise ParameterError("refresh", f"{path}: a bundled file is not refreshed in place; copy it first with "
-                             f"hetsched init {path.stem} -o {path.stem}.yaml")
+        raise ParameterError("refresh", f"{path_text(path)}: a bundled file is not refreshed in place; copy it "
+                                        f"first with hetsched init {path.stem} -o {path.stem}.yaml")
     doc = read_structured(path)
     if not isinstance(doc, dict) or ("nodes" not in doc and "tools" not in doc):
-        raise ParameterError("refresh", f"{path}: not a scenario (top-level 'nodes:') or a tool library ('tools:')")
+        raise ParameterError("refresh", f"{path_text(path)}: not a scenario (top-level 'nodes:') or a tool "
+                                        f"library ('tools:')")
     if "nodes" in doc:
         sc = load_scenario(path)
         used = list(sc.workflow.tools)
@@ -112,7 +113,7 @@ def refresh_target(path: Path | str, tools: Sequence[str] = ()) -> RefreshTarget
     asked = list(tools) or used
     unknown = [t for t in asked if t not in used]
     if unknown:
-        raise ParameterError("refresh", f"{path}: tool(s) {', '.join(map(repr, unknown))} not in this "
+        raise ParameterError("refresh", f"{path_text(path)}: tool(s) {', '.join(map(repr, unknown))} not in this "
                              f"{'scenario' if kind == 'scenario' else 'library'}; its tools: {', '.join(used)}")
     bases: dict[str, None] = {}
     amplified: dict[str, tuple[str, int]] = {}
@@ -168,7 +169,7 @@ def _rewrite(path: Path, doc: dict[str, Any], key: str, check: Any) -> None:
     try:
         atomic_write(path, write)
     except OSError as exc:
-        raise OutputError(f"{path} cannot be written: {os_error_text(exc)}; it is as it was") from None
+        raise OutputError(f"{path_text(path)} cannot be written: {os_error_text(exc)}; it is as it was") from None
 
 
 def _defaults(doc: dict[str, Any]) -> Provenance | None:

@@ -49,6 +49,7 @@ from hetsched.model import (
     Scenario,
     UnknownNameError,
 )
+from hetsched.model.errors import path_text
 from hetsched.model.learned import learned_cards
 from hetsched.model.measured import deploy_choice, executions
 from hetsched.store.codec import (
@@ -87,8 +88,9 @@ def recovery_hint(path: Path, listed: bool = True) -> str:
     Names the API (``RunStore(path).runs()``, ``store=``); the CLI shows its commands and flags."""
     first = f"Runs that read back are still listed by `RunStore({str(path)!r}).runs()`. " if listed else ""
     return (f"{first}To keep what can be read: "
-            f"`sqlite3 {path} .recover | sqlite3 recovered.sqlite`, then use `store='recovered.sqlite'`; or move "
-            f"{path} away and hetsched starts a new store there")
+            f"`sqlite3 {path_text(path)} .recover | sqlite3 recovered.sqlite`, then use "
+            f"`store='recovered.sqlite'`; or move "
+            f"{path_text(path)} away and hetsched starts a new store there")
 
 
 def _is_damage(exc: sqlite3.DatabaseError) -> bool:
@@ -444,18 +446,18 @@ class RunStore:
         except (OSError, AttributeError):
             vfs = None
         if vfs is not None and vfs.f_flag & getattr(os, "ST_RDONLY", 1):
-            return (f"{folder} is on a read-only file system; the store can still be read "
+            return (f"{path_text(folder)} is on a read-only file system; the store can still be read "
                     f"(`RunStore({str(self.path)!r}).runs()` lists its runs); to record runs choose a store on a "
                     "writable disk with `store` / HETSCHED_STORE")
         if vfs is not None and vfs.f_bavail * vfs.f_frsize < 1024 * 1024:
             free = vfs.f_bavail * vfs.f_frsize
-            return (f"the disk holding {folder} is full ({free:,} bytes free); free some space, or choose a store "
-                    "on another disk with `store` / HETSCHED_STORE")
+            return (f"the disk holding {path_text(folder)} is full ({free:,} bytes free); free some space, or "
+                    f"choose a store on another disk with `store` / HETSCHED_STORE")
         for target in (folder, self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
             if target.exists() and not os.access(target, os.W_OK):
                 what = "folder" if target == folder else "file"
-                return (f"the {what} {target} may not be written by this user; make it writable, or choose another "
-                        "store with `store` / HETSCHED_STORE")
+                return (f"the {what} {path_text(target)} may not be written by this user; make it writable, or "
+                        f"choose another store with `store` / HETSCHED_STORE")
         return "check the disk and the file's permissions"
 
     def damaged(self, detail: str, listed: bool = True) -> StoreError:

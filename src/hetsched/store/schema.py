@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable
 
 from hetsched.model import Infeasibility, InfeasibleKind
+from hetsched.model.errors import UnknownReasonError, path_text
 from hetsched.store.codec import DECISION_INFO_KEYS, StoreError, dumps, loads
 
 SCHEMA_VERSION = 5
@@ -159,8 +160,13 @@ Migration = Callable[[sqlite3.Connection], None]
 
 
 
-def _kind_of(reason: str) -> str:
-    return Infeasibility.parse(reason).kind.value
+def _kind_of(reason: str) -> str | None:
+    """The kind of a reason stored before schema 2; None (the column stays NULL) for one that names no kind:
+    the migration goes on, and reading that round says its reason cannot be read (``Infeasibility.parse``)."""
+    try:
+        return Infeasibility.parse(reason).kind.value
+    except UnknownReasonError:
+        return None
 
 
 def _v1_to_v2(conn: sqlite3.Connection) -> None:
@@ -249,7 +255,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
         return
     if version > SCHEMA_VERSION:
         raise StoreError(
-            f"run store {path} has schema version {version}, but this hetsched ({hetsched_version}) "
+            f"run store {path_text(path)} has schema version {version}, but this hetsched ({hetsched_version}) "
             f"knows versions up to {SCHEMA_VERSION}; upgrade hetsched, or choose another file with "
             "`store` / HETSCHED_STORE"
         )
@@ -261,7 +267,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
             foreign = tables - _OUR_TABLES
             if foreign:
                 raise StoreError(
-                    f"file {path} is an SQLite database but not a hetsched run store (it has tables "
+                    f"file {path_text(path)} is an SQLite database but not a hetsched run store (it has tables "
                     f"{sorted(foreign)}); choose another file with `store` / HETSCHED_STORE"
                 )
             for statement in _statements(DDL):
@@ -275,7 +281,7 @@ def ensure_schema(conn: sqlite3.Connection, path: str, hetsched_version: str) ->
                 step = MIGRATIONS.get(version)
                 if step is None:
                     raise StoreError(
-                        f"run store {path} has schema version {version}; this hetsched "
+                        f"run store {path_text(path)} has schema version {version}; this hetsched "
                         f"({hetsched_version}) uses {SCHEMA_VERSION} and has no migration from "
                         f"{version}; export what you need with an older hetsched, then start a new store"
                     )

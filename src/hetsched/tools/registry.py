@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsched.model import InputError, UnknownNameError
-from hetsched.model.errors import did_you_mean
+from hetsched.model.errors import did_you_mean, path_text
 from hetsched.tools.base import Amplified, Tool, check_size
 
 ToolFactory = Callable[[str], Tool]
@@ -189,7 +189,7 @@ def _import_tool_module(spec: str) -> None:
     if text.endswith(".py") or "/" in text or os.sep in text:
         path = Path(text).expanduser()
         if not path.is_file():
-            raise InputError(f"tool module {text!r}: file {path} not found; give a Python file that calls "
+            raise InputError(f"tool module {text!r}: file {path_text(path)} not found; give a Python file that calls "
                              "hetsched.tools.register_tool, or a module name")
         if not path.stem.isidentifier():
             raise InputError(f"tool module {text!r}: {path.name!r} is not a Python module name; rename the file "
