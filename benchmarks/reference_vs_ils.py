@@ -6,9 +6,10 @@ local search on 50-node three-way workflows. For each workflow of ``hetsched.ben
 (every family, seeds given on the command line: pick them after the code is written), this
 runs, in one process one after the other (so both see the same machine load):
 
-- *reference*: ``best_known(sc, seed=0)`` with the default budget (10 s): its E2E, its lower bound;
-- *ILS 60 s*: ``local_search(sc, seed=1, max_seconds=60)``: the same search algorithm, another seed,
-  six times the time.
+- *reference*: ``best_known(sc, seed=0)`` with the default budget (10 s): its E2E, its lower bound
+  (a race of local searches from its best starts, then the best trajectory goes on);
+- *ILS 60 s*: ``local_search(sc, seed=1, max_seconds=60)``: one trajectory of the same local search from
+  its best start, another seed, six times the time.
 
 The ratio reference / ILS (below 1: the reference is better) and the reported gap to the lower
 bound are printed per workflow, then the median and the worst, per family and over all.
