@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background by a non-interactive shell inherits SIGINT ignored (POSIX shells ignore it
+# for asynchronous commands), and so would every CLI a test starts: a test that presses Ctrl-C (a real SIGINT)
+# would wait on a command that cannot hear it (seen: `bash .ci/run &` from a script, test_cli_stream's Ctrl-C
+# tests timing out). A handler of our own here means each child starts with SIGINT at its default (exec resets
+# a caught signal, not an ignored one), as from a terminal, and installs Python's KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
