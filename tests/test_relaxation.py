@@ -3,6 +3,8 @@ without OR-Tools the reference falls back to the other bounds and says so in its
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -134,7 +136,7 @@ def test_the_second_round_never_proves_less_than_the_first(family: str) -> None:
     first = relaxation._solve(sc, upper, False, 0.3, 600.0, 0, None)
     got = relaxation_bound_ms(sc, upper, max_seconds=0.3, wall_seconds=600.0)
     assert got is not None
-    assert got.lower_ms >= max(0.0, (first.proven - 1.0) * upper / relaxation._UNITS)
+    assert got.lower_ms >= first.lower_ms
 
 
 @needs_ortools
@@ -155,7 +157,7 @@ def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Sc
     assume(e2e < float("inf"))
     upper = e2e * loose
     got = relaxation._solve(sc, upper, strong, 2.0, 600.0, 0, None, fixed=codes)
-    proven_ms = (got.proven - 1.0) * upper / relaxation._UNITS
+    proven_ms = got.lower_ms
     assert proven_ms <= e2e * (1 + 1e-9) + 1e-6, (proven_ms, e2e, codes)
 
 
@@ -202,8 +204,29 @@ def test_tools_that_do_not_fit_together_hold_the_memory_in_turn(big: int) -> Non
     opt = min(naive(sc).values())
     upper = opt * 1.5
     first = relaxation._solve(sc, upper, False, 2.0, 600.0, 0, None)  # the small round has no cumulative VRAM
-    assert (first.proven - 1.0) * upper / relaxation._UNITS >= opt * 0.99, (first.proven, opt)
+    assert first.lower_ms >= opt * 0.99, (first.proven, opt)
     got = relaxation_bound_ms(sc, upper, max_seconds=2.0)
     assert got is not None
     assert opt * 0.99 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6, (got.lower_ms, opt)
 
+
+
+@needs_ortools
+@pytest.mark.parametrize("family", ["parallel", "layered"])
+def test_the_bound_does_not_move_with_the_upper_bound_it_is_handed(family: str) -> None:
+    """The time unit comes from the scenario and ``T``'s range is a power of two of units, so two
+    upper bounds within the same power of two build the same model: the same bound (the solver's
+    limit is deterministic), where a unit of ``upper_ms / 2^20`` moved it with every better mapping."""
+    sc = random_scenario(WorkflowSpec(family, 30, Mode.THREE_WAY, 5))
+    upper = best_known(sc, max_evals=300, max_seconds=None).e2e_ms
+    unit = relaxation._unit_ms(sc.compiled, upper)
+
+    def bracket(value: float) -> int:
+        return math.ceil(math.log2(math.ceil(value / unit) + 2))
+
+    other = next(upper * f for f in (1.03, 0.97, 1.01, 0.99) if bracket(upper * f) == bracket(upper))
+    assert relaxation._unit_ms(sc.compiled, other) == unit
+    got = [relaxation_bound_ms(sc, value, max_seconds=0.5, wall_seconds=600.0) for value in (upper, other)]
+    assert got[0] is not None and got[1] is not None
+    assert got[0].lower_ms == got[1].lower_ms
+    assert 0.0 < got[0].lower_ms <= min(upper, other)
