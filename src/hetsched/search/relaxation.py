@@ -71,11 +71,10 @@ Times are scaled to integers of a unit u ms: every duration and work is rounded 
 image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints still hold for
 every feasible mapping and ``(proven objective bound - 1) * u`` is below the optimum (the
 slowdowns are integers of 1/4096, rounded the same way, and the sibling terms give up one unit u
-for it). The unit is 2^-20 of the power of two at or above the scenario's own scale (the longest
-path and half the work, every node at its fastest), and ``T``'s range is a power of two of units
-at or above the upper bound: the model, so the bound, does not move with the ``upper_ms`` it is
-handed unless that crosses a power of two (the unit follows the upper bound only when it is more
-than four times the scale, so the model's integers stay small). CP-SAT's proven bound is valid
+for it). The unit is 2^-20 of the power of two at or above the upper bound, so the coefficients,
+and with them the relaxation's optimum, do not move with the ``upper_ms`` it is handed unless that
+crosses a power of two (``upper_ms`` still caps ``T``, which leaves a solved relaxation's optimum as
+it is; an unsolved one's search path may differ). CP-SAT's proven bound is valid
 whenever it stops, optimal or not; the solver runs on one worker with a deterministic time limit,
 so the bound is the same on every machine unless its wall-clock cap (for a loaded machine) ends
 it first.
@@ -111,22 +110,11 @@ _LEVELS = 64  # work levels per sibling group and device (coarser levels stay va
 _MIN_ROUND_SECONDS = 0.05  # the second round runs only with at least this much time left
 
 
-def _unit_ms(c: Any, upper_ms: float) -> float:
-    """The time unit (module docstring): 2^-20 of the power of two at or above the scenario's scale,
-    the larger of its longest path and half its work with every node at its fastest (any positive
-    unit is sound; this one sets the rounding from the scenario alone), or at or above a quarter of
-    ``upper_ms`` when that is larger."""
-    fastest = [min(c.cpu_ms[i] * max(1.0, c.demand[i] / c.cores) if k == CPU else c.gpu_ms[i] for k in c.allowed[i])
-               for i in range(c.n)]
-    longest = [0.0] * c.n
-    for v in scenario_order(c):
-        longest[v] += fastest[v]
-        for w, _ in c.succs[v]:
-            longest[w] = max(longest[w], longest[v])
-    work = sum(min(c.cpu_ms[i] * max(c.demand[i], 1.0) / c.cores if k == CPU else c.gpu_ms[i] for k in c.allowed[i])
-               for i in range(c.n))
-    scale = max(max(longest, default=0.0), work / 2.0, upper_ms / 4.0, 1e-3)
-    return float(2.0 ** math.ceil(math.log2(scale))) / _UNITS
+def _unit_ms(upper_ms: float) -> float:
+    """The time unit (module docstring): 2^-20 of the power of two at or above ``upper_ms``. Any
+    positive unit is sound; this one is the same for every upper bound within a power of two, and
+    at most twice ``upper_ms / 2^20`` (the solver's integers stay as small)."""
+    return float(2.0 ** math.ceil(math.log2(upper_ms))) / _UNITS
 
 
 def available() -> bool:
@@ -168,8 +156,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
 
     Args:
         scenario: the scenario.
-        upper_ms: the E2E of a feasible mapping (caps ``T``; the bound does not depend on it
-            within a power of two: see the module docstring).
+        upper_ms: the E2E of a feasible mapping (caps ``T`` and sets the time unit by its power
+            of two: a solved relaxation's bound is the same for every upper bound within one).
         max_seconds: the solver's deterministic time limit (about seconds of one core) per round;
             the second round also gets what the first left of its limit.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
@@ -200,7 +188,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
                          second.codes or first.codes)
-    u = _unit_ms(c, upper_ms)  # every round's unit
+    u = _unit_ms(upper_ms)  # every round's unit
     lower = max(0.0, (out.proven - 1.0) * u)
     return RelaxationBound(min(lower, upper_ms), out.optimal, time.perf_counter() - t0, out.codes)
 
@@ -234,8 +222,8 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
     cp_model: Any = importlib.import_module("ortools.sat.python.cp_model")
     t0 = time.perf_counter()
-    u = _unit_ms(c, upper_ms)
-    top = 1 << math.ceil(math.log2(math.ceil(upper_ms / u) + 2))  # T's range: a power of two of units
+    u = _unit_ms(upper_ms)
+    top = math.ceil(upper_ms / u) + 1
     budget = c.budget
 
     def units(ms: float) -> int:
