@@ -569,7 +569,11 @@ def run(
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
-        typer.echo(json.dumps(result.to_dict()))
+        data = result.to_dict()
+        phases = getattr(ex, "phases_s", None)  # the executor's own phases (Ray), its close included
+        if phases:
+            data["executor_phases_s"] = dict(phases)
+        typer.echo(json.dumps(data))
         _exit_without_result(result)
         return
     ref = result.reference
