@@ -8,7 +8,6 @@ The cluster itself is tested in tests/ray_cluster_suite.py (through tests/test_r
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import json
 import math
