@@ -218,8 +218,10 @@ class RoundStream:
     """Prints each round's line as it completes (``on_round``), and on stderr a progress line for a
     round that runs long; keeps the rounds it saw."""
 
-    def __init__(self, console: Console, planned: int | None = None) -> None:
+    def __init__(self, console: Console, planned: int | None = None,
+                 phase: Callable[[], str | None] | None = None) -> None:
         self.console, self.planned = console, planned
+        self.phase = phase  # what the executor is doing now, in words (the Ray executor says), or None
         self.rounds: list[RoundRecord] = []
         self._lock = threading.Lock()
         self._since = time.monotonic()
@@ -257,7 +259,9 @@ class RoundStream:
                 if elapsed >= wait:
                     nxt = self.rounds[-1].round + 1 if self.rounds else None
                     which = "the first round" if nxt is None else f"round {nxt}"
-                    err.print(f"{which} running for {elapsed:.0f} s...", soft_wrap=True)
+                    doing = self.phase() if self.phase is not None else None
+                    err.print(f"{which} running for {elapsed:.0f} s{f' ({safe(doing)})' if doing else ''}...",
+                              soft_wrap=True)
                     wait *= 2
 
 
@@ -527,7 +531,7 @@ def run(
         sc, policy_name = stored_key.scenario, stored_key.policy
         with opened_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
-            with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
+            with RoundStream(console, rounds if rounds_given else stored_key.rounds, phase=_phase_of(ex)) as stream:
                 result = _drive(lambda: api.resume(
                     info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
                     on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key, llm_reach=reach,
@@ -560,7 +564,7 @@ def run(
         # a missing extra, tool or device fails here, before a run is stored
         with opened_executor(spec, sc) as ex:
             describe_executor(ex, as_json)
-            with RoundStream(console, rounds) as stream:
+            with RoundStream(console, rounds, phase=_phase_of(ex)) as stream:
                 result = _drive(lambda: api.run(
                     sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
                     executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
@@ -614,6 +618,11 @@ def run(
         out.print(f"trace written to {safe_path(trace)} (open in https://ui.perfetto.dev or chrome://tracing)",
                   soft_wrap=True)
     _exit_without_result(result)
+
+
+def _phase_of(ex: Executor) -> Callable[[], str | None]:
+    """What the executor is doing now, in words, for the progress line (None: it does not say)."""
+    return lambda: getattr(ex, "current_phase", None)
 
 
 @contextmanager

@@ -289,6 +289,9 @@ class RayExecutor(ClosingExecutor):
         phases (:attr:`Trace.phases_s <hetsched.model.Trace.phases_s>`), and ``close_s``; plus
         ``executions``, how many ran. ``hetsched run --json`` prints it as ``executor_phases_s``."""
         self._start_phases: dict[str, float] = {}  # given to the first execution's trace
+        self.current_phase: str | None = None
+        """What the execution in progress is doing, in words (:data:`PHASE_TEXT`); None between phases
+        (``hetsched run`` shows it in its progress line of a round that runs long)."""
         started_at = time.monotonic()
         self._connect()
         self._task: Any = ray.remote(run_node)
@@ -462,7 +465,7 @@ class RayExecutor(ClosingExecutor):
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
-        clock = _PhaseClock()
+        clock = _PhaseClock(self._now)
         with clock.phase("hosts_s"):
             hosts = self._hosts_or_refusal(mapping)
         if isinstance(hosts, Trace):
@@ -476,6 +479,9 @@ class RayExecutor(ClosingExecutor):
             return self._timed(Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name), clock)
         self._rounds += 1
         return self._timed(_Round(self, placed, hosts, inputs, clock=clock).execute(), clock)
+
+    def _now(self, phase: str | None) -> None:
+        self.current_phase = phase
 
     def _timed(self, trace: Trace, clock: _PhaseClock) -> Trace:
         """The trace with its execution's phases (the executor's start on its first), counted in :attr:`phases_s`."""
@@ -505,7 +511,7 @@ class RayExecutor(ClosingExecutor):
         mapping = sc.validate_mapping(mapping)
         clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
         nothing: tuple[None, ...] = (None,) * clock.count
-        phases = _PhaseClock()
+        phases = _PhaseClock(self._now)
         with phases.phase("hosts_s"):
             hosts = self._hosts_or_refusal(mapping)
         if isinstance(hosts, Trace):
@@ -792,19 +798,36 @@ def classify(exc: BaseException, label: str) -> Infeasibility:
     return Infeasibility(InfeasibleKind.TOOL_ERROR, f"{label} failed: {type(exc).__name__}: {_first_line(exc)}")
 
 
-class _PhaseClock:
-    """Wall time per phase of one execution, seconds, in the order the phases ran."""
+PHASE_TEXT: dict[str, str] = {
+    "hosts_s": "listing the Ray cluster's nodes",
+    "warm_s": "warming Ray's workers: importing and preparing the round's tools",
+    "actors_s": "starting the resident gpu_now actors and loading their tools",
+    "run_s": "running the round's nodes",
+    "cleanup_s": "cleaning up the round's tasks and actors",
+    "events_s": "reading Ray's task events",
+}
+"""What each phase of an execution does, in words (:attr:`RayExecutor.current_phase`)."""
 
-    def __init__(self) -> None:
+
+class _PhaseClock:
+    """Wall time per phase of one execution, seconds, in the order the phases ran; ``now`` is told
+    the phase that starts (its words) and None when it ends."""
+
+    def __init__(self, now: Callable[[str | None], None] | None = None) -> None:
         self.phases_s: dict[str, float] = {}
+        self.now = now
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         started_at = time.monotonic()
+        if self.now is not None:
+            self.now(PHASE_TEXT.get(name, name))
         try:
             yield
         finally:
             self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - started_at
+            if self.now is not None:
+                self.now(None)
 
 
 class _Round:
