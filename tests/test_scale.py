@@ -529,7 +529,7 @@ def test_a_resumed_search_never_ends_worse_than_its_start(family: str, n: int, t
         assert list(res.seen)[: len(prev.seen)] == list(prev.seen)
         assert len(prev.seen) <= len(res.seen) <= len(prev.seen) + more
         assert sc.compiled.static_ok(res.best) and res.e2e_ms == res.seen[res.best] == est.e2e(res.best)
-        assert res.e2e_ms == min(res.seen.values())
+        assert min(res.seen.values()) <= res.e2e_ms <= min(res.seen.values()) * (1 + 1e-12)
     small = random_scenario(WorkflowSpec(family, 4, Mode.BINARY, seed))
     whole = local_search(Estimator(small), [RulesDecider()._compile(small).rules], RulesDecider()._compile(small).allowed,
                          max_evaluations=10_000)
