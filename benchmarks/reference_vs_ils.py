@@ -18,8 +18,13 @@ Time budgets depend on the machine's load (the load average is printed before an
 CPU seconds each search got). ``--evals N`` makes the comparison independent of the machine: the
 reference gets ``best_known(max_evals=N)`` and the ILS ``--ils-evals`` (default 6 N) simulations.
 
+``--old DIR`` adds, per workflow and just before this checkout's reference, the reference of the checkout
+in DIR (another worktree, e.g. the session's start) in a child process with the same budget, so both
+references see the same load and are compared with the same ILS (this checkout's): before -> after, side by
+side. A workflow then costs about 2 x 10 s + 60 s (80 s; 4 families x 2 seeds: 11 minutes).
+
 Run: python benchmarks/reference_vs_ils.py [--n 50] [--seeds 41 42] [--ils-seconds 60] [--evals N]
-[--out FILE.json]
+[--old DIR] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +44,27 @@ from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
 from hetsched.model import Mode
 from hetsched.search.local_search import local_search
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, best_known
+
+_OLD_CHILD = """
+import json, sys, time
+from hetsched.bench.generate import WorkflowSpec, random_scenario
+from hetsched.model import Mode
+from hetsched.search.reference import best_known
+family, n, seed, seconds, evals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
+t0 = time.process_time()
+ref = (best_known(sc, seed=0, max_seconds=None, max_evals=evals) if evals
+       else best_known(sc, seed=0, max_seconds=seconds))
+print(json.dumps({"e2e_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms, "cpu_s": time.process_time() - t0}))
+"""
+
+
+def old_reference(checkout: Path, family: str, n: int, seed: int, seconds: float, evals: int | None) -> dict[str, Any]:
+    """``best_known`` of the checkout in ``checkout`` (its ``src`` first on the path), in a child process."""
+    env = {**os.environ, "PYTHONPATH": f"{checkout / 'src'}{os.pathsep}{checkout}"}
+    out = subprocess.run([sys.executable, "-c", _OLD_CHILD, family, str(n), str(seed), str(seconds), str(evals or 0)],
+                         env=env, check=True, capture_output=True, text=True, cwd=checkout)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def main() -> None:
@@ -48,6 +76,7 @@ def main() -> None:
     parser.add_argument("--reference-seconds", type=float, default=DEFAULT_SEARCH_SECONDS)
     parser.add_argument("--evals", type=int, help="budgets in simulations instead of seconds (reference: N)")
     parser.add_argument("--ils-evals", type=int, help="the ILS's simulations with --evals (default 6 N)")
+    parser.add_argument("--old", type=Path, help="another checkout whose reference runs beside this one's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -57,6 +86,8 @@ def main() -> None:
     for seed in args.seeds:
         for family in args.families:
             sc = random_scenario(WorkflowSpec(family, args.n, Mode.THREE_WAY, seed))
+            old = (old_reference(args.old.resolve(), family, args.n, seed, args.reference_seconds, args.evals)
+                   if args.old else None)
             t0 = time.process_time()
             if args.evals:
                 ref = best_known(sc, seed=0, max_seconds=None, max_evals=args.evals)
@@ -72,25 +103,39 @@ def main() -> None:
             row = {"workflow": sc.name, "family": family, "reference_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms,
                    "ils_ms": ils.e2e_ms, "ratio": ref.e2e_ms / ils.e2e_ms, "gap": ref.gap,
                    "reference_cpu_s": ref_cpu, "ils_cpu_s": ils_cpu, "ils_evaluations": ils.evaluations}
+            if old is not None:
+                row.update(old_reference_ms=old["e2e_ms"], old_lower_ms=old["lower_ms"], old_cpu_s=old["cpu_s"],
+                           old_ratio=old["e2e_ms"] / ils.e2e_ms)
             rows.append(row)
-            print(f"  {sc.name}: reference {ref.e2e_ms:.1f} ms ({ref_cpu:.1f} s CPU, gap to its lower bound "
+            before = "" if old is None else (f"old reference {old['e2e_ms']:.1f} ms ({old['cpu_s']:.1f} s CPU, "
+                                             f"ratio {row['old_ratio']:.4f}) -> ")
+            print(f"  {sc.name}: {before}reference {ref.e2e_ms:.1f} ms ({ref_cpu:.1f} s CPU, gap to its lower bound "
                   f"{100 * (ref.gap or 0):.1f}%), ILS {ils.e2e_ms:.1f} ms ({ils_cpu:.1f} s CPU): "
                   f"ratio {row['ratio']:.4f}", flush=True)
     budget = (f"reference {args.evals} simulations, ILS {args.ils_evals or 6 * args.evals}" if args.evals
               else f"reference {args.reference_seconds:g} s, ILS {args.ils_seconds:g} s")
     print()
-    print(f"budgets: {budget}; seeds {' '.join(map(str, args.seeds))}")
+    print(f"budgets: {budget}; seeds {' '.join(map(str, args.seeds))}"
+          + ("" if args.old is None else f"; old reference from {args.old}"))
     print("| n | family | workflows | reference / ILS: median / worst | reference better / equal / worse "
           "| reference gap to its lower bound: median / max |")
     print("|---|---|---|---|---|---|")
-    for family in [*args.families, "all"]:
-        part = [r for r in rows if family in ("all", r["family"])]
-        ratios = sorted(r["ratio"] for r in part)
-        gaps = sorted(r["gap"] or 0.0 for r in part)
+
+    def summary(ratios: list[float]) -> tuple[str, str]:
+        ratios = sorted(ratios)
         better = sum(1 for r in ratios if r < 1 - 1e-9)
         worse = sum(1 for r in ratios if r > 1 + 1e-9)
-        print(f"| {args.n} | {family} | {len(part)} | {statistics.median(ratios):.4f} / {ratios[-1]:.4f} "
-              f"| {better} / {len(part) - better - worse} / {worse} "
+        return (f"{statistics.median(ratios):.4f} / {ratios[-1]:.4f}",
+                f"{better} / {len(ratios) - better - worse} / {worse}")
+
+    for family in [*args.families, "all"]:
+        part = [r for r in rows if family in ("all", r["family"])]
+        gaps = sorted(r["gap"] or 0.0 for r in part)
+        ratio, counts = summary([r["ratio"] for r in part])
+        if args.old is not None:
+            old_ratio, old_counts = summary([r["old_ratio"] for r in part])
+            ratio, counts = f"{old_ratio} -> {ratio}", f"{old_counts} -> {counts}"
+        print(f"| {args.n} | {family} | {len(part)} | {ratio} | {counts} "
               f"| {100 * statistics.median(gaps):.1f}% / {100 * gaps[-1]:.1f}% |")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.out:

@@ -178,8 +178,10 @@ def test_local_search_exchanges_resident_tools_under_a_full_budget() -> None:
 
 def test_best_known_reference_states_its_gap_and_is_seeded() -> None:
     sc = random_search_scenario(8, 11, family="layered")
-    ref = best_known(sc, seed=3, max_evals=300)
-    again = best_known(sc, seed=3, max_evals=300)
+    # the same result for a seed with a budget in simulations alone (a time budget beside it caps the
+    # relaxation's wall clock, which binds on a loaded machine)
+    ref = best_known(sc, seed=3, max_seconds=None, max_evals=300)
+    again = best_known(sc, seed=3, max_seconds=None, max_evals=300)
     assert (ref.mapping, ref.e2e_ms, ref.lower_bound_ms) == (again.mapping, again.e2e_ms, again.lower_bound_ms)
     opt = solve(sc, max_seconds=None).e2e_ms
     assert ref.kind is ReferenceKind.BEST_KNOWN and not ref.exact
@@ -303,7 +305,7 @@ def test_local_search_stops_once_every_move_it_tries_is_known(monkeypatch: pytes
 
     sc = random_search_scenario(9, 4, family="dag", mode=Mode.BINARY)
     calls = {"since_sim": 0, "most": 0}
-    real_sim, real_bound = ls.simulate, BoundModel.bound_full
+    real_sim, real_bound = ls.simulate_e2e, BoundModel.bound_full
 
     def sim(*args: object, **kwargs: object) -> object:
         calls["since_sim"] = 0
@@ -316,7 +318,7 @@ def test_local_search_stops_once_every_move_it_tries_is_known(monkeypatch: pytes
             raise AssertionError("the search kept bounding known moves")
         return real_bound(self, rows)
 
-    monkeypatch.setattr(ls, "simulate", sim)
+    monkeypatch.setattr(ls, "simulate_e2e", sim)
     monkeypatch.setattr(BoundModel, "bound_full", bound)
     found = local_search(sc, seed=0, max_evals=1_000_000)
     assert calls["most"] <= ls.STALL_STEPS + 1
@@ -480,3 +482,67 @@ def test_the_best_known_race_is_never_worse_than_a_start_and_repeats_itself(sc_s
     sim = Simulator(sc, noise=False)
     mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in found.codes), strict=True))
     assert sim.e2e(mapping) == found.e2e_ms
+
+
+@pytest.mark.parametrize(("sc_seed", "relaxation_bound"), [(21, "optimum"), (21, "none"), (23, "optimum"),
+                                                         (24, "half")])
+def test_best_known_runs_the_bound_search_past_its_probe_only_when_it_may_pass_the_other_bounds(
+        monkeypatch: pytest.MonkeyPatch, sc_seed: int, relaxation_bound: str) -> None:
+    """The best-first bound search first runs as a probe (``BOUND_PROBE_SHARE`` of its expansions); it runs
+    again, with all of them and the search's upper bound, only when the probe's progress over the empty
+    mapping's bound, extrapolated to its whole share, would pass the relaxation's and the Lagrangian bounds
+    (else its share goes to the search). Without those (both report nothing) it always runs again. Either way
+    the reported lower bound is the largest of them and at most the optimum."""
+    import hetsched.search.reference as ref_mod
+    from hetsched.search.relaxation import RelaxationBound
+
+    sc = random_search_scenario(9, sc_seed, family="layered")
+    opt = solve(sc, max_seconds=None).e2e_ms
+    relaxed = {"optimum": opt, "half": 0.5 * opt, "none": None}[relaxation_bound]
+    calls: list[tuple[int | None, object]] = []
+    real = ref_mod.lower_bound
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = real(*args, **kwargs)  # type: ignore[arg-type]
+        calls.append((kwargs.get("max_expansions"), out))  # type: ignore[arg-type]
+        return out
+
+    def relaxation(scenario: Scenario, upper_ms: float, *, max_seconds: float,
+                   wall_seconds: float | None) -> RelaxationBound | None:
+        return None if relaxed is None else RelaxationBound(relaxed, True, 0.0)
+
+    monkeypatch.setattr(ref_mod, "lower_bound", spy)
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", relaxation)
+    if relaxed is None:
+        monkeypatch.setattr(ref_mod, "dual_bound_ms", lambda scenario: 0.0)
+    ref = best_known(sc, seed=0, max_seconds=None, max_evals=3_000)
+    (probe_budget, probe), *rest = calls
+    assert probe_budget == round(ref_mod.BOUND_PROBE_SHARE * 30)
+    others = max(relaxed or 0.0, 0.0 if relaxed is None else dual_bound_ms(sc))
+    promising = not probe.optimal and (  # type: ignore[attr-defined]
+        probe.root_ms + (probe.lower_ms - probe.root_ms) / ref_mod.BOUND_PROBE_SHARE > others)  # type: ignore[attr-defined]
+    assert [budget for budget, _ in rest] == ([30] if promising else [])
+    if relaxed is None:
+        assert promising or probe.optimal  # type: ignore[attr-defined]
+    assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
+    assert ref.lower_bound_ms >= max(others, *(b.lower_ms for _, b in calls)) - 1e-9  # type: ignore[attr-defined]
+
+
+def test_best_known_with_a_budget_too_small_for_the_relaxation_skips_it_and_stays_sound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A time budget whose relaxation share is under ``MIN_RELAXATION_SECONDS`` (building its model alone costs
+    more) runs neither the relaxation nor the Lagrangian bound: the caller's budget is not overrun by a fixed
+    floor. The mapping is still feasible and the lower bound (the bound search's) at most the optimum."""
+    import hetsched.search.reference as ref_mod
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("called on a budget too small for it")
+
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", forbidden)
+    monkeypatch.setattr(ref_mod, "dual_bound_ms", forbidden)
+    sc = random_search_scenario(9, 22, family="fanout")
+    tiny = 0.9 * ref_mod.MIN_RELAXATION_SECONDS / (ref_mod.RELAXATION_SHARE * ref_mod.BOUND_SHARE)
+    ref = best_known(sc, seed=0, max_seconds=tiny)
+    opt = solve(sc, max_seconds=None).e2e_ms
+    assert sc.infeasibility(ref.mapping) is None
+    assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)

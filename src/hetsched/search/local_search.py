@@ -53,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hetsched.model import Placement, Scenario
-from hetsched.model.contention import queue_load_ms, simulate
+from hetsched.model.contention import queue_load_ms, simulate, simulate_e2e
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
@@ -109,6 +109,8 @@ class Evaluator:
         self._cache: dict[tuple[int, ...], float] = {}
         self.evaluations = 0
         self.sim_seconds = 0.0
+        self.starts: list[tuple[int, ...]] | None = None
+        """The search's own starts (:func:`start_mappings`), once computed."""
 
     def static_ok(self, codes: Sequence[int]) -> bool:
         """``Scenario.infeasibility``'s budget checks (:meth:`Compiled.static_ok`); deadlocks are left
@@ -125,7 +127,7 @@ class Evaluator:
             e = math.inf
         else:
             t0 = time.perf_counter()
-            e = simulate(self.compiled, codes).e2e_ms
+            e = simulate_e2e(self.compiled, codes)
             self.sim_seconds += time.perf_counter() - t0
             self.evaluations += 1
         if len(self._cache) >= _CACHE_MAX:
@@ -436,8 +438,10 @@ class _Search:
 
     # ------------------------------------------------------------------ starts
     def starts(self) -> list[tuple[int, ...]]:
-        uni = [tuple(c if c in a else CPU for a in self.allowed) for c in (CPU, NOW, QUEUE)]
-        return list(dict.fromkeys([*uni, self.greedy()]))
+        if self.ev.starts is None:  # the same for every search sharing the evaluator (a race's trajectories)
+            uni = [tuple(c if c in a else CPU for a in self.allowed) for c in (CPU, NOW, QUEUE)]
+            self.ev.starts = list(dict.fromkeys([*uni, self.greedy()]))
+        return list(self.ev.starts)
 
     def greedy(self) -> tuple[int, ...]:
         """Each node on its faster isolated device; then tools leave gpu_now for the queue (or the CPU)
