@@ -38,7 +38,10 @@ Later rounds use the evidence the monitor reports (docs/agentic.md):
   ``SCREEN_MIN_NODES`` nodes on by Gauss-Newton steps from the previous pass's answer,
   :func:`~hetsched.deciders.estimate.fit_interference_local`, not a grid);
 - the calibrated model is searched again (also from the best measured mappings; from
-  ``SCREEN_MIN_NODES`` nodes on from those alone);
+  ``SCREEN_MIN_NODES`` nodes on from those alone); from ``SCREEN_MIN_NODES`` nodes on, round 0's search
+  also goes on a chunk more each round (``SCREEN_CONTINUE_LATER``; anytime,
+  ``hetsched.deciders.search.resume``), and its lowest mapping, re-scored on the calibrated model, joins
+  the candidates;
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
 - otherwise the evidence decides: among the measured mappings within ``margin`` of the lowest

@@ -32,6 +32,9 @@ rank lowest, within a budget of estimates.
   :func:`late_starts`), then kicks from the best of all until the budget ends. Racing them with the
   other starts instead dropped the basin that wins on other workflows (successive halving judges a
   descent by its first steps); after the kicks they cost the first starts nothing.
+- Anytime (:func:`resume`, the ``rules`` decider's later rounds from 17 nodes on): a search goes on from
+  its best mapping with more kicks and descents of a new seed, every estimate kept; it counts the
+  descents' timings too, since its kicks often land on known ground.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
