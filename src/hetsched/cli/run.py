@@ -34,6 +34,7 @@ from hetsched.cli.app import (
     out,
     plain_table,
     safe,
+    safe_path,
 )
 
 # shared with the other command modules (which import them from hetsched.cli.common); re-exported here
@@ -445,7 +446,8 @@ def run(
     ),
     arrivals: Path | None = typer.Option(
         None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
-        help="Each round runs a window of requests sent at the times in FILE (ms from the start; one a line).",
+        help="Each round runs a window of requests sent at the times in FILE (ms from the start; one a line, a "
+             "CSV with a time_ms column, or a YAML list).",
     ),
     requests: int | None = typer.Option(
         None, "--requests", min=1, max=MAX_LOAD_REQUESTS, metavar="N", rich_help_panel="Under load",
@@ -499,9 +501,9 @@ def run(
         state["hint"] = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
         if info.rounds_done:
             say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
-                f"{safe(st.path)}")
+                f"{safe_path(st.path)}")
         else:
-            say(f"run {info.id} recorded in {safe(st.path)}")
+            say(f"run {info.id} recorded in {safe_path(st.path)}")
         if state.get("finished"):
             say(f"run {info.id} was already finished; nothing to run")
 
@@ -569,7 +571,11 @@ def run(
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
-        typer.echo(json.dumps(result.to_dict()))
+        data = result.to_dict()
+        phases = getattr(ex, "phases_s", None)  # the executor's own phases (Ray), its close included
+        if phases:
+            data["executor_phases_s"] = dict(phases)
+        typer.echo(json.dumps(data))
         _exit_without_result(result)
         return
     ref = result.reference
@@ -605,7 +611,8 @@ def run(
                   soft_wrap=True)
     print_learned(result.learned, measured=result.executor != "sim")
     if trace is not None:
-        out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
+        out.print(f"trace written to {safe_path(trace)} (open in https://ui.perfetto.dev or chrome://tracing)",
+                  soft_wrap=True)
     _exit_without_result(result)
 
 
