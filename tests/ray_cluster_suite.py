@@ -211,6 +211,7 @@ def test_a_window_of_overlapping_requests_shares_one_resident_actor_and_keeps_ev
     assert loaded.feasible and loaded.executor == "ray", loaded.reason
     assert loaded.load is not None and loaded.load.requests == 3 and len(loaded.requests) == 3
     assert loaded.e2e_ms == loaded.load.p95_ms and set(loaded.nodes) == {"A", "B", "C", "D"}
+    assert {"warm_s", "actors_s", "run_s", "events_s"} <= set(loaded.phases_s), loaded.phases_s  # kept by a window
     for run, clients in runs:
         assert run.completed, run.trace.reason
         count = len(run.end_ms)
