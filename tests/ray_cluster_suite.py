@@ -211,6 +211,7 @@ def test_a_window_of_overlapping_requests_shares_one_resident_actor_and_keeps_ev
     assert loaded.feasible and loaded.executor == "ray", loaded.reason
     assert loaded.load is not None and loaded.load.requests == 3 and len(loaded.requests) == 3
     assert loaded.e2e_ms == loaded.load.p95_ms and set(loaded.nodes) == {"A", "B", "C", "D"}
+    assert {"warm_s", "actors_s", "run_s", "events_s"} <= set(loaded.phases_s), loaded.phases_s  # kept by a window
     for run, clients in runs:
         assert run.completed, run.trace.reason
         count = len(run.end_ms)
@@ -347,8 +348,13 @@ def test_ray_admits_queued_nodes_out_of_fifo_order_where_the_simulator_does_not(
 
 # ---------------------------------------------------------------------------- the CLI
 def _cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env or dict(os.environ), check=False)
+    try:
+        return subprocess.run([sys.executable, "-m", "hetsched", *args], capture_output=True, text=True,
+                              timeout=timeout, cwd=ROOT, env=env or dict(os.environ), check=False)
+    except subprocess.TimeoutExpired as exc:  # say what the CLI had printed, not only that it was late
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise AssertionError(f"hetsched {' '.join(args[:6])} ... ran past {timeout:g} s; its stderr:\n"
+                             f"{said[-3000:]}") from None
 
 
 def test_cli_ray_address_runs_on_this_cluster(cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path) -> None:
@@ -375,8 +381,14 @@ def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["executor"] == "ray" and out["rounds"][0]["feasible"], out
+    phases = out["executor_phases_s"]
+    print("phases of the CLI's Ray executor (s):", json.dumps({k: round(v, 2) for k, v in phases.items()}))
     with RunStore(store) as st:
         trace = load_result(st, out["run_id"]).rounds[0].trace
+    # where the time went is named: the first round carries the cluster's start, the run's sums its close
+    assert list(trace.phases_s) == ["start_s", "hosts_s", "warm_s", "actors_s", "run_s", "cleanup_s", "events_s"]
+    assert out["rounds"][0]["phases_s"] == trace.phases_s and all(v >= 0 for v in trace.phases_s.values())
+    assert phases["executions"] >= 1 and phases["close_s"] > 0 and phases["start_s"] == trace.phases_s["start_s"]
     assert len(trace.hosts) == 1 and trace.hosts[0].vram_budget_mb == 30, "one local node with the scenario's budget"
     assert any(nt.placement is Placement.GPU_NOW for nt in trace.nodes.values())
     events = json.loads(out_trace.read_text())["traceEvents"]
@@ -414,8 +426,11 @@ def test_cli_json_stdout_stays_json_when_an_actor_dies(cluster: Cluster, tmp_pat
 
 def test_kill_9_of_a_driver_that_started_its_own_cluster_leaves_no_process(cluster: Cluster, wide_ex: RayExecutor,
                                                                             tmp_path: Path) -> None:
+    """Also: the workers of a cluster the executor starts run at the driver's priority (Ray's default, nice
+    15, starved them for minutes on a loaded machine)."""
     local = Path(NS_DIR) / "killed-ray"
-    code = ("import sys, time\n"
+    code = ("import os, sys, time\n"
+            "import ray\n"
             "from hetsched.exec.ray import RayExecutor\n"
             "from hetsched.model import Placement\n"
             "from hetsched.model.files import load_scenario\n"
@@ -423,15 +438,18 @@ def test_kill_9_of_a_driver_that_started_its_own_cluster_leaves_no_process(clust
             f"ex = RayExecutor(sc, temp_dir={str(local)!r})\n"
             "trace = ex.run(sc.uniform(Placement.CPU))\n"
             "assert trace.feasible, trace.reason\n"
-            "print('ready', flush=True)\n"
+            "worker_nice = ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote())\n"
+            "print('ready', os.nice(0), worker_nice, flush=True)\n"
             "time.sleep(600)\n")
     driver = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd=ROOT)
     try:
         assert driver.stdout is not None and driver.stderr is not None
-        if driver.stdout.readline().strip() != "ready":
+        said = driver.stdout.readline().split()
+        if not said or said[0] != "ready":
             driver.kill()
             raise AssertionError(f"the driver did not start its cluster: {driver.stderr.read()[-3000:]}")
+        assert said[1] == said[2], f"the local cluster's workers run at nice {said[2]}, the driver at nice {said[1]}"
         marker = str(local).encode()
         assert [p for p in Path("/proc").iterdir() if p.name.isdigit() and marker in _cmdline(p)], "no local cluster"
         driver.kill()  # SIGKILL: no ray.shutdown, no atexit

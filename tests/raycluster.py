@@ -150,8 +150,8 @@ def _kill(pids: set[int]) -> None:
 
 def cluster_env(extra_pythonpath: list[str] | None = None) -> dict[str, str]:
     """The environment of the test cluster's nodes and drivers: token auth with the driver's token
-    (else a fresh one; never a file in ~/.ray), no usage stats, idle workers kept warm, task events
-    flushed every 100 ms."""
+    (else a fresh one; never a file in ~/.ray), no usage stats, idle workers kept warm at the nodes'
+    priority, task events flushed every 100 ms."""
     env = dict(os.environ)
     paths = [str(ROOT / "src"), str(ROOT), *(extra_pythonpath or [])]
     env.update({
@@ -162,6 +162,9 @@ def cluster_env(extra_pythonpath: list[str] | None = None) -> dict[str, str]:
         "RAY_num_workers_soft_limit": "32",
         "RAY_idle_worker_killing_time_threshold_ms": "600000",
         "RAY_task_events_report_interval_ms": "100",
+        # workers at the nodes' priority, as in a local cluster the executor starts (Ray's default, nice 15,
+        # starves them behind every other process of a loaded CI machine)
+        "RAY_worker_niceness": "0",
         # a dead node is declared dead within seconds, not Ray's default of about a minute
         "RAY_health_check_period_ms": "1000",
         "RAY_health_check_timeout_ms": "1000",

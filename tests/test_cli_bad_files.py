@@ -8,6 +8,7 @@ directory where a file is expected, /dev/full for an output)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +40,7 @@ SCENARIOS: dict[str, tuple[str, str | bytes | None, tuple[str, ...]]] = {
     "directory": ("dir.yaml", None, ("is a directory", "give a YAML or JSON file")),
     "top-level list": ("list.yaml", "- a\n- b\n", ("top level", "a list")),
     "top-level integer": ("int.yaml", "42\n", ("top level", "an integer")),
-    "JSON array": ("list.json", "[1, 2]", ("top level", "a list")),
+    "JSON array": ("list.json", "[\"a\", 2]", ("top level", "a list")),  # a list of numbers is a file of arrival times
     "broken JSON": ("bad.json", '{"nodes": ', ("malformed JSON at line 1, column 11",)),
     "YAML syntax": ("syntax.yaml", "nodes: {A: a\n  b: [\n", ("malformed YAML at line 2",)),
     "no nodes": ("nonodes.yaml", "machine: {vram_budget_mb: 10}\n", ("nodes",)),
@@ -190,6 +191,12 @@ ARRIVALS: dict[str, tuple[str, str | bytes | None, tuple[str, ...]]] = {
     "5000 digits": ("t.txt", "9" * 5000 + "\n", ("line 1: 999", "... is not a finite number")),
     "JSON out of range": ("t.json", "[0, -1]", ("[1] = -1", "0 to 8.64e+07")),
     "directory": ("t.txt", None, ("is a directory",)),
+    "CSV without a header": ("t.csv", "0,a\n100,b\n", ("line 1: 2 comma-separated values", "no header line",
+                                                     "header line names its time column time_ms")),
+    "CSV header without a time column": ("t.csv", "id,when\n1,0\n", ("line 1: the header 'id, when' names no "
+                                                                     "time column", "time_ms (or arrival_ms, t_ms)")),
+    "CSV row without its time": ("t.csv", "id,time_ms\n1,0\n2,\n", ("line 3, column time_ms: no value",)),
+    "CSV words": ("t.csv", "id,time_ms\n1,soon\n", ("line 2, column time_ms: 'soon' is not a number",)),
 }
 
 
@@ -348,6 +355,66 @@ def test_a_file_name_with_control_characters_is_shown_escaped_in_every_error(
         assert raw not in err, (args, err)
         assert not any(ch in err for ch in name if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f
                        or 0x202a <= ord(ch) <= 0x202e), (args, err)
+
+
+def test_a_csv_of_arrival_times_is_read_by_its_header_and_validate_checks_an_arrivals_file_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CSV's time column is the one its header names (the other columns ignored, quotes allowed); `hetsched
+    validate` reads a file of arrival times on its own (text, CSV or a YAML list) and warns, naming the file and
+    lines, when its times are out of order (they are sorted when read), as it does for a scenario's."""
+    from hetsched.model.files import read_arrivals
+
+    csv_file = write(tmp_path, "arrivals.csv", 'request,Time_ms,note\n1,0,"first, of two"\n2,250.5,\n# done\n')
+    assert read_arrivals(csv_file) == (0.0, 250.5)
+    sc = write(tmp_path, "flow.yaml", GOOD)
+    code, out, err = cli(capsys, "simulate", str(sc), "A=cpu,B=cpu", "--arrivals", str(csv_file), "--json")
+    assert code == 0 and json.loads(out)["load"]["requests"] == 2, (out, err)
+
+    late = write(tmp_path, "late.txt", "0\n100\n# a comment\n50\n")
+    late_csv = write(tmp_path, "late.csv", "id,time_ms\n1,0\n2,90\n3,40\n")
+    late_yaml = write(tmp_path, "late.yaml", "[0, 20, 5]\n")
+    in_order = write(tmp_path, "sorted.txt", "0\n0\n10\n")
+    for path, where in [(late, "line 4 (50 ms) comes after line 2 (100 ms)"),
+                        (late_csv, "line 4 (40 ms) comes after line 3 (90 ms)"),
+                        (late_yaml, "[2] (5 ms) comes after [1] (20 ms)")]:
+        code, out, err = cli(capsys, "validate", str(path))
+        message = " ".join(err.split())
+        assert code == 0 and out.startswith(f"ok: arrival times {path}: 3 requests"), (path, out, err)
+        assert message == f"warning: file {path}: arrival times out of order: {where}; they are sorted when read", \
+            message
+    code, out, err = cli(capsys, "validate", str(in_order))
+    assert code == 0 and "3 requests, 0 to 10 ms" in out and err == "", (out, err)
+    refused(capsys, ["validate", str(write(tmp_path, "pairs.csv", "0,5\n1,7\n"))], tmp_path / "pairs.csv",
+            ("line 1: 2 comma-separated values",))
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_NAMES))
+def test_a_file_name_with_control_characters_is_shown_escaped_where_a_command_says_what_it_wrote(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    """Lines that are not errors but name a file ("wrote ...", "trace written to ...", "run ... recorded in
+    ...", "runs in ...") show it as errors do: its control characters (newline and tab too) as escapes."""
+    name = CONTROL_NAMES[case]
+    good = write(tmp_path, "flow.yaml", GOOD)
+    folder = write(tmp_path, f"dir-{name}", None)
+    store, trace, starter = folder / "runs.sqlite", tmp_path / f"trace-{name}.json", tmp_path / f"starter-{name}"
+    cases = [
+        (["run", str(good), "--rounds", "1", "--store", str(store), "--reference", "none"], store, "recorded in"),
+        (["runs", "--store", str(store)], store, "runs in"),
+        (["run", str(good), "--rounds", "1", "--no-store", "--reference", "none", "--trace", str(trace)], trace,
+         "trace written to"),
+        (["simulate", str(good), "A=cpu,B=cpu", "--trace", str(trace)], trace, "trace written to"),
+        (["init", "chain", "--out", str(starter)], starter, "wrote"),
+    ]
+    raw = name.split(".")[0]
+    for args, path, fragment in cases:
+        code, out, err = cli(capsys, *args)
+        said = out + err
+        assert code == 0, (args, said)
+        shown = str(path).encode("unicode_escape").decode("ascii")
+        assert shown in " ".join(said.split()) and fragment in said, (args, shown, said)
+        assert raw not in said, (args, said)
+        assert not any(ch in said for ch in name if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f
+                       or 0x202a <= ord(ch) <= 0x202e), (args, said)
 
 
 def test_validate_warns_of_what_a_scenario_holds_that_loading_ignores_or_reorders(

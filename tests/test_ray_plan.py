@@ -7,6 +7,7 @@ The cluster itself is tested in tests/ray_cluster_suite.py (through tests/test_r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -343,6 +344,18 @@ def test_host_traces_round_trip_and_stay_out_of_single_machine_json() -> None:
     data = json.loads(json.dumps(with_hosts.to_dict()))
     assert Trace.from_dict(data) == with_hosts
     assert with_hosts.hosts[0].peak_vram_mb == 5
+
+
+def test_phase_times_round_trip_in_order_and_stay_out_of_the_simulators_json() -> None:
+    """A real executor's phases (``Trace.phases_s``) survive the store's JSON, in the order they ran; a trace
+    without them (the simulator's) has no key, so its JSON is as before."""
+    m = Mapping({"A": "cpu"})
+    plain = Trace.refused(m, Infeasibility(InfeasibleKind.OOM, "x"))
+    assert "phases_s" not in plain.to_dict()
+    phases = {"start_s": 12.5, "hosts_s": 0.01, "warm_s": 30.25, "actors_s": 4.0, "run_s": 0.5}
+    timed = dataclasses.replace(plain, phases_s=phases)
+    back = Trace.from_dict(json.loads(json.dumps(timed.to_dict())))
+    assert back == timed and list(back.phases_s) == list(phases)
 
 
 # ---------------------------------------------------------------------------- errors and options

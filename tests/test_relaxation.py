@@ -3,6 +3,8 @@ without OR-Tools the reference falls back to the other bounds and says so in its
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -134,7 +136,7 @@ def test_the_second_round_never_proves_less_than_the_first(family: str) -> None:
     first = relaxation._solve(sc, upper, False, 0.3, 600.0, 0, None)
     got = relaxation_bound_ms(sc, upper, max_seconds=0.3, wall_seconds=600.0)
     assert got is not None
-    assert got.lower_ms >= max(0.0, (first.proven - 1.0) * upper / relaxation._UNITS)
+    assert got.lower_ms >= first.lower_ms
 
 
 @needs_ortools
@@ -155,7 +157,7 @@ def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Sc
     assume(e2e < float("inf"))
     upper = e2e * loose
     got = relaxation._solve(sc, upper, strong, 2.0, 600.0, 0, None, fixed=codes)
-    proven_ms = (got.proven - 1.0) * upper / relaxation._UNITS
+    proven_ms = got.lower_ms
     assert proven_ms <= e2e * (1 + 1e-9) + 1e-6, (proven_ms, e2e, codes)
 
 
@@ -202,8 +204,26 @@ def test_tools_that_do_not_fit_together_hold_the_memory_in_turn(big: int) -> Non
     opt = min(naive(sc).values())
     upper = opt * 1.5
     first = relaxation._solve(sc, upper, False, 2.0, 600.0, 0, None)  # the small round has no cumulative VRAM
-    assert (first.proven - 1.0) * upper / relaxation._UNITS >= opt * 0.99, (first.proven, opt)
+    assert first.lower_ms >= opt * 0.99, (first.proven, opt)
     got = relaxation_bound_ms(sc, upper, max_seconds=2.0)
     assert got is not None
     assert opt * 0.99 <= got.lower_ms <= opt * (1 + 1e-9) + 1e-6, (got.lower_ms, opt)
 
+
+
+@needs_ortools
+@pytest.mark.parametrize("family", ["parallel", "layered"])
+def test_the_bound_does_not_move_with_the_upper_bound_it_is_handed(family: str) -> None:
+    """The time unit is 2^-20 of the power of two at or above the upper bound, so two upper bounds
+    within one power of two build the same coefficients: a solved relaxation proves the same bound
+    (a unit of ``upper_ms / 2^20`` rounded every duration differently for every better mapping)."""
+    sc = random_scenario(WorkflowSpec(family, 30, Mode.THREE_WAY, 5))
+    upper = best_known(sc, max_evals=300, max_seconds=None).e2e_ms
+    power = 2.0 ** math.ceil(math.log2(upper))
+    other = min(upper * 1.3, power)  # a looser upper bound (still feasible) in the same power of two
+    assert relaxation._unit_ms(other) == relaxation._unit_ms(upper) == power / 2**20
+    got = [relaxation_bound_ms(sc, value, max_seconds=2.0, wall_seconds=600.0) for value in (upper, other)]
+    assert got[0] is not None and got[1] is not None
+    assert got[0].optimal and got[1].optimal
+    assert got[0].lower_ms == got[1].lower_ms
+    assert 0.0 < got[0].lower_ms <= upper

@@ -6,6 +6,7 @@ Instances are small (CI time); the full studies are ``hetsched bench --suite sca
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import zlib
@@ -39,6 +40,7 @@ from hetsched.deciders.estimate import (
 )
 from hetsched.deciders.evidence import Evidence
 from hetsched.deciders.rules import (
+    SCREEN_CONTINUE_LATER,
     SCREEN_EVALUATIONS_FIRST,
     SCREEN_EVALUATIONS_LATER,
     SCREEN_KICKS_FIRST,
@@ -47,7 +49,7 @@ from hetsched.deciders.rules import (
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
 )
-from hetsched.deciders.search import LATE_QUEUE_RATIOS, _race, _Search, focus, late_starts, local_search
+from hetsched.deciders.search import LATE_QUEUE_RATIOS, _race, _Search, focus, late_starts, local_search, resume
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -500,6 +502,60 @@ def test_screened_search_with_late_starts_only_gains(family: str, n: int, three_
     assert b.e2e_ms <= min(b.seen[s] for s in comp.starts)
     assert sc.compiled.static_ok(b.best) and math.isfinite(b.e2e_ms)
     assert min(b.seen.values()) <= b.e2e_ms <= min(b.seen.values()) * (1 + 1e-12)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 26), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), more=st.integers(1, 300))
+def test_a_resumed_search_never_ends_worse_than_its_start(family: str, n: int, three_way: bool, seed: int,
+                                                           more: int) -> None:
+    """``resume`` (the later rounds' anytime search) goes on from a search's best mapping: its estimate is never
+    higher than the one it started from, and a second resume never higher than the first; it keeps every
+    estimate already made (first, in order) and adds at most ``more``; its best fits the VRAM and is estimated
+    right; the same seed gives the same search, and the result it resumed is left as it was."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    start = local_search(est, comp.starts, comp.allowed, max_evaluations=120, seed=5, screen=True,
+                         race_evaluations=60)
+    before = (start.best, start.e2e_ms, list(start.seen.items()))
+    one = resume(start, more, seed=9)
+    again = resume(start, more, seed=9)
+    two = resume(one, more, seed=10)
+    assert (start.best, start.e2e_ms, list(start.seen.items())) == before
+    assert (one.best, one.e2e_ms, list(one.seen)) == (again.best, again.e2e_ms, list(again.seen))
+    assert two.e2e_ms <= one.e2e_ms <= start.e2e_ms
+    for prev, res in ((start, one), (one, two)):
+        assert list(res.seen)[: len(prev.seen)] == list(prev.seen)
+        assert len(prev.seen) <= len(res.seen) <= len(prev.seen) + more
+        assert sc.compiled.static_ok(res.best) and res.e2e_ms == res.seen[res.best] == est.e2e(res.best)
+        assert min(res.seen.values()) <= res.e2e_ms <= min(res.seen.values()) * (1 + 1e-12)
+    small = random_scenario(WorkflowSpec(family, 4, Mode.BINARY, seed))
+    whole = local_search(Estimator(small), [RulesDecider()._compile(small).rules], RulesDecider()._compile(small).allowed,
+                         max_evaluations=10_000)
+    assert whole.exhaustive and resume(whole, more, seed=1) is whole
+
+
+def test_later_rounds_continue_round_0s_search_and_replay() -> None:
+    """From ``SCREEN_MIN_NODES`` nodes on each later round continues round 0's search by a chunk (its estimate
+    never rises from chunk to chunk, every estimate kept), says so, and offers what it found, re-scored on
+    the calibrated model; a decider built afresh (a resumed run) replays the chain and decides the same."""
+    sc = random_scenario(WorkflowSpec("diamond", SCREEN_MIN_NODES + 5, Mode.THREE_WAY, 102))
+    policy = make_policy("agentic")
+    first = run_rounds(sc, policy, LoopConfig(rounds=4, seed=2))
+    decider = policy.decider  # type: ignore[attr-defined]
+    chain = decider._compile(sc).chain
+    comp = decider._compile(sc)
+    assert len(chain) == 4 and chain[0] is decider._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
+    for prev, res in itertools.pairwise(chain):
+        assert res.e2e_ms <= prev.e2e_ms and list(res.seen)[: len(prev.seen)] == list(prev.seen)
+        assert len(res.seen) <= len(prev.seen) + SCREEN_CONTINUE_LATER
+    for k, rec in enumerate(first.rounds[1:], start=1):
+        reasoning = rec.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
+        assert f"round 0's search continued ({k} chunk(s) of {SCREEN_CONTINUE_LATER} estimates)" in reasoning
+    part = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=2, seed=2))
+    resumed = run_rounds(sc, make_policy("agentic"), LoopConfig(rounds=4, seed=2), history=part.rounds)
+    assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
 
 
 def test_late_starts_reach_a_basin_the_first_starts_miss() -> None:

@@ -100,12 +100,14 @@ def test_bad_workload_sections_name_file_field_value(tmp_path: Path, workload: s
 
 
 def test_workload_section_and_arrival_file_are_read(tmp_path: Path) -> None:
-    (tmp_path / "arr.txt").write_text("# ms\n30\n0\n12.5, first column of a CSV\n")
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO.format(workload="{arrivals: trace, file: arr.txt, slo_ms: 150}"))
-    wl = load_scenario(path).workload
-    assert wl is not None and wl.arrivals is Arrivals.TRACE
-    assert wl.times_ms == (0.0, 12.5, 30.0) and wl.slo_ms == 150.0 and wl.file == "arr.txt"
+    (tmp_path / "arr.txt").write_text("# ms\n30\n0\n12.5\n")
+    (tmp_path / "arr.csv").write_text("user,time_ms\nann,30\nbob,0\ncid,12.5\n")  # the column its header names
+    for name in ("arr.txt", "arr.csv"):
+        path = tmp_path / "s.yaml"
+        path.write_text(SCENARIO.format(workload=f"{{arrivals: trace, file: {name}, slo_ms: 150}}"))
+        wl = load_scenario(path).workload
+        assert wl is not None and wl.arrivals is Arrivals.TRACE
+        assert wl.times_ms == (0.0, 12.5, 30.0) and wl.slo_ms == 150.0 and wl.file == name
 
 
 def test_a_scenario_without_workload_serializes_as_before() -> None:

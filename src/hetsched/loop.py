@@ -137,7 +137,8 @@ class RunResult:
         ``cards`` is the learned view of the cards (:attr:`learned`: per tool and figure the card's
         figure, the learned one with n and spread, the drift, and ``contradicted`` / ``refresh``).
         Under a workload, ``workload`` describes it and each round has ``load`` (its
-        :class:`~hetsched.model.workload.LoadMetrics`; ``e2e_ms`` is the window's p95).
+        :class:`~hetsched.model.workload.LoadMetrics`; ``e2e_ms`` is the window's p95). On a real
+        executor that times its phases (Ray) each round has ``phases_s`` (:attr:`Trace.phases_s`).
         """
         ref = self.reference
         return {
@@ -152,7 +153,8 @@ class RunResult:
             "cards": self.learned.to_dict(),
             "notes": list(self.notes),
             "rounds": [
-                {**r.outcome.to_dict(), **({"load": r.trace.load.to_dict()} if r.trace.load is not None else {})}
+                {**r.outcome.to_dict(), **({"load": r.trace.load.to_dict()} if r.trace.load is not None else {}),
+                 **({"phases_s": dict(r.trace.phases_s)} if r.trace.phases_s else {})}
                 for r in self.rounds
             ],
             **({"workload": {**self.scenario.workload.model_dump(mode="json"),

@@ -475,6 +475,15 @@ def safe(text: object, newlines: bool = True) -> str:
     return escape_markup(plain(text, newlines))
 
 
+def safe_path(path: object) -> str:
+    """A file or folder name ready for rich output, in any line that names one (what was written, where
+    a run is recorded): shown as error messages show names (:func:`hetsched.model.errors.path_text`:
+    control characters, newline and tab included, as escapes), its markup escaped."""
+    from hetsched.model.errors import path_text  # imported when a name is printed: this module stays light
+
+    return escape_markup(path_text(path))
+
+
 def plain_table(columns: Sequence[str], rows: Iterable[Sequence[object]], right: Iterable[str] = ()) -> str:
     """A borderless table as one markup string, padded here: linear in its rows, where rich's Table
     measures every cell several times (a 10,000-row table took minutes). Cells are user-safe."""

@@ -48,7 +48,7 @@ from hetsched.bench.suites import (
     write_suite_report,
 )
 from hetsched.bench.tables import all_tables
-from hetsched.cli.app import EXIT_INTERRUPTED, app, ctrl_c_wins, err, examples, fail, out, safe
+from hetsched.cli.app import EXIT_INTERRUPTED, app, ctrl_c_wins, err, examples, fail, out, safe, safe_path
 from hetsched.cli.common import check_store_folder, parse_executor_options
 from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
@@ -181,7 +181,7 @@ def bench(
     total = len(specs) * len(scenarios) * n_seeds
     err.print(
         f"bench: {len(specs)} policies x {len(scenarios)} scenarios x {n_seeds} seeds x {n_rounds} rounds = "
-        f"{total} runs on {config.jobs} process(es), executor {safe(spec.label)}; store {safe(store_path)}"
+        f"{total} runs on {config.jobs} process(es), executor {safe(spec.label)}; store {safe_path(store_path)}"
         + (f"; LLM deciders: {safe(', '.join(llm))}" if llm else ""),
         soft_wrap=True,
     )
@@ -209,9 +209,9 @@ def bench(
     except KeyboardInterrupt:
         again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
                  else "the same hetsched bench command")
-        err.print(f"interrupted: {finished[0]} of {total} runs finished and are kept in {safe(store_path)}, and the "
-                  f"runs in progress keep their stored rounds; resume with {safe(again)} (finished runs are reused, "
-                  "interrupted ones continued)", soft_wrap=True)
+        err.print(f"interrupted: {finished[0]} of {total} runs finished and are kept in {safe_path(store_path)}, "
+                  f"and the runs in progress keep their stored rounds; resume with {safe(again)} (finished runs are "
+                  "reused, interrupted ones continued)", soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     meta = {
         "policies": [s.label for s in specs],
@@ -233,8 +233,8 @@ def bench(
             out.print(t.to_markdown(), markup=False, soft_wrap=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
-    out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])}, figures: {safe(paths['figures'])})",
-              soft_wrap=True)
+    out.print(f"report: {safe_path(paths['html'])}  (tables: {safe_path(paths['tables'])}, "
+              f"figures: {safe_path(paths['figures'])})", soft_wrap=True)
 
 
 def _run_suite(
@@ -259,7 +259,7 @@ def _run_suite(
     total = len(specs) * len(workflows) * len(config.seeds)
     err.print(f"bench --suite {name}: {len(specs)} policies x {len(workflows)} generated workflows x "
               f"{len(config.seeds)} seed(s) x {n_rounds} rounds = {total} runs on {config.jobs} process(es); "
-              f"results in {safe(out_dir)}, store {safe(config.store_path)}", soft_wrap=True)
+              f"results in {safe(out_dir)}, store {safe_path(config.store_path)}", soft_wrap=True)
     try:
         with ctrl_c_wins():
             if progress:
@@ -277,15 +277,16 @@ def _run_suite(
     except KeyboardInterrupt:
         again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
                  else f"the same hetsched bench --suite {name} command")
-        err.print(f"interrupted: every finished run and every recorded round is kept in {safe(config.store_path)}; "
-                  f"resume with {safe(again)} (finished runs are reused, interrupted ones continued)", soft_wrap=True)
+        err.print(f"interrupted: every finished run and every recorded round is kept in "
+                  f"{safe_path(config.store_path)}; resume with {safe(again)} (finished runs are reused, interrupted "
+                  "ones continued)", soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     paths = write_suite_report(result)
     for table in scale_tables(result) if name == "scale" else [random_table(result)]:
         out.print(table.to_markdown(), markup=False, soft_wrap=True)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.counts.items()))
     out.print(f"{total} runs in {result.seconds:.1f} s ({safe(counts)})")
-    out.print(f"report: {safe(paths['report'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
+    out.print(f"report: {safe_path(paths['report'])}  (tables: {safe_path(paths['tables'])})", soft_wrap=True)
 
 
 def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, quick: bool, out_dir: Path,
@@ -330,7 +331,7 @@ def _run_load_suite(policy: list[str], scenario: list[str], rounds: int | None, 
     paths = write_load_report(result)
     out.print(load_tables(result)[0].to_markdown(), markup=False, soft_wrap=True)
     out.print(f"{len(result.points)} load points in {result.seconds:.1f} s")
-    out.print(f"report: {safe(paths['html'])}  (tables: {safe(paths['tables'])})", soft_wrap=True)
+    out.print(f"report: {safe_path(paths['html'])}  (tables: {safe_path(paths['tables'])})", soft_wrap=True)
 
 
 @app.command(epilog=examples(
@@ -377,4 +378,4 @@ def report(
         raise InputError(f"run store {path_text(store_path)}: no runs to report on")
     data = load_runs(store_path, run_ids, labels, meta)
     paths = write_report(data, target)
-    out.print(f"report over {len(data.runs)} runs: {safe(paths['html'])}", soft_wrap=True)
+    out.print(f"report over {len(data.runs)} runs: {safe_path(paths['html'])}", soft_wrap=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from hetsched.cli.app import app, examples, fail, out, safe
+from hetsched.cli.app import app, examples, fail, out, safe_path
 from hetsched.cli.common import SCENARIO_HELP, check_output_file, load
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import InputError, Mapping, Placement
@@ -82,4 +82,4 @@ def gantt(
         gantt_figure(sc, schedules, path, subtitle=subtitle)
     except ValueError as exc:  # nothing feasible to draw cannot happen with a reference; kept clear anyway
         raise InputError(f"scenario {sc.name!r}: {exc}") from None
-    out.print(f"wrote {safe(path)}", soft_wrap=True)
+    out.print(f"wrote {safe_path(path)}", soft_wrap=True)

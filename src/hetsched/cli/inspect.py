@@ -10,16 +10,18 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe
+from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe, safe_path
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
 from hetsched.model import Mapping, Scenario
 from hetsched.model.errors import path_text
 from hetsched.model.files import (
+    arrivals_warnings,
     bundled_scenarios,
     detect_kind,
     load_mapping,
     load_scenario,
     load_tool_library,
+    read_arrivals,
     scenario_warnings,
 )
 from hetsched.model.workload import Workload
@@ -239,20 +241,26 @@ def oracle(
 
 
 @app.command(epilog=examples(
-    "hetsched validate my_flow.yaml", "hetsched validate my_tools.yaml",
+    "hetsched validate my_flow.yaml", "hetsched validate my_tools.yaml", "hetsched validate arrivals.txt",
     "hetsched validate mapping.yaml --scenario vram_3way",
 ))
 def validate(
-    file: Path = typer.Argument(..., metavar="FILE", help="A tool library, scenario or mapping file."),
+    file: Path = typer.Argument(..., metavar="FILE", help="A tool library, scenario, mapping or arrival-times file."),
     scenario: str | None = typer.Option(
         None, "--scenario", metavar="SCENARIO", help="For a mapping file: the scenario to check it against."
     ),
 ) -> None:
     """Check a file; print what it holds, or one clear error and exit 2."""
     kind = detect_kind(file)
-    if kind == "tools":
+    if kind == "arrivals":
+        times = read_arrivals(file)
+        out.print(f"ok: arrival times {safe_path(file)}: {len(times)} requests, {min(times):g} to {max(times):g} ms "
+                  "from the start (use it with --arrivals, or workload.file in a scenario)", soft_wrap=True)
+        for warning in arrivals_warnings(file):  # accepted, but changed when read
+            err.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
+    elif kind == "tools":
         cards = load_tool_library(file)
-        out.print(f"ok: tool library {safe(file)} with {len(cards)} cards")
+        out.print(f"ok: tool library {safe_path(file)} with {len(cards)} cards", soft_wrap=True)
     elif kind == "scenario":
         sc = load_scenario(file)
         out.print(
@@ -266,7 +274,8 @@ def validate(
     else:
         mapping = load_mapping(file)
         if scenario is None:
-            out.print(f"ok: mapping {safe(file)} with {len(mapping)} nodes (give --scenario to check it fully)")
+            out.print(f"ok: mapping {safe_path(file)} with {len(mapping)} nodes (give --scenario to check it fully)",
+                      soft_wrap=True)
             return
         sc = load(scenario)
         mapping = sc.validate_mapping(mapping, where=f"file {path_text(file)}")
@@ -310,7 +319,8 @@ def init(
         raise fail(f"--out {path_text(out_file)}: give a .yaml file (the copy is YAML, comments included)")
     text = starter_text(name, name=out_file.stem)
     write_output(out_file, text, what="--out")
-    err.print(f"wrote {safe(out_file)}; check your edits with: hetsched validate {safe(out_file)}", soft_wrap=True)
+    err.print(f"wrote {safe_path(out_file)}; check your edits with: hetsched validate {safe_path(out_file)}",
+              soft_wrap=True)
 
 
 @app.command("scenarios", epilog=examples("hetsched scenarios", "hetsched show S5"))
@@ -359,7 +369,7 @@ def schema(
         except OSError as exc:
             raise OutputError(f"--write {write}: cannot be written: {os_error_text(exc)}") from None
         for path in paths:
-            out.print(f"wrote {safe(path)}")
+            out.print(f"wrote {safe_path(path)}", soft_wrap=True)
         return
     if kind not in SCHEMAS:
         raise UnknownNameError(f"unknown file kind {kind!r}; accepted: {', '.join(SCHEMAS)}"
@@ -482,7 +492,7 @@ def simulate(
         f"peak VRAM {tr.peak_vram_mb:g} of {sc.machine.vram_budget_mb:g} MB; times in ms, 'alone' = card figure"
     )
     if trace is not None:
-        out.print(f"trace written to {safe(trace)}")
+        out.print(f"trace written to {safe_path(trace)}", soft_wrap=True)
 
 
 def _oracle_under_load(sc: Scenario, wl: Workload, objective: str, as_json: bool) -> None:
@@ -570,7 +580,7 @@ def _simulate_window(sc: Scenario, m: Mapping, wl: Workload, seed: int, noise: b
               f"CPU {100 * ld.cpu_util_mean:.0f}%, GPU {100 * ld.gpu_util_mean:.0f}%; VRAM peak {ld.peak_vram_mb:g}, "
               f"mean {ld.mean_vram_mb:.0f} of {sc.machine.vram_budget_mb:g} MB; times in ms", soft_wrap=True)
     if trace is not None:
-        out.print(f"trace written to {safe(trace)}")
+        out.print(f"trace written to {safe_path(trace)}", soft_wrap=True)
 
 
 SHOWN_REQUESTS = 20

@@ -8,7 +8,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe
+from hetsched.cli.app import app, ctrl_c_wins, err, examples, fail, out, safe, safe_path
 from hetsched.exec.devices import DEVICE_CHOICES, available_cores
 from hetsched.model import InputError, ToolCard
 from hetsched.model.errors import path_text, some
@@ -126,7 +126,7 @@ def profile(
         err.print(f"profiling {len(plan) - len(skip)} tool(s) at size {config.size}: CPU {prof.cpu_text}; "
                   f"GPU figures on {prof.gpu_text}", soft_wrap=True)
         if skip:
-            err.print(f"{len(skip)} tool(s) already in {path_text(path)}: {', '.join(skip)} (--force profiles "
+            err.print(f"{len(skip)} tool(s) already in {safe_path(path)}: {', '.join(skip)} (--force profiles "
                       f"them again)",
                       soft_wrap=True)
         cards = dict(kept)
@@ -157,21 +157,21 @@ def profile(
                         save()
         except KeyboardInterrupt:
             measured = len(cards) - len(kept)
-            err.print(f"interrupted: {measured} new card(s) kept in {path_text(path)}; run the same command "
+            err.print(f"interrupted: {measured} new card(s) kept in {safe_path(path)}; run the same command "
                       f"again to profile the rest", soft_wrap=True)
             raise typer.Exit(130) from None
         save()
         real = prof.real_gpu
         gpu_text = prof.gpu_text
     shown = [cards[b] for b in plan if b in cards]
-    out.print(card_table(shown, f"cards written to {path_text(path)}"))
+    out.print(card_table(shown, f"cards written to {safe_path(path)}"))
     if real:
         out.print(f"GPU figures are real GPU measurements on {safe(gpu_text)}.", soft_wrap=True)
     else:
         out.print(f"[bold]GPU figures are NOT GPU measurements[/]: they were measured on the {safe(gpu_text)}. "
                   "CPU figures are real CPU measurements.", soft_wrap=True)
-    out.print(f"use them: a scenario with 'tools: {path.name}' (see docs/tools.md), or "
-              f"hetsched bench --tools {path_text(path)} for scenarios that name no library", soft_wrap=True)
+    out.print(f"use them: a scenario with 'tools: {safe_path(path.name)}' (see docs/tools.md), or "
+              f"hetsched bench --tools {safe_path(path)} for scenarios that name no library", soft_wrap=True)
 
 
 def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: int, loads: int, device: str,
@@ -195,7 +195,7 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
     done: list[ToolCard] = []
     written: dict[Path, None] = {}
     with Profiler(config) as prof:
-        err.print(f"refreshing {len(target.tools)} card(s) of {path_text(path)} at size {config.size}: CPU "
+        err.print(f"refreshing {len(target.tools)} card(s) of {safe_path(path)} at size {config.size}: CPU "
                   f"{prof.cpu_text}; GPU figures on {prof.gpu_text}", soft_wrap=True)
         try:
             with ctrl_c_wins(), Progress(TextColumn("[bold]refresh[/]"), BarColumn(), MofNCompleteColumn(),
@@ -212,7 +212,7 @@ def _refresh(path: Path, names: list[str], size: str | None, runs: int, warmup: 
                     for note in result.notes:
                         err.print(f"{result.card.name}: {note}", soft_wrap=True)
         except KeyboardInterrupt:
-            err.print(f"interrupted: {len(done)} card(s) refreshed in {path_text(path)}; the others are as they were",
+            err.print(f"interrupted: {len(done)} card(s) refreshed in {safe_path(path)}; the others are as they were",
                       soft_wrap=True)
             raise typer.Exit(130) from None
         real = prof.real_gpu

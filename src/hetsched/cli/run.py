@@ -34,6 +34,7 @@ from hetsched.cli.app import (
     out,
     plain_table,
     safe,
+    safe_path,
 )
 
 # shared with the other command modules (which import them from hetsched.cli.common); re-exported here
@@ -217,8 +218,10 @@ class RoundStream:
     """Prints each round's line as it completes (``on_round``), and on stderr a progress line for a
     round that runs long; keeps the rounds it saw."""
 
-    def __init__(self, console: Console, planned: int | None = None) -> None:
+    def __init__(self, console: Console, planned: int | None = None,
+                 phase: Callable[[], str | None] | None = None) -> None:
         self.console, self.planned = console, planned
+        self.phase = phase  # what the executor is doing now, in words (the Ray executor says), or None
         self.rounds: list[RoundRecord] = []
         self._lock = threading.Lock()
         self._since = time.monotonic()
@@ -256,7 +259,9 @@ class RoundStream:
                 if elapsed >= wait:
                     nxt = self.rounds[-1].round + 1 if self.rounds else None
                     which = "the first round" if nxt is None else f"round {nxt}"
-                    err.print(f"{which} running for {elapsed:.0f} s...", soft_wrap=True)
+                    doing = self.phase() if self.phase is not None else None
+                    err.print(f"{which} running for {elapsed:.0f} s{f' ({safe(doing)})' if doing else ''}...",
+                              soft_wrap=True)
                     wait *= 2
 
 
@@ -445,7 +450,8 @@ def run(
     ),
     arrivals: Path | None = typer.Option(
         None, "--arrivals", metavar="FILE", rich_help_panel="Under load",
-        help="Each round runs a window of requests sent at the times in FILE (ms from the start; one a line).",
+        help="Each round runs a window of requests sent at the times in FILE (ms from the start; one a line, a "
+             "CSV with a time_ms column, or a YAML list).",
     ),
     requests: int | None = typer.Option(
         None, "--requests", min=1, max=MAX_LOAD_REQUESTS, metavar="N", rich_help_panel="Under load",
@@ -499,9 +505,9 @@ def run(
         state["hint"] = f"hetsched run --resume {info.id}" + (f" --store {st.path}" if store is not None else "")
         if info.rounds_done:
             say(f"continuing run {info.id} ({info.rounds_done} of {info.rounds_planned} rounds stored) in "
-                f"{safe(st.path)}")
+                f"{safe_path(st.path)}")
         else:
-            say(f"run {info.id} recorded in {safe(st.path)}")
+            say(f"run {info.id} recorded in {safe_path(st.path)}")
         if state.get("finished"):
             say(f"run {info.id} was already finished; nothing to run")
 
@@ -525,7 +531,7 @@ def run(
         sc, policy_name = stored_key.scenario, stored_key.policy
         with opened_executor(stored_key.executor, sc) as ex:
             describe_executor(ex, as_json)
-            with RoundStream(console, rounds if rounds_given else stored_key.rounds) as stream:
+            with RoundStream(console, rounds if rounds_given else stored_key.rounds, phase=_phase_of(ex)) as stream:
                 result = _drive(lambda: api.resume(
                     info.id, store=store, rounds=rounds if rounds_given else None, running=ex, on_start=started,
                     on_round=stream, on_rounds_done=stream.stop, llm_api_key=llm_api_key, llm_reach=reach,
@@ -558,7 +564,7 @@ def run(
         # a missing extra, tool or device fails here, before a run is stored
         with opened_executor(spec, sc) as ex:
             describe_executor(ex, as_json)
-            with RoundStream(console, rounds) as stream:
+            with RoundStream(console, rounds, phase=_phase_of(ex)) as stream:
                 result = _drive(lambda: api.run(
                     sc, policy_name, rounds=rounds, seed=seed, stop_after=stop_after, options=options,
                     executor=spec, running=ex, store=False if no_store else (store or None), on_start=started,
@@ -569,7 +575,11 @@ def run(
     if trace is not None:
         write_chrome_trace(trace, ((f"round {r.round}", r.trace) for r in result.rounds))
     if as_json:
-        typer.echo(json.dumps(result.to_dict()))
+        data = result.to_dict()
+        phases = getattr(ex, "phases_s", None)  # the executor's own phases (Ray), its close included
+        if phases:
+            data["executor_phases_s"] = dict(phases)
+        typer.echo(json.dumps(data))
         _exit_without_result(result)
         return
     ref = result.reference
@@ -605,8 +615,14 @@ def run(
                   soft_wrap=True)
     print_learned(result.learned, measured=result.executor != "sim")
     if trace is not None:
-        out.print(f"trace written to {safe(trace)} (open in https://ui.perfetto.dev or chrome://tracing)")
+        out.print(f"trace written to {safe_path(trace)} (open in https://ui.perfetto.dev or chrome://tracing)",
+                  soft_wrap=True)
     _exit_without_result(result)
+
+
+def _phase_of(ex: Executor) -> Callable[[], str | None]:
+    """What the executor is doing now, in words, for the progress line (None: it does not say)."""
+    return lambda: getattr(ex, "current_phase", None)
 
 
 @contextmanager

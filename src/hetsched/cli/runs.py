@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from hetsched.cli.app import app, err, examples, fail, out, safe
+from hetsched.cli.app import app, err, examples, fail, out, safe, safe_path
 from hetsched.cli.common import mapping_text, print_learned
 from hetsched.model import Mapping, RoundRecord
 from hetsched.model.errors import did_you_mean, path_text
@@ -98,22 +98,22 @@ def runs_command(
         if as_json:
             typer.echo("[]")
         else:
-            out.print(f"no runs yet: run store {safe(str(path))} does not exist")
+            out.print(f"no runs yet: run store {safe_path(path)} does not exist", soft_wrap=True)
         return
     with RunStore(path, create=False, read_only=True) as st:
         infos = st.runs(experiment=experiment, scenario=scenario, policy=policy, status=status, limit=limit or None)
         hurt = st.damage_found
     if hurt:  # the listing read around a damaged page: say so, on stderr (stdout stays the list)
-        err.print(f"[yellow]warning:[/] run store {safe(str(path))} is damaged ({safe(hurt)}); the runs below are "
+        err.print(f"[yellow]warning:[/] run store {safe_path(path)} is damaged ({safe(hurt)}); the runs below are "
                   f"those that read back, read one by one. {safe(recovery_hint(path, listed=False))}", soft_wrap=True)
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos]))
         return
     if not infos:
-        out.print(f"no matching runs in {safe(str(path))}")
+        out.print(f"no matching runs in {safe_path(path)}", soft_wrap=True)
         return
     damaged = [i.id for i in infos if i.damage]
-    out.print(f"runs in {safe(str(path))}")
+    out.print(f"runs in {safe_path(path)}", soft_wrap=True)
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("id", "scenario", "policy", "seed", "rounds", "status", "best E2E ms", "created"):
         table.add_column(col, justify="right" if col in ("seed", "rounds", "best E2E ms") else "left",

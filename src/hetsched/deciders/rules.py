@@ -38,7 +38,10 @@ Later rounds use the evidence the monitor reports (docs/agentic.md):
   ``SCREEN_MIN_NODES`` nodes on by Gauss-Newton steps from the previous pass's answer,
   :func:`~hetsched.deciders.estimate.fit_interference_local`, not a grid);
 - the calibrated model is searched again (also from the best measured mappings; from
-  ``SCREEN_MIN_NODES`` nodes on from those alone);
+  ``SCREEN_MIN_NODES`` nodes on from those alone); from ``SCREEN_MIN_NODES`` nodes on, round 0's search
+  also goes on a chunk more each round (``SCREEN_CONTINUE_LATER``; anytime,
+  ``hetsched.deciders.search.resume``), and its lowest mapping, re-scored on the calibrated model, joins
+  the candidates;
 - its lowest mapping that never ran and is not on record as infeasible is measured next when
   the model expects it to beat the best measured one by ``explore_gain``;
 - otherwise the evidence decides: among the measured mappings within ``margin`` of the lowest
@@ -68,7 +71,7 @@ from hetsched.deciders.base import Decider, Decision, DecisionContext, check_map
 from hetsched.deciders.estimate import Estimator, fit_interference, fit_interference_local
 from hetsched.deciders.evidence import Codes, Evidence, MeasuredCodes
 from hetsched.deciders.parallel import mask_bits, related_masks
-from hetsched.deciders.search import SearchResult, late_starts, local_search
+from hetsched.deciders.search import SearchResult, late_starts, local_search, resume
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
 from hetsched.model.contention import cpu_slowdown, queue_load_ms
@@ -301,11 +304,26 @@ estimates are the same as without them, so round 0 can only gain. Tuning seeds 4
 three-way, round 0 alone: 50 nodes 25 -> 30 of 30 within 1% of the best found, 100 nodes 28 -> 29 within
 3% (the same estimates spent on more kicks instead: 27 and 29); round 0 costs about twice as long
 (later rounds, the median decision, unchanged)."""
-SCREEN_EVALUATIONS_LATER = 150
-"""Estimates of the screened search once something was measured (it also starts from the best measured
-mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX`` node-estimates
-like the full search's (from 1,250 nodes on). (Twice to five times this many at 20-50 nodes, tried:
-the same workflows within 1% of the best known by round 5, decisions 2-5x slower.)"""
+SCREEN_EVALUATIONS_LATER = 40
+"""Estimates of the screened search once something was measured, on the calibrated model (it starts from the
+best measured mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX``
+node-estimates like the full search's (from 1,250 nodes on). 150 until round 0's search went on in the later
+rounds (``SCREEN_CONTINUE_LATER``), which took most of the round's time: on the noise-free model the
+search from the measured optima rarely found a lower mapping (rounds 1-5 rarely beat round 0), the
+continued search does. (Twice to five times 150 at 20-50 nodes, tried: the same workflows within 1% of
+the best known by round 5, decisions 2-5x slower.)"""
+SCREEN_CONTINUE_LATER = 80
+"""Simulations each later round adds, from ``SCREEN_MIN_NODES`` nodes on, to round 0's search (anytime): its
+iterated local search goes on from its best mapping with kicks of a seed of the round's own, on the cards'
+model as round 0 searched it, every estimate it made kept (``hetsched.deciders.search.resume``; new estimates
+and the descents' timings both count: kicks that land on known ground cost time too); what it found lowest
+is a candidate of the round, re-scored on the calibrated model like the calibrated search's. The outcome of
+round 0's search swings with its kicks' random stream (one 100-tool fork-join 1.003-1.065 of the best known
+across six seeds), so kicks spread over the later rounds reach basins round 0 missed; with
+``SCREEN_EVALUATIONS_LATER`` cut to 40 the round costs about what it did."""
+CONTINUE_MAX_CHUNKS = 20
+"""Rounds after which the continuation of round 0's search stops growing (a decider built afresh
+replays the chain to the round's chunk)."""
 CARD_TOLERANCE = 0.10
 """A node's measured mean latency must differ from the model's by more than this share before its
 card is rescaled (the noise of a few runs stays below it)."""
@@ -343,6 +361,8 @@ class _Compiled:
     starts: list[Codes]
     late: list[Codes]
     """Round 0's late starts from ``SCREEN_MIN_NODES`` nodes on (``hetsched.deciders.search.late_starts``)."""
+    chain: list[SearchResult] = field(default_factory=list)
+    """Round 0's search and its continuations, one per later round (``SCREEN_CONTINUE_LATER``)."""
     estimates: dict[tuple[float, ...], dict[tuple[float, Codes], float]] = field(default_factory=dict)
     """Per card rescaling (factors, () for the cards as given): (interference, mapping) -> estimate,
     kept for the calibration's repeated fits."""
@@ -551,6 +571,18 @@ class RulesDecider(Decider):
         self._searches[key] = res
         return res
 
+    def _continued(self, sc: Scenario, comp: _Compiled, chunk: int) -> SearchResult:
+        """Round 0's search continued ``chunk`` times by ``SCREEN_CONTINUE_LATER`` estimates (at most
+        ``CONTINUE_MAX_CHUNKS``): a function of the scenario and the chunk, kept for the next round."""
+        chain = comp.chain
+        if not chain:
+            chain.append(self._search(sc, comp, sc.machine.gpu_kappa, comp.starts))
+        chunk = min(chunk, CONTINUE_MAX_CHUNKS)
+        while len(chain) <= chunk:
+            seed = zlib.crc32(f"{sc.name}:continue:{len(chain)}".encode())
+            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed))
+        return chain[chunk]
+
     def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:
         sc = ctx.scenario
         comp = self._compile(sc)
@@ -633,6 +665,16 @@ class RulesDecider(Decider):
         steps.append(f"model search: {res.spent()}; lowest {res.e2e_ms:.1f} ms")
         best_est = estimate(best.codes)
         fresh = [(c, e) for c, e in res.ranked(CANDIDATES) if c not in ev.measured and c not in ev.infeasible]
+        if screened and SCREEN_CONTINUE_LATER > 0:
+            # anytime: round 0's search goes on a chunk more each round; its lowest, re-scored on this model
+            chunk = max(1, ctx.round)
+            cont = self._continued(sc, comp, chunk)
+            steps.append(f"round 0's search continued ({chunk} chunk(s) of {SCREEN_CONTINUE_LATER} estimates): "
+                         f"{cont.spent()}; lowest {cont.e2e_ms:.1f} ms on the cards' model")
+            known = cont.best in ev.measured or cont.best in ev.infeasible
+            if not known and all(c != cont.best for c, _ in fresh):
+                fresh.append((cont.best, estimate(cont.best)))
+                fresh.sort(key=lambda ce: (ce[1], ce[0]))
         for codes, e in fresh:
             if e < best_est * (1 - self.explore_gain):
                 rationale = (

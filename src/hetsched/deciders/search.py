@@ -32,6 +32,9 @@ rank lowest, within a budget of estimates.
   :func:`late_starts`), then kicks from the best of all until the budget ends. Racing them with the
   other starts instead dropped the basin that wins on other workflows (successive halving judges a
   descent by its first steps); after the kicks they cost the first starts nothing.
+- Anytime (:func:`resume`, the ``rules`` decider's later rounds from 17 nodes on): a search goes on from
+  its best mapping with more kicks and descents of a new seed, every estimate kept; it counts the
+  descents' timings too, since its kicks often land on known ground.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
@@ -40,6 +43,7 @@ machine. Deterministic for its arguments (the kicks come from ``seed``). Imports
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import random
@@ -72,6 +76,8 @@ class SearchResult:
     """The most mappings it could estimate (``max_evaluations``)."""
     screened: bool = False
     """True when its descents tried only the moves of the nodes :func:`focus` names."""
+    state: _Search | None = field(default=None, repr=False, compare=False)
+    """The search itself, for :func:`resume` (None when exhaustive)."""
 
     def spent(self) -> str:
         """What the search spent, for a decision's record."""
@@ -174,7 +180,13 @@ class _Search:
 
     @property
     def spent(self) -> bool:
-        return len(self.seen) >= self.budget or len(self.seen) >= self.limit
+        return len(self.seen) + self.timed >= self.budget or len(self.seen) >= self.limit
+
+    timed: int = 0
+    """Simulations with timings (a screened descent's step) that count against the budget: none in a first
+    search (its budget counts estimates), each one in a resumed one (:func:`resume`), whose kicks often land
+    on known ground and would otherwise cost time but nothing of the budget."""
+    count_timings: bool = False
 
     limit: float = math.inf
     """A lower cap than ``budget`` for one descent (each start's share, with ``screen``)."""
@@ -300,6 +312,8 @@ class _Search:
         while improved and not self.spent:
             improved = False
             tm = self.est.timings(cur) if self.screen and math.isfinite(cur_e) else None
+            if tm is not None and self.count_timings:
+                self.timed += 1
             self.loss, self._loss_of = None, None
             if tm is not None:
                 order = focus(self.est.compiled, cur, tm)
@@ -468,7 +482,26 @@ def local_search(
             if e < best_e * (1 - 1e-12):
                 best, best_e = cand, e
         best, best_e = _kick(search, best, best_e, budget)
-    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen)
+    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search)
+
+
+def resume(result: SearchResult, more_evaluations: int, seed: int) -> SearchResult:
+    """``result``'s search continued (anytime): its iterated local search goes on from its best mapping with
+    kicks drawn from ``seed`` and descents, ``more_evaluations`` more simulations of the same model (new
+    estimates and the screened descents' timings), every estimate already made kept (none is made twice).
+    Its estimate is never higher than ``result``'s; ``result`` is left as it was. An exhaustive result comes
+    back unchanged."""
+    if result.state is None or result.exhaustive:
+        return result
+    search = copy.copy(result.state)
+    search.seen = dict(result.seen)
+    search.rng = random.Random(seed)
+    search.budget = len(search.seen) + max(0, more_evaluations)
+    search.count_timings, search.timed = True, 0
+    search.limit = math.inf
+    search.loss, search._loss_of = None, None
+    best, best_e = _kick(search, result.best, result.e2e_ms, search.budget)
+    return SearchResult(best, best_e, search.seen, budget=search.budget, screened=result.screened, state=search)
 
 
 def _kick(search: _Search, best: Codes, best_e: float, until: int) -> tuple[Codes, float]:
@@ -484,4 +517,4 @@ def _kick(search: _Search, best: Codes, best_e: float, until: int) -> tuple[Code
     return best, best_e
 
 
-__all__ = ["Codes", "SearchResult", "late_starts", "local_search"]
+__all__ = ["Codes", "SearchResult", "late_starts", "local_search", "resume"]

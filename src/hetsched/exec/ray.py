@@ -44,7 +44,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -91,10 +91,17 @@ LOCAL_SYSTEM_CONFIG: dict[str, Any] = {
     "task_events_report_interval_ms": 100,
     "num_workers_soft_limit": 32,
     "idle_worker_killing_time_threshold_ms": 600_000,
+    "worker_niceness": 0,
 }
 """Ray settings of a local cluster the executor starts: task events reach the state API within
-0.1 s (default 1 s), and idle workers stay warm between rounds (by default Ray kills idle workers
-beyond one per CPU after 1 s, and the next round's tasks would start cold processes)."""
+0.1 s (default 1 s), idle workers stay warm between rounds (by default Ray kills idle workers
+beyond one per CPU after 1 s, and the next round's tasks would start cold processes), and workers
+run at the driver's priority. Ray starts its workers at nice 15 by default, so that its raylet and
+GCS come first on a node of its own; on a machine shared with anything else, a nice-15 process
+gets about 1/28 of a nice-0 one's share of a busy core, and the workers that import and load the
+round's tools took minutes where they take seconds (measured on 2 cores beside 5 CPU burners: the
+warm-up of rag_tiny's tools over 300 s instead of 9 s), and their measured times were not the
+tools' own."""
 INLINE_TOOL_BYTES = 64_000
 """Tools that pickle to at most this many bytes are sent with every task instead of through the object store."""
 WARM_HOLD_S = 0.3
@@ -276,6 +283,16 @@ class RayExecutor(ClosingExecutor):
         self.last_release_lag_ms: dict[str, float] = {}
         """Per ``gpu_now`` tool of the last round: how long after its last node ended the executor killed
         its actor (when Ray frees its ``vram_mb``); the model releases at that end exactly."""
+        self.phases_s: dict[str, float] = {}
+        """Where this executor's wall time went, seconds per phase summed over its executions:
+        ``start_s`` (starting or joining the cluster and shipping the tools), then each execution's
+        phases (:attr:`Trace.phases_s <hetsched.model.Trace.phases_s>`), and ``close_s``; plus
+        ``executions``, how many ran. ``hetsched run --json`` prints it as ``executor_phases_s``."""
+        self._start_phases: dict[str, float] = {}  # given to the first execution's trace
+        self.current_phase: str | None = None
+        """What the execution in progress is doing, in words (:data:`PHASE_TEXT`); None between phases
+        (``hetsched run`` shows it in its progress line of a round that runs long)."""
+        started_at = time.monotonic()
         self._connect()
         self._task: Any = ray.remote(run_node)
         self._actor: Any = ray.remote(ResidentTool)
@@ -300,6 +317,8 @@ class RayExecutor(ClosingExecutor):
         except RayUnresponsive as exc:
             self.close()
             raise InputError(f"executor 'ray': {exc}") from None
+        self._start_phases = {"start_s": time.monotonic() - started_at}
+        self.phases_s.update(self._start_phases)
 
     # ------------------------------------------------------------------ connection
     def _connect(self) -> None:
@@ -350,6 +369,13 @@ class RayExecutor(ClosingExecutor):
         self._closed = True
         if not self._joined:
             return
+        started_at = time.monotonic()
+        try:
+            self._leave()
+        finally:
+            self.phases_s["close_s"] = time.monotonic() - started_at
+
+    def _leave(self) -> None:
         with _CONN_LOCK:
             _CONN["users"] -= 1
             if _CONN["users"] <= 0 and _CONN["opened"]:
@@ -439,18 +465,32 @@ class RayExecutor(ClosingExecutor):
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
-        hosts = self._hosts_or_refusal(mapping)
+        clock = _PhaseClock(self._now)
+        with clock.phase("hosts_s"):
+            hosts = self._hosts_or_refusal(mapping)
         if isinstance(hosts, Trace):
-            return hosts
+            return self._timed(hosts, clock)
         budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         static = sc.infeasibility(mapping)
         if static is not None:
-            return Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name)
+            return self._timed(Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name), clock)
         placed = place(sc, mapping, hosts)
         if isinstance(placed, Infeasibility):
-            return Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name)
+            return self._timed(Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name), clock)
         self._rounds += 1
-        return _Round(self, placed, hosts, inputs).execute()
+        return self._timed(_Round(self, placed, hosts, inputs, clock=clock).execute(), clock)
+
+    def _now(self, phase: str | None) -> None:
+        self.current_phase = phase
+
+    def _timed(self, trace: Trace, clock: _PhaseClock) -> Trace:
+        """The trace with its execution's phases (the executor's start on its first), counted in :attr:`phases_s`."""
+        phases = {**self._start_phases, **clock.phases_s}
+        self._start_phases = {}
+        for name, seconds in clock.phases_s.items():
+            self.phases_s[name] = self.phases_s.get(name, 0.0) + seconds
+        self.phases_s["executions"] = self.phases_s.get("executions", 0) + 1
+        return dataclasses.replace(trace, phases_s=phases)
 
     def run_window(self, mapping: Mapping, *, releases_ms: Sequence[float] | None = None, clients: int | None = None,
                    count: int | None = None, think_ms: float = 0.0, clock: ReleaseClock | None = None,
@@ -471,22 +511,24 @@ class RayExecutor(ClosingExecutor):
         mapping = sc.validate_mapping(mapping)
         clock = ReleaseClock.of(clock, releases_ms, clients, count, think_ms)
         nothing: tuple[None, ...] = (None,) * clock.count
-        hosts = self._hosts_or_refusal(mapping)
+        phases = _PhaseClock(self._now)
+        with phases.phase("hosts_s"):
+            hosts = self._hosts_or_refusal(mapping)
         if isinstance(hosts, Trace):
-            return WindowRun(hosts, nothing, nothing, budget_mb=hosts.vram_budget_mb)
+            return WindowRun(self._timed(hosts, phases), nothing, nothing, budget_mb=hosts.vram_budget_mb)
         budget = sum(h.vram_mb for h in hosts if h.gpu_capable)
         static = sc.infeasibility(mapping)
         if static is not None:
-            return WindowRun(Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name), nothing,
-                             nothing, budget_mb=budget)
+            return WindowRun(self._timed(Trace.refused(mapping, static, vram_budget_mb=budget, executor=self.name),
+                                         phases), nothing, nothing, budget_mb=budget)
         wsc = window_scenario(sc, clock.count)
         placed = place(wsc, window_mapping(mapping, clock.count), hosts)
         if isinstance(placed, Infeasibility):
-            return WindowRun(Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name), nothing,
-                             nothing, budget_mb=budget)
+            return WindowRun(self._timed(Trace.refused(mapping, placed, vram_budget_mb=budget, executor=self.name),
+                                         phases), nothing, nothing, budget_mb=budget)
         self._rounds += 1
-        window = _Window(self, placed, hosts, clock, wsc, inputs)
-        trace = window.execute()
+        window = _Window(self, placed, hosts, clock, wsc, inputs, phases=phases)
+        trace = self._timed(window.execute(), phases)
         return WindowRun(trace=trace, release_ms=tuple(clock.sent.get(r) for r in range(clock.count)),
                          end_ms=tuple(request_ends(sc, trace.nodes, clock.count)), enqueued=tuple(window.enqueued),
                          admissions=tuple(window.admissions), resident_loads=window.resident_loads, budget_mb=budget)
@@ -756,12 +798,47 @@ def classify(exc: BaseException, label: str) -> Infeasibility:
     return Infeasibility(InfeasibleKind.TOOL_ERROR, f"{label} failed: {type(exc).__name__}: {_first_line(exc)}")
 
 
+PHASE_TEXT: dict[str, str] = {
+    "hosts_s": "listing the Ray cluster's nodes",
+    "warm_s": "warming Ray's workers: importing and preparing the round's tools",
+    "actors_s": "starting the resident gpu_now actors and loading their tools",
+    "run_s": "running the round's nodes",
+    "cleanup_s": "cleaning up the round's tasks and actors",
+    "events_s": "reading Ray's task events",
+}
+"""What each phase of an execution does, in words (:attr:`RayExecutor.current_phase`)."""
+
+
+class _PhaseClock:
+    """Wall time per phase of one execution, seconds, in the order the phases ran; ``now`` is told
+    the phase that starts (its words) and None when it ends."""
+
+    def __init__(self, now: Callable[[str | None], None] | None = None) -> None:
+        self.phases_s: dict[str, float] = {}
+        self.now = now
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started_at = time.monotonic()
+        if self.now is not None:
+            self.now(PHASE_TEXT.get(name, name))
+        try:
+            yield
+        finally:
+            self.phases_s[name] = self.phases_s.get(name, 0.0) + time.monotonic() - started_at
+            if self.now is not None:
+                self.now(None)
+
+
 class _Round:
     """One execution of a placed mapping: actors, submission, waiting, cleanup, events, trace."""
 
     def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost],
-                 inputs: dict[str, Any] | None = None, scenario: Scenario | None = None) -> None:
+                 inputs: dict[str, Any] | None = None, scenario: Scenario | None = None,
+                 clock: _PhaseClock | None = None) -> None:
         self.ex, self.plan, self.hosts = ex, plan, hosts
+        self.clock_s = clock if clock is not None else _PhaseClock()
+        """Where the round's wall time goes, phase by phase."""
         self.given = dict(inputs or {})  # a source's request input
         self.sc = scenario if scenario is not None else ex.scenario
         self.wf = self.sc.workflow
@@ -1064,16 +1141,27 @@ class _Round:
         return notes
 
     def execute(self) -> Trace:
+        phase = self.clock_s.phase
         try:
-            if (not self.ex.warm or self.warm_up()) and self.start_actors():
-                self.submit()
-                self.wait()
+            ready = True
+            if self.ex.warm:
+                with phase("warm_s"):
+                    ready = self.warm_up()
+            if ready:
+                with phase("actors_s"):
+                    ready = self.start_actors()
+            if ready:
+                with phase("run_s"):
+                    self.submit()
+                    self.wait()
         except BaseException:
             # Ctrl-C (or a bug) mid-round: stop everything this round started, then let it propagate
             self.cleanup()
             raise
-        self.cleanup()
-        notes = self.notes() + self.collect_events()
+        with phase("cleanup_s"):
+            self.cleanup()
+        with phase("events_s"):
+            notes = self.notes() + self.collect_events()
         trace = build_trace(self.sc, self.plan, self.hosts, self.facts, self.failure, notes)
         t0_ms = self.facts.t0_s * 1000.0
         self.ex.last_release_lag_ms = {
@@ -1100,11 +1188,11 @@ class _Window(_Round):
     ones for as long as requests keep coming (docs/ray.md)."""
 
     def __init__(self, ex: RayExecutor, plan: RayPlan, hosts: list[RayHost], clock: ReleaseClock,
-                 scenario: Scenario, inputs: dict[str, Any] | None = None) -> None:
+                 scenario: Scenario, inputs: dict[str, Any] | None = None, phases: _PhaseClock | None = None) -> None:
         self.base = ex.scenario.workflow
         self.clock = clock
         given = {instance_id(n, r): v for r in range(clock.count) for n, v in (inputs or {}).items()}
-        super().__init__(ex, plan, hosts, given, scenario)
+        super().__init__(ex, plan, hosts, given, scenario, clock=phases)
         self.sinks_left = [len(self.base.sinks)] * clock.count
         self.base_sinks = set(self.base.sinks)
         self.resident_loads: dict[str, int] = {}

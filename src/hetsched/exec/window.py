@@ -279,10 +279,10 @@ def workload_trace(run: WindowRun, scenario: Scenario, mapping: Mapping, workloa
         why = tr.infeasibility or Infeasibility(InfeasibleKind.TOOL_ERROR, "no request of the window finished")
         refused = Trace.refused(mapping, why, vram_budget_mb=tr.vram_budget_mb, executor=executor,
                                 vram_timeline=tr.vram_timeline, notes=tr.notes, hosts=tr.hosts)
-        return dataclasses.replace(refused, requests=tuple(requests))
+        return dataclasses.replace(refused, requests=tuple(requests), phases_s=tr.phases_s)
     out = window_trace(mapping, requests, scenario, workload, vram_timeline=tr.vram_timeline,
                        vram_budget_mb=tr.vram_budget_mb, executor=executor, notes=tr.notes)
-    return dataclasses.replace(out, hosts=tr.hosts) if tr.hosts else out
+    return dataclasses.replace(out, hosts=tr.hosts, phases_s=tr.phases_s)
 
 
 class WindowRunner(Protocol):

@@ -811,10 +811,24 @@ def _parse_workload(raw: Any, path: Path) -> Workload | None:
         raise InputError(format_validation_error(exc, path, prefix="workload", model=Workload)) from None
 
 
+ARRIVAL_COLUMNS: tuple[str, ...] = ("time_ms", "arrival_ms", "t_ms")
+"""Header names a CSV file of arrival times may give its time column (ms from the start; any case)."""
+
+
 def read_arrivals(path: Path) -> tuple[float, ...]:
     """Arrival times (ms from the start) from a file: a YAML/JSON list (or ``{times_ms: [...]}``), or
-    text with one number a line (blank lines and ``#`` comments skipped; a CSV's first column)."""
+    text with one number a line (blank lines and ``#`` comments skipped), or a CSV whose header line
+    names its time column (:data:`ARRIVAL_COLUMNS`; the other columns are ignored). Several values on a
+    line without such a header are refused: which of them is the time cannot be known."""
     return tuple(ms for _, ms in _placed_arrivals(path))
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
 
 
 def _placed_arrivals(path: Path) -> list[tuple[str, float]]:
@@ -844,20 +858,56 @@ def _placed_arrivals(path: Path) -> list[tuple[str, float]]:
         raise InputError(f"{_file(path)}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise InputError(f"{_file(path)}: not UTF-8 text; save it as UTF-8") from None
-    times = []
+    import csv
+
+    accepted = (f"give one arrival time (ms) a line, or a CSV whose header line names its time column "
+                f"{ARRIVAL_COLUMNS[0]} (or {', '.join(ARRIVAL_COLUMNS[1:])})")
+    rows: list[tuple[int, list[str]]] = []
     for no, line in enumerate(text.splitlines(), 1):
-        cell = line.split("#", 1)[0].split(",", 1)[0].strip()
-        if not cell:
+        body = line.split("#", 1)[0]
+        if not body.strip():
             continue
         try:
-            value = float(cell)
-        except ValueError:
-            raise InputError(f"{_file(path)}: line {no}: {_value(cell)} is not a number; give one arrival time "
-                             "in ms a line") from None
-        times.append((f"line {no}", _arrival_ms(value, f"{_file(path)}: line {no}: {_short(cell, 40)}")))
-    if not times:
+            cells = [c.strip() for c in next(csv.reader([body]))]
+        except csv.Error as exc:
+            raise InputError(f"{_file(path)}: line {no}: not a CSV line ({exc}); {accepted}") from None
+        while len(cells) > 1 and not cells[-1]:  # a trailing comma
+            cells.pop()
+        rows.append((no, cells))
+    if not rows:
         raise InputError(f"{_file(path)}: holds no arrival times; give one number (ms) a line")
+    column, name = 0, ""
+    head_no, head = rows[0]
+    if not any(_is_number(c) for c in head):  # a header line
+        names = [c.lower() for c in head]
+        found = [i for i, n in enumerate(names) if n in ARRIVAL_COLUMNS]
+        if not found:
+            what = (f"{_value(head[0])} is not a number" if len(head) == 1 else
+                    f"the header {_short(', '.join(head), 80)!r} names no time column")
+            raise InputError(f"{_file(path)}: line {head_no}: {what}; {accepted}")
+        column, name, rows = found[0], head[found[0]], rows[1:]
+        if not rows:
+            raise InputError(f"{_file(path)}: holds a header line and no arrival times")
+    times = []
+    for no, cells in rows:
+        if not name and len(cells) > 1:
+            raise InputError(f"{_file(path)}: line {no}: {len(cells)} comma-separated values, and no header line "
+                             f"says which is the arrival time; {accepted}")
+        cell = cells[column] if column < len(cells) else ""
+        where = f"line {no}" + (f", column {name}" if name else "")
+        if not cell:
+            raise InputError(f"{_file(path)}: {where}: no value; {accepted}")
+        if not _is_number(cell):
+            raise InputError(f"{_file(path)}: {where}: {_value(cell)} is not a number; give arrival times in ms")
+        times.append((f"line {no}", _arrival_ms(float(cell), f"{_file(path)}: {where}: {_short(cell, 40)}")))
     return times
+
+
+def arrivals_warnings(path: Path) -> list[str]:
+    """What a file of arrival times holds that reading it accepts but changes (for ``hetsched validate``):
+    times out of order (they are sorted when read), naming the file and the lines."""
+    bad = _first_out_of_order(_placed_arrivals(path))
+    return [f"{_file(path)}: arrival times out of order: {bad}; they are sorted when read"] if bad else []
 
 
 def _first_out_of_order(placed: Sequence[tuple[str, float]]) -> str | None:
@@ -1060,8 +1110,22 @@ def load_mapping(path: Path | str) -> Mapping:
 
 
 def detect_kind(path: Path) -> str:
-    """``tools``, ``scenario`` or ``mapping``: which format a file holds (for ``hetsched validate``)."""
-    doc = read_structured(path)
+    """``tools``, ``scenario``, ``mapping`` or ``arrivals``: which format a file holds (for ``hetsched
+    validate``). A file of arrival times (:func:`read_arrivals`) is a YAML/JSON list of numbers or
+    ``{times_ms: [...]}``, or a text file (any other suffix) whose top level is not a mapping."""
+    structured = path.suffix.lower() in (".yaml", ".yml", ".json")
+    try:
+        doc = read_structured(path)
+    except InputError:
+        if structured or _stat(path) is None:
+            raise
+        return "arrivals"  # text YAML cannot read (a CSV line with quotes...): the arrivals reader says what it is
+    if isinstance(doc, dict) and set(doc) == {"times_ms"}:
+        return "arrivals"
+    if isinstance(doc, list) and doc and all(isinstance(v, int | float) and not isinstance(v, bool) for v in doc):
+        return "arrivals"
+    if not structured and not isinstance(doc, dict | list):
+        return "arrivals"
     if isinstance(doc, dict) and "tools" in doc and "nodes" not in doc:
         return "tools"
     if isinstance(doc, dict) and "nodes" in doc:

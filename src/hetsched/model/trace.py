@@ -367,6 +367,10 @@ class Trace:
     requests: tuple[RequestTrace, ...] = ()
     """Under a workload: every request (times from the window's start, as ``vram_timeline``); kept in
     memory for traces and reports, not in :meth:`to_dict` (the store keeps ``load``)."""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Where a real executor's wall time went around this execution, seconds per phase in the order
+    they ran (the Ray executor: ``start_s`` of its cluster on its first execution, ``warm_s``,
+    ``actors_s``, ``run_s``, ``cleanup_s``, ``events_s``...); outside the E2E; empty for the simulator."""
 
     def __post_init__(self) -> None:
         if self.feasible == (self.infeasibility is not None):
@@ -458,6 +462,8 @@ class Trace:
             data["hosts"] = {h.host: h.to_dict() for h in self.hosts}
         if self.load is not None:
             data["load"] = self.load.to_dict()
+        if self.phases_s:
+            data["phases_s"] = dict(self.phases_s)
         return data
 
     @classmethod
@@ -495,6 +501,7 @@ class Trace:
             notes=tuple(data.get("notes", ())),
             hosts=tuple(HostTrace.from_dict(h, d) for h, d in (data.get("hosts") or {}).items()),
             load=_load_from(data.get("load")),
+            phases_s={str(k): float(v) for k, v in (data.get("phases_s") or {}).items()},
         )
 
 

@@ -67,13 +67,17 @@ arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hol
   group's ``gpu_queue`` nodes, and nodes below all its predecessors) that compute after the group
   is ready.
 
-Times are scaled to integers of ``u = upper_ms / 2^20`` ms: every duration and work is rounded
-down and every image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints
-still hold for every feasible mapping and ``(proven objective bound - 1) * u`` is below the
-optimum (the slowdowns are integers of 1/4096, rounded the same way, and the sibling terms give
-up one unit u for it). CP-SAT's proven bound is valid whenever it stops, optimal or not; the solver runs on
-one worker with a deterministic time limit, so the bound is the same on every machine unless
-its wall-clock cap (for a loaded machine) ends it first.
+Times are scaled to integers of a unit u ms: every duration and work is rounded down and every
+image of a real schedule rounded up (``ceil(F / u)``), so the rounded constraints still hold for
+every feasible mapping and ``(proven objective bound - 1) * u`` is below the optimum (the
+slowdowns are integers of 1/4096, rounded the same way, and the sibling terms give up one unit u
+for it). The unit is 2^-20 of the power of two at or above the upper bound, so the coefficients,
+and with them the relaxation's optimum, do not move with the ``upper_ms`` it is handed unless that
+crosses a power of two (``upper_ms`` still caps ``T``, which leaves a solved relaxation's optimum as
+it is; an unsolved one's search path may differ). CP-SAT's proven bound is valid
+whenever it stops, optimal or not; the solver runs on one worker with a deterministic time limit,
+so the bound is the same on every machine unless its wall-clock cap (for a loaded machine) ends
+it first.
 
 OR-Tools is the optional ``[search]`` extra: without it :func:`available` is False and
 :func:`relaxation_bound_ms` returns None (the reference then keeps the bounds of
@@ -104,6 +108,13 @@ _SLOW_CAP = 1 << 16  # largest slowdown a sibling group's variables take (far ab
 _LINES = 16  # secant lines per convex slowdown term
 _LEVELS = 64  # work levels per sibling group and device (coarser levels stay valid: see _add_sibling_contention)
 _MIN_ROUND_SECONDS = 0.05  # the second round runs only with at least this much time left
+
+
+def _unit_ms(upper_ms: float) -> float:
+    """The time unit (module docstring): 2^-20 of the power of two at or above ``upper_ms``. Any
+    positive unit is sound; this one is the same for every upper bound within a power of two, and
+    at most twice ``upper_ms / 2^20`` (the solver's integers stay as small)."""
+    return float(2.0 ** math.ceil(math.log2(upper_ms))) / _UNITS
 
 
 def available() -> bool:
@@ -145,7 +156,8 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
 
     Args:
         scenario: the scenario.
-        upper_ms: the E2E of a feasible mapping (sets the time unit and caps ``T``).
+        upper_ms: the E2E of a feasible mapping (caps ``T`` and sets the time unit by its power
+            of two: a solved relaxation's bound is the same for every upper bound within one).
         max_seconds: the solver's deterministic time limit (about seconds of one core) per round;
             the second round also gets what the first left of its limit.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
@@ -176,7 +188,7 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
                          second.codes or first.codes)
-    u = upper_ms / _UNITS
+    u = _unit_ms(upper_ms)  # every round's unit
     lower = max(0.0, (out.proven - 1.0) * u)
     return RelaxationBound(min(lower, upper_ms), out.optimal, time.perf_counter() - t0, out.codes)
 
@@ -189,6 +201,13 @@ class _Round:
     codes: tuple[int, ...] | None
     seconds: float = 0.0
     """The solver's deterministic time."""
+    unit_ms: float = 0.0
+    """The time unit of ``proven`` (ms)."""
+
+    @property
+    def lower_ms(self) -> float:
+        """The proven bound in ms (one unit given back for the rounding)."""
+        return max(0.0, (self.proven - 1.0) * self.unit_ms)
 
 
 def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
@@ -203,7 +222,7 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
     cp_model: Any = importlib.import_module("ortools.sat.python.cp_model")
     t0 = time.perf_counter()
-    u = upper_ms / _UNITS
+    u = _unit_ms(upper_ms)
     top = math.ceil(upper_ms / u) + 1
     budget = c.budget
 
@@ -325,7 +344,7 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     if not math.isfinite(proven):
         proven = 0.0
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes, solver.deterministic_time)
+    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes, solver.deterministic_time, u)
 
 
 _EXCLUSION_LEVELS = 3  # at most this many items of a set fit together: k T >= their memory-holding time
