@@ -176,10 +176,18 @@ def test_local_search_exchanges_resident_tools_under_a_full_budget() -> None:
         assert found.codes == (Placement.GPU_NOW.code,) + (Placement.CPU.code,) * 8
 
 
-def test_best_known_reference_states_its_gap_and_is_seeded() -> None:
+def test_best_known_reference_states_its_gap_and_is_seeded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hetsched.search.reference as ref_mod
+
+    real = ref_mod.relaxation_bound_ms
+
+    def unhurried(scenario: Scenario, upper_ms: float, *, max_seconds: float, wall_seconds: float | None) -> object:
+        return real(scenario, upper_ms, max_seconds=max_seconds, wall_seconds=600.0)
+
+    # the same result for a seed with a budget in simulations alone, as long as the relaxation's wall-clock cap
+    # (a time budget's, or four times its solver time) does not bind: on a machine with a load of 15 it did
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", unhurried)
     sc = random_search_scenario(8, 11, family="layered")
-    # the same result for a seed with a budget in simulations alone (a time budget beside it caps the
-    # relaxation's wall clock, which binds on a loaded machine)
     ref = best_known(sc, seed=3, max_seconds=None, max_evals=300)
     again = best_known(sc, seed=3, max_seconds=None, max_evals=300)
     assert (ref.mapping, ref.e2e_ms, ref.lower_bound_ms) == (again.mapping, again.e2e_ms, again.lower_bound_ms)
@@ -546,3 +554,37 @@ def test_best_known_with_a_budget_too_small_for_the_relaxation_skips_it_and_stay
     opt = solve(sc, max_seconds=None).e2e_ms
     assert sc.infeasibility(ref.mapping) is None
     assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.integers(0, 3))
+def test_the_race_ends_once_it_reaches_a_proven_lower_bound_and_keeps_its_steps(sc_seed: int, family: str,
+                                                                                 seed: int) -> None:
+    """Told a proven lower bound (here the optimum), the race stops as soon as a trajectory reaches it: the
+    optimum, with no more simulations than the race without it, the same for a seed. A trajectory given
+    ``max_steps`` bounds at most that many neighbourhoods (plus the one that finds the budget spent)."""
+    import hetsched.search.local_search as ls
+    from hetsched.search.reference import race
+
+    sc = random_search_scenario(9, sc_seed, family=family, mode=Mode.THREE_WAY)
+    opt = solve(sc, max_seconds=None).e2e_ms
+    starts = ls.start_mappings(sc)
+    plain_ev, told_ev = ls.Evaluator(sc), ls.Evaluator(sc)
+    plain = race(sc, plain_ev, starts, seed=seed, max_seconds=None, max_evals=3_000)
+    told = race(sc, told_ev, starts, seed=seed, max_seconds=None, max_evals=3_000, lower_ms=opt)
+    again = race(sc, ls.Evaluator(sc), starts, seed=seed, max_seconds=None, max_evals=3_000, lower_ms=opt)
+    assert (told.codes, told.e2e_ms) == (again.codes, again.e2e_ms)
+    if plain.e2e_ms <= opt * (1 + 1e-9):  # the race finds the optimum at this budget: told, it stops there
+        assert told.e2e_ms == pytest.approx(opt, rel=1e-9)
+        assert told_ev.evaluations <= plain_ev.evaluations
+    steps = {"n": 0}
+    real = BoundModel.bound_full
+
+    def count(self: BoundModel, rows: np.ndarray) -> object:
+        steps["n"] += 1
+        return real(self, rows)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BoundModel, "bound_full", count)
+        local_search(sc, seed=seed, max_evals=100_000, max_steps=40)
+    assert steps["n"] <= 41

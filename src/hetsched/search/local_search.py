@@ -155,8 +155,11 @@ class _Search:
         keep: int,
         descend_starts: bool = False,
         origin: tuple[int, ...] | None = None,
+        target_ms: float = -math.inf,
+        max_steps: int | None = None,
     ) -> None:
         self.sc = scenario
+        self.target_ms = target_ms
         self.descend_starts = descend_starts
         self.origin = origin
         self.ev = ev
@@ -192,6 +195,8 @@ class _Search:
         self._tail_of: tuple[int, ...] | None = None
         self._tail: list[int] = []
         self.max_steps = 0 if max_evals is None else 2 * (max_evals - ev.evaluations) + 20
+        if max_steps is not None and max_evals is not None:
+            self.max_steps = min(self.max_steps, max_steps)
 
     # ------------------------------------------------------------------ evaluation
     def check(self) -> None:
@@ -201,7 +206,7 @@ class _Search:
             raise _Budget
         if self.max_evals is not None and (self.ev.evaluations >= self.max_evals or self.steps >= self.max_steps):
             raise _Budget
-        if time.perf_counter() >= self.deadline:
+        if time.perf_counter() >= self.deadline or self.best_e <= self.target_ms:
             raise _Budget
 
     def cost(self, codes: tuple[int, ...]) -> float:
@@ -547,6 +552,8 @@ def local_search(
     evaluator: Evaluator | None = None,
     descend_starts: bool = False,
     origin: Sequence[int] | None = None,
+    target_ms: float | None = None,
+    max_steps: int | None = None,
 ) -> SearchResult:
     """Iterated local search for the lowest noise-free E2E (see the module docstring).
 
@@ -566,6 +573,11 @@ def local_search(
             mapping and kick from the best found since, trying no other start (all-CPU aside, which always
             runs), so trajectories from different origins explore different basins; ``starts`` and
             ``descend_starts`` do not apply.
+        target_ms: stop as soon as a mapping this good is found (a proven lower bound: nothing better exists,
+            and a converged search on a small workflow would otherwise keep bounding known moves to its budget).
+        max_steps: with ``max_evals``, at most this many search steps (bounded neighbourhoods) as well (by
+            default twice the simulations): on small workflows a step bounds a neighbourhood of mostly known
+            mappings and costs tens of simulations' time.
     """
     t0 = time.perf_counter()
     if max_evals is None and max_seconds is None:
@@ -577,7 +589,8 @@ def local_search(
     if origin is not None and (descend_starts or given):
         raise ValueError("local_search: origin excludes starts and descend_starts")
     search = _Search(scenario, ev, random.Random(seed), deadline, budget, keep, descend_starts,
-                     None if origin is None else tuple(int(c) for c in origin))
+                     None if origin is None else tuple(int(c) for c in origin),
+                     -math.inf if target_ms is None else target_ms, max_steps)
     on_budget = search.run(given)
     elite = sorted(((e, c) for c, e in search.elite.items()), key=lambda x: (x[0], x[1]))[:keep]
     return SearchResult(

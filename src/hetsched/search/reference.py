@@ -68,6 +68,12 @@ MIN_RELAXATION_SECONDS = 0.1
 """Least time budget the relaxation is given: building its model alone takes 0.05-0.1 s at 50-100 nodes, so
 a time budget whose share is below this skips it, and the Lagrangian bound (0.1-0.2 s at 50 nodes) with it: the
 lower bound is then the bound search's, at least the empty mapping's."""
+_TARGET_TOLERANCE = 1e-9
+RACE_STEPS_PER_SIMULATION = 0.25
+"""With ``max_evals``, the race's trajectories take at most this many search steps (bounded neighbourhoods) per
+simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
+diamonds most of a converged search's neighbours are known, so its steps (two per simulation allowed before)
+took 60 s of CPU for 20,000 simulations (1.5 s at 50 nodes, where a step simulates ~20: it never binds there)."""
 NO_RELAXATION_NOTE = "without the relaxation bound: pip install 'hetsched[search]'"
 """What a best-known label adds when OR-Tools is missing (its bound is then the weaker one)."""
 
@@ -125,6 +131,7 @@ def race(
     seed: int,
     max_seconds: float | None,
     max_evals: int | None,
+    lower_ms: float | None = None,
 ) -> SearchResult:
     """Iterated local searches from the ``RACE_TRAJECTORIES`` best distinct starts (the best start again
     with other seeds when there are fewer), each given ``RACE_SHARE / RACE_TRAJECTORIES`` of the budget;
@@ -133,7 +140,11 @@ def race(
     A single search's result depends on the basin its first descent falls into: on a 50-node layered
     workflow the best start's basin stayed 5% above what the same search found from another start
     within a tenth of the budget. Never worse than the best start (each trajectory is never worse
-    than its origin); the same result for a seed with ``max_evals`` alone."""
+    than its origin); the same result for a seed with ``max_evals`` alone. With ``lower_ms`` (a proven lower
+    bound) the race ends as soon as a mapping reaches it (within float tolerance): nothing better exists. On
+    20-node chains and diamonds the relaxation's bound is tight, and the trajectories spent 30-60 s of CPU
+    on 20,000 simulations bounding moves around the optimum they had found."""
+    target = None if lower_ms is None else lower_ms * (1 + _TARGET_TOLERANCE)
     t0, ev0 = time.perf_counter(), ev.evaluations
     known = {s: ev(s) for s in starts}
     ranked = sorted((e, s) for s, e in known.items() if e < math.inf)
@@ -144,10 +155,15 @@ def race(
     def trajectory(seed: int, origin: tuple[int, ...], seconds: float | None, evals: int | None) -> SearchResult:
         return local_search(scenario, seed=seed, origin=origin, evaluator=ev,
                             max_seconds=None if max_seconds is None else seconds,
-                            max_evals=None if max_evals is None else max(1, evals or 0))
+                            max_evals=None if max_evals is None else max(1, evals or 0), target_ms=target,
+                            max_steps=None if evals is None else int(RACE_STEPS_PER_SIMULATION * evals) + 20)
 
-    runs = [trajectory(seed + j, o, None if max_seconds is None else share * max_seconds,
-                       None if max_evals is None else int(share * max_evals)) for j, o in enumerate(origins)]
+    runs: list[SearchResult] = []
+    for j, o in enumerate(origins):
+        runs.append(trajectory(seed + j, o, None if max_seconds is None else share * max_seconds,
+                               None if max_evals is None else int(share * max_evals)))
+        if target is not None and runs[-1].e2e_ms <= target:
+            return runs[-1]
     win = min(range(len(runs)), key=lambda j: (runs[j].e2e_ms, runs[j].codes))
     left_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
     left_e = None if max_evals is None else max_evals - (ev.evaluations - ev0)
@@ -168,14 +184,16 @@ def best_known(
     """The best mapping a seeded race of iterated local searches finds (:func:`race`), and a lower bound
     on the optimum.
 
-    Spends ``1 - BOUND_SHARE`` of ``max_seconds`` searching mappings and the rest raising the
-    lower bound (which may find a better mapping too). With ``max_evals`` the budget is
-    ``max_evals`` simulations for the search, ``max(4, max_evals // 100)`` expanded batches
-    for the bound and deterministic solver time for the relaxation as if the budget were
-    ``max_evals / EVALS_PER_SECOND`` seconds, so the result is the same for a seed on every
-    machine. The lower bound is the largest of the bound search's, the Lagrangian bound and, with
-    OR-Tools installed, the relaxation's (:mod:`hetsched.search.relaxation`, given ``RELAXATION_SHARE`` of the bound's
-    time first); without OR-Tools the label says so. With ``prove``, a
+    Spends ``1 - BOUND_SHARE`` of ``max_seconds`` searching mappings and the rest raising the lower bound
+    (which may find a better mapping too; the best-first bound search's share goes to the search when its
+    probe shows it cannot pass the other bounds: ``BOUND_PROBE_SHARE``). With ``max_evals`` the budget is
+    ``max_evals`` simulations for the search, ``max(4, max_evals // 100)`` expanded batches for the bound and
+    deterministic solver time for the relaxation as if the budget were ``max_evals / EVALS_PER_SECOND``
+    seconds, so the result is the same for a seed on every machine (unless the relaxation's wall-clock cap,
+    four times its solver time, binds on a heavily loaded one: its bound, and the race's stop when a mapping
+    reaches the bound, then differ). The lower bound is the largest of the bound search's, the Lagrangian
+    bound and, with OR-Tools installed, the relaxation's (:mod:`hetsched.search.relaxation`, given
+    ``RELAXATION_SHARE`` of the bound's time first); without OR-Tools the label says so. With ``prove``, a
     mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that).
     """
     t0 = time.perf_counter()
@@ -224,7 +242,7 @@ def best_known(
         keep_s = 0.0
     search_s = None if max_seconds is None else max(0.0, (left() or 0.0) - (keep_s or 0.0))
     found = race(scenario, ev, [*starts, *start_mappings(scenario, ev)], seed=seed, max_seconds=search_s,
-                 max_evals=max_evals)
+                 max_evals=max_evals, lower_ms=max(known_lower, probe.lower_ms))
     if relaxed is not None and not relaxed.optimal and found.e2e_ms < first.e2e_ms:
         # stopped by its limit: again with the better upper bound (a smaller T to prove), half the rest
         # (all of it when the bound search is not to run)
@@ -366,6 +384,7 @@ __all__ = [
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
     "RACE_SHARE",
+    "RACE_STEPS_PER_SIMULATION",
     "RACE_TRAJECTORIES",
     "RELAXATION_SHARE",
     "ReferenceChoice",
