@@ -308,10 +308,11 @@ SCREEN_EVALUATIONS_LATER = 40
 """Estimates of the screened search once something was measured, on the calibrated model (it starts from the
 best measured mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX``
 node-estimates like the full search's (from 1,250 nodes on). 150 until round 0's search went on in the later
-rounds (``SCREEN_CONTINUE_LATER``), which took most of the round's time: on the noise-free model the
-search from the measured optima rarely found a lower mapping (rounds 1-5 rarely beat round 0), the
-continued search does. (Twice to five times 150 at 20-50 nodes, tried: the same workflows within 1% of
-the best known by round 5, decisions 2-5x slower.)"""
+rounds (``SCREEN_CONTINUE_LATER``), which took most of the round's time: rounds 1-5 rarely beat round 0.
+A close trade at a fixed time a round (BENCHMARKS.md, issue 17, seeds 101/102/121): within goal 56 -> 57 of
+60 workflows, but on three 100-tool workflows the 150-estimate search's later gains (0.5-1.4%) are lost.
+(Twice to five times 150 at 20-50 nodes, tried: the same workflows within 1% of the best known by round 5,
+decisions 2-5x slower.)"""
 SCREEN_CONTINUE_LATER = 80
 """Simulations each later round adds, from ``SCREEN_MIN_NODES`` nodes on, to round 0's search (anytime): its
 iterated local search goes on from its best mapping with kicks of a seed of the round's own, on the cards'
