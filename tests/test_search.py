@@ -185,7 +185,7 @@ def test_best_known_reference_states_its_gap_and_is_seeded(monkeypatch: pytest.M
         return real(scenario, upper_ms, max_seconds=max_seconds, wall_seconds=600.0)
 
     # the same result for a seed with a budget in simulations alone, as long as the relaxation's wall-clock cap
-    # (a time budget's, or four times its solver time) does not bind: on a machine with a load of 15 it did
+    # (EVALS_WALL_FACTOR times its solver time) does not bind: lifted here so that no load can make it bind
     monkeypatch.setattr(ref_mod, "relaxation_bound_ms", unhurried)
     sc = random_search_scenario(8, 11, family="layered")
     ref = best_known(sc, seed=3, max_seconds=None, max_evals=300)
@@ -196,6 +196,25 @@ def test_best_known_reference_states_its_gap_and_is_seeded(monkeypatch: pytest.M
     assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
     assert ref.label.startswith("best-known (within ") and ref.label.endswith("% of the lower bound)")
     assert Simulator(sc, noise=False).e2e(ref.mapping) == pytest.approx(ref.e2e_ms)
+
+
+def test_a_budget_in_simulations_gives_the_relaxation_a_generous_wall_clock_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with max_evals the result must not depend on the machine's load: the relaxation's wall-clock cap (its
+    # default, four times its solver time, bound at a load of 15-20 on two cores) is EVALS_WALL_FACTOR times it
+    import hetsched.search.reference as ref_mod
+
+    real = ref_mod.relaxation_bound_ms
+    caps: list[tuple[float, float | None]] = []
+
+    def spy(scenario: Scenario, upper_ms: float, *, max_seconds: float, wall_seconds: float | None) -> object:
+        caps.append((max_seconds, wall_seconds))
+        return real(scenario, upper_ms, max_seconds=max_seconds, wall_seconds=wall_seconds)
+
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", spy)
+    best_known(random_search_scenario(8, 11, family="layered"), seed=3, max_seconds=None, max_evals=300)
+    assert caps, "the relaxation was not asked"
+    assert all(wall is not None and wall >= ref_mod.EVALS_WALL_FACTOR * solver for solver, wall in caps)
+    assert ref_mod.EVALS_WALL_FACTOR >= 25
 
 
 def test_auto_is_exact_when_it_fits_and_best_known_with_a_bound_when_not() -> None:

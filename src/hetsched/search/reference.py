@@ -74,6 +74,11 @@ RACE_STEPS_PER_SIMULATION = 0.25
 simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
 diamonds most of a converged search's neighbours are known, so its steps (two per simulation allowed before)
 took 60 s of CPU for 20,000 simulations (1.5 s at 50 nodes, where a step simulates ~20: it never binds there)."""
+EVALS_WALL_FACTOR = 25.0
+"""With ``max_evals`` (no time budget), the relaxation's wall-clock cap is this many times its deterministic solver
+time, so its bound, and with it the result, is the same for a seed on every machine unless a process gets under
+1/25 of a core: the relaxation's default cap (four times) bound at a load of 15-20 on two cores, and two identical
+calls gave lower bounds 163 and 179 ms."""
 NO_RELAXATION_NOTE = "without the relaxation bound: pip install 'hetsched[search]'"
 """What a best-known label adds when OR-Tools is missing (its bound is then the weaker one)."""
 
@@ -190,8 +195,8 @@ def best_known(
     ``max_evals`` simulations for the search, ``max(4, max_evals // 100)`` expanded batches for the bound and
     deterministic solver time for the relaxation as if the budget were ``max_evals / EVALS_PER_SECOND``
     seconds, so the result is the same for a seed on every machine (unless the relaxation's wall-clock cap,
-    four times its solver time, binds on a heavily loaded one: its bound, and the race's stop when a mapping
-    reaches the bound, then differ). The lower bound is the largest of the bound search's, the Lagrangian
+    ``EVALS_WALL_FACTOR`` times its solver time, binds on an overloaded one: its bound, and the race's stop when
+    a mapping reaches the bound, then differ). The lower bound is the largest of the bound search's, the Lagrangian
     bound and, with OR-Tools installed, the relaxation's (:mod:`hetsched.search.relaxation`, given
     ``RELAXATION_SHARE`` of the bound's time first); without OR-Tools the label says so. With ``prove``, a
     mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that).
@@ -217,7 +222,7 @@ def best_known(
         relax_s = max(0.2, relax_s)
     if max_seconds is None or relax_s >= MIN_RELAXATION_SECONDS:
         relaxed = relaxation_bound_ms(scenario, first.e2e_ms, max_seconds=relax_s,
-                                      wall_seconds=None if max_seconds is None else relax_s)
+                                      wall_seconds=EVALS_WALL_FACTOR * relax_s if max_seconds is None else relax_s)
     if relaxed is not None and relaxed.codes is not None:
         starts.append(relaxed.codes)
     # the best-first bound search's probe: does its share buy anything beside the relaxation?
@@ -250,7 +255,7 @@ def best_known(
         again_s = max(0.2, 0.5 * relax_s) if rest is None else (0.5 if promising else 1.0) * rest
         if rest is None or again_s >= MIN_RELAXATION_SECONDS:
             again = relaxation_bound_ms(scenario, found.e2e_ms, max_seconds=again_s,
-                                        wall_seconds=None if rest is None else again_s)
+                                        wall_seconds=EVALS_WALL_FACTOR * again_s if rest is None else again_s)
             if again is not None and again.lower_ms > relaxed.lower_ms:
                 relaxed = again
     proved = probe
