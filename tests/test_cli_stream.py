@@ -34,44 +34,14 @@ def test_rounds_stream_to_stdout_or_to_stderr_under_json(capsys: pytest.CaptureF
     assert "round 0/2: E2E" in err and "round 1/2: E2E" in err
 
 
-def test_a_long_round_shows_progress(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def _rounds_last_until_their_progress_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress after 0.05 s, and every simulated round lasting until its progress line is out (bounded: a
+    missing line fails the test's assertion), so a busy machine that wakes the progress thread late cannot end
+    the round first."""
     import hetsched.cli.run as run_cli
     from hetsched.sim.engine import Simulator
 
     monkeypatch.setattr(run_cli, "PROGRESS_AFTER_S", 0.05)
-    real_run = Simulator.run
-    real_print = run_cli.err.print
-    shown = threading.Event()
-
-    def print_progress(*args: object, **kwargs: object) -> None:
-        real_print(*args, **kwargs)  # type: ignore[arg-type]
-        if "running for" in str(args[0] if args else ""):
-            shown.set()
-
-    def slow_run(self: Simulator, *args: object, **kwargs: object) -> object:
-        # a round that lasts until its progress line is out (bounded: a missing line fails below), so a
-        # busy machine that wakes the progress thread late cannot end the round first
-        shown.wait(timeout=120)
-        return real_run(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(run_cli.err, "print", print_progress)
-
-    monkeypatch.setattr(Simulator, "run", slow_run)
-    code, _, err = cli(capsys, "run", "chain", "-p", "all-cpu", "-r", "1", "--no-store", "--reference", "none")
-    assert code == 0
-    assert re.search(r"the first round running for \d+ s\.\.\.", err), err
-
-
-def test_a_long_rounds_progress_says_what_the_executor_is_doing(capsys: pytest.CaptureFixture[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """An executor that says what it is doing (the Ray executor's ``current_phase``: warming its workers,
-    loading its actors...) has it named in the progress line, so a slow phase is seen while it runs."""
-    import hetsched.cli.run as run_cli
-    from hetsched.sim.engine import Simulator
-
-    monkeypatch.setattr(run_cli, "PROGRESS_AFTER_S", 0.05)
-    monkeypatch.setattr(Simulator, "current_phase", "warming [bold]workers[/]", raising=False)
     real_run, real_print = Simulator.run, run_cli.err.print
     shown = threading.Event()
 
@@ -81,11 +51,29 @@ def test_a_long_rounds_progress_says_what_the_executor_is_doing(capsys: pytest.C
             shown.set()
 
     def slow_run(self: Simulator, *args: object, **kwargs: object) -> object:
-        shown.wait(timeout=120)  # the round lasts until its progress line is out
+        shown.wait(timeout=120)
         return real_run(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(run_cli.err, "print", print_progress)
     monkeypatch.setattr(Simulator, "run", slow_run)
+
+
+def test_a_long_round_shows_progress(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _rounds_last_until_their_progress_line(monkeypatch)
+    code, _, err = cli(capsys, "run", "chain", "-p", "all-cpu", "-r", "1", "--no-store", "--reference", "none")
+    assert code == 0
+    assert re.search(r"the first round running for \d+ s\.\.\.", err), err
+
+
+def test_a_long_rounds_progress_says_what_the_executor_is_doing(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executor that says what it is doing (the Ray executor's ``current_phase``: warming its workers,
+    loading its actors...) has it named in the progress line, so a slow phase is seen while it runs."""
+    from hetsched.sim.engine import Simulator
+
+    monkeypatch.setattr(Simulator, "current_phase", "warming [bold]workers[/]", raising=False)
+    _rounds_last_until_their_progress_line(monkeypatch)
     code, _, err = cli(capsys, "run", "chain", "-p", "all-cpu", "-r", "1", "--no-store", "--reference", "none")
     assert code == 0
     assert re.search(r"the first round running for \d+ s \(warming \[bold\]workers\[/\]\)\.\.\.", err), err
