@@ -198,6 +198,22 @@ def test_own_core_leaves_out_waits_for_a_core_but_not_waits_for_io(shapes: None)
     assert "own_core" in waits.provenance.source
 
 
+def test_a_runs_wait_for_a_core_is_never_more_than_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the wait is read around the whole call and the time inside it: on a loaded machine the call's wait exceeded
+    # its run's time (a full-suite run beside a CPU burner); here every read finds 1 s more wait
+    import hetsched.tools.runtime as runtime_mod
+    from hetsched.tools.base import Device, DeviceKind
+    from hetsched.tools.runtime import ToolRuntime
+
+    reads = iter(range(1_000_000))
+    monkeypatch.setattr(runtime_mod, "runqueue_wait_seconds", lambda: float(next(reads)))
+    rt = ToolRuntime(Device(DeviceKind.CPU, 0, 1))
+    rt.load("k", Spinner("spins", ms=2.0))
+    b = rt.bench("k", [], warmup=0, runs=5)
+    assert all(0.0 <= w <= t for w, t in zip(b.waits_ms, b.times_ms, strict=True))
+    assert b.waits_ms == b.times_ms  # every run waited longer than it ran: its wait is its whole time
+
+
 def test_bench_reports_each_runs_wait_for_a_core() -> None:
     from hetsched.tools.base import Device, DeviceKind
     from hetsched.tools.runtime import ToolRuntime
