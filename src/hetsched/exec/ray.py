@@ -171,6 +171,14 @@ class _Kept:
     threads: int
 
 
+LEASE_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"HETSCHED_RAY_ROLE": "lease"}}
+"""The runtime environment of resident tools' leases (merged into the job's): Ray keeps a worker pool per
+runtime environment, so leases, which hold a worker for a whole round, get workers of their own (started
+once, no torch import) and never take the workers the warm phase prepared for the round's tasks."""
+RESIDENT_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"HETSCHED_RAY_ROLE": "resident"}}
+"""The same for resident actors: a new one starts its own process instead of taking (and removing from
+the pool) an idle worker the warm phase prepared for the round's tasks."""
+
 KEEP_THREADS_EXTRA = 4
 """Threads of a resident actor beyond one per call that can come at once: the round's load, the wait
 for it, its lease's wait for the release, and the release (or a liveness check)."""
@@ -979,19 +987,16 @@ class _Round:
             runnable = [u for u in cpu if u.options.num_cpus <= h.cpus]
             if runnable:
                 send(h.node_id, list(cpu_items.values()), min(len(runnable), max(1, int(h.cpus))), 0.0)
-            residents = [a for a in self.plan.actors.values() if a.host == h.node_id]
-            if h.gpu_capable and (queued or residents):
+            if h.gpu_capable and queued:
                 # no more queued tasks run at once than fit beside the actors pinned here
-                room = h.vram_mb - sum(a.options.vram_mb for a in residents)
+                room = h.vram_mb - sum(a.options.vram_mb for a in self.plan.actors.values() if a.host == h.node_id)
                 at_once, used = 0, 0.0
                 for mb in sorted(u.options.vram_mb for u in queued):
                     if used + mb > room + 1e-9:
                         break
                     at_once, used = at_once + 1, used + mb
-                # Ray keeps separate worker pools for tasks with and without GPUs: warm GPU workers, for the
-                # queued tasks and for the resident tools' leases (each holds a GPU worker for the round)
-                send(h.node_id, list(gpu_items.values()), (max(1, at_once) if queued else 0) + len(residents),
-                     RESOURCE_STEP)
+                # Ray keeps separate worker pools for tasks with and without GPUs: warm GPU workers
+                send(h.node_id, list(gpu_items.values()), max(1, at_once), RESOURCE_STEP)
         if not refs:
             return True
         done, late = ray.wait(refs, num_returns=len(refs), timeout=self.ex.load_timeout_s)
@@ -1020,6 +1025,7 @@ class _Round:
             token = f"{self.tag} {tool}"
             lease = self.ex._hold.options(
                 **unit.options.as_options(), name=self.tag, max_retries=0, retry_exceptions=False,
+                runtime_env=LEASE_RUNTIME_ENV,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
             ).remote(actor, token)
             self.leases[tool] = lease
@@ -1084,6 +1090,7 @@ class _Round:
         for tool, (key, threads) in fresh.items():
             actor = self.ex._actor.options(
                 num_cpus=0, num_gpus=0, max_concurrency=threads, max_restarts=0, max_task_retries=0,
+                runtime_env=RESIDENT_RUNTIME_ENV,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(key[0], soft=False),
             ).remote(self.spec("", tool, Placement.GPU_NOW), self.ex._refs[tool].box)
             self.ex.resident_actors_started[tool] = self.ex.resident_actors_started.get(tool, 0) + 1
