@@ -1016,8 +1016,6 @@ class _Round:
         earlier execution (same node, as many threads) or a new one, and a lease that holds the tool's
         GPU share and ``vram_mb`` from its load until the release."""
         actors = self.resident_actors()
-        if actors is None:
-            return False
         loads: dict[Any, str] = {}
         for tool, unit in self.plan.actors.items():
             actor = actors[tool]
@@ -1051,9 +1049,9 @@ class _Round:
                                     f"{self.ex.load_timeout_s:g} s (is their Ray GPU node busy or gone?)"))
         return self.failure is None
 
-    def resident_actors(self) -> dict[str, Any] | None:
-        """The actor of every ``gpu_now`` tool: kept ones that still answer, new ones for the rest
-        (None: the round failed). An actor holds no Ray resources of its own (its lease does)."""
+    def resident_actors(self) -> dict[str, Any]:
+        """The actor of every ``gpu_now`` tool: kept ones that still answer, new ones for the rest. An
+        actor holds no Ray resources of its own (its lease does)."""
         kept, fresh = self.ex._kept, {}
         alive = {h.node_id for h in self.hosts}
         for key in [k for k in kept if k[0] not in alive]:  # its node is gone
