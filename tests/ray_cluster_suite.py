@@ -19,14 +19,18 @@ cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` u
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.raycluster import NS_DIR, NS_ENV, ROOT, Cluster, loopback_up, only_loopback, start_cluster
@@ -580,6 +584,149 @@ def _cmdline(p: Path) -> bytes:
         return (p / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+# ---------------------------------------------------------------------------- Ctrl-C mid-round
+HOLDER_YAML = """
+name: holder
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 30}
+cards:
+  holder: {cpu_ms: 30, gpu_ms: 30, load_ms: 5, vram_mb: 4}
+nodes: [{id: A, tool: holder}]
+edges: []
+"""
+
+
+def _wait_for(what: str, ok: Callable[[], bool], proc: subprocess.Popen[str] | None = None,
+              within_s: float = 300.0) -> None:
+    """Wait until ``ok()`` (a safety limit only: fails, saying what, past ``within_s`` or when ``proc`` exits)."""
+    deadline = time.monotonic() + within_s
+    while not ok():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the CLI exited ({proc.returncode}) before {what}")
+        assert time.monotonic() < deadline, f"no {what} within {within_s:g} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("where", ["own-cluster", "ray-address"])
+def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_process(
+        cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path, where: str) -> None:
+    """A user's Ctrl-C (SIGINT to the CLI's process group) while a round's resident tool runs, after
+    rounds were recorded: exit 130 without a traceback, every round printed before is stored (the run
+    ``interrupted``), the interrupted round is not, and nothing of the run is left: on its own local
+    cluster no process of that cluster, on ``--ray-address`` no resident actor of its job alive."""
+    local = Path(NS_DIR) / f"interrupted-{where}"
+    path, hold, store = tmp_path / "holder.yaml", tmp_path / "hold", tmp_path / "runs.sqlite"
+    started = Path(f"{hold}.started")
+    path.write_text(HOLDER_YAML)
+    env = {**os.environ, "HETSCHED_TEST_HOLD_FLAG": str(hold), "PYTHONUNBUFFERED": "1"}
+    on = ["-X", f"temp_dir={local}"] if where == "own-cluster" else ["--ray-address", cluster.address]
+    before = _resident_actor_states()
+    errors = tmp_path / "stderr.log"
+    with errors.open("w") as sink:  # a user's terminal: its own process group, which Ctrl-C signals
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hetsched", "run", str(path), "--executor", "ray", *on, "-X",
+             'tool_modules=["tests.rayhold"]', "-X", "timeout_s=600", "--policy", "all-gpu", "--rounds", "40",
+             "--store", str(store), "--reference", "none"],
+            stdout=subprocess.PIPE, stderr=sink, text=True, cwd=ROOT, env=env, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")) if proc.stdout else None,
+                              daemon=True)
+    reader.start()
+    try:
+        # a round is printed after it is stored: once round 0's line is out, later calls hold mid-round
+        _wait_for("round 0's line", lambda: any(ln.startswith("round 0/40:") for ln in list(lines)), proc)
+        hold.touch()
+        _wait_for("held call", started.exists, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        hold.unlink(missing_ok=True)
+    reader.join(timeout=60)
+    stderr = errors.read_text()
+    assert proc.returncode == 130, f"exit {proc.returncode}; stderr:\n{stderr[-3000:]}"
+    assert "Traceback" not in stderr, stderr[-5000:]
+    said = re.search(r"interrupted: run (\w+) keeps its (\d+) stored rounds", stderr)
+    assert said, stderr[-3000:]
+    run_id, kept = said.group(1), int(said.group(2))
+    printed = [int(m.group(1)) for ln in lines if (m := re.match(r"round (\d+)/40:", ln))]
+    assert kept >= 1 and printed == list(range(kept)), (kept, printed)
+    with RunStore(store) as st:
+        info, rounds = st.run(run_id), st.rounds(run_id)
+    assert info.status == "interrupted", (info.status, info.status_reason)
+    # every round finished before the Ctrl-C is there, whole; the interrupted one (round `kept`) is not
+    assert [r.round for r in rounds] == list(range(kept))
+    assert all(r.trace.feasible and r.mapping["A"] is Placement.GPU_NOW for r in rounds), [r.trace.reason for r in rounds]
+    if where == "own-cluster":
+        left = _outliving(str(local).encode())
+        assert not left, f"processes of the interrupted run's local cluster outlived it: {left}"
+    else:
+        deadline = time.monotonic() + 60
+        while True:
+            mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
+            if all(st == "DEAD" for st in mine.values()) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        assert mine and all(st == "DEAD" for st in mine.values()), f"the interrupted run's actors: {mine}"
+        assert _vram_free_everywhere(), "the interrupted run left vram_mb held"
+    assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
+        cluster: Cluster, wide_ex: RayExecutor, tools: dict[str, Spin], tmp_path: Path) -> None:
+    """A program's ``KeyboardInterrupt`` raised (as by Ctrl-C, in the main thread) while a round runs,
+    after a round that kept two resident actors: the interrupted round kills the actor it used, and
+    the executor's ``close()`` (leaving its ``with`` block) kills the other one, kept from the round
+    before and unused by the interrupted one; Ray then reports every actor of the executor dead."""
+    from tests.rayhold import Hold
+
+    hold = tmp_path / "hold"
+    started = Path(f"{hold}.started")
+    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
+    sc = scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
+                  name="interrupted")
+    before = _resident_actor_states()
+    interrupted = threading.Event()
+
+    def ctrl_c_once_a_holds() -> None:
+        deadline = time.monotonic() + 300  # a safety limit: the round's own limit is 600 s
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if started.exists():
+            interrupted.set()
+            _thread.interrupt_main()  # SIGINT's effect: KeyboardInterrupt in the main thread
+
+    seen: dict[str, Any] = {}
+    try:
+        with pytest.raises(KeyboardInterrupt), RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
+            seen["ex"] = ex
+            tr = ex.run(Mapping({"A": G, "B": G}))
+            check_ray_trace(sc, tr)
+            seen["kept"] = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
+            assert set(seen["kept"]) == {"held", "mid"}, seen["kept"]
+            hold.touch()
+            threading.Thread(target=ctrl_c_once_a_holds, daemon=True).start()
+            ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
+        assert interrupted.is_set(), "A never held: the round was not interrupted"
+        deadline = time.monotonic() + 60
+        while True:
+            mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
+            if all(st == "DEAD" for st in mine.values()) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
+        assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
+        ex = seen["ex"]
+        assert ex.kept_actors() == {}
+        assert ex.resident_actors_started == {"held": 1, "mid": 1}, ex.resident_actors_started
+        assert _vram_free_everywhere(), "the interrupted round left vram_mb held"
+    finally:
+        hold.unlink(missing_ok=True)
+        unregister_tool("held")
 
 
 # ---------------------------------------------------------------------------- hs.Session on Ray

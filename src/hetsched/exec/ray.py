@@ -121,6 +121,15 @@ telling the raylet it leaves; a local cluster whose GCS or raylet does not answe
 starved on a loaded machine) holds it forever. Past this, the executor gives up on Ray's teardown
 and stops the local cluster's processes itself (:func:`_stop_watchdog`)."""
 
+CANCEL_GRACE_S = 2.0
+"""How long a round's cleanup (after a failure or an interrupt) lets the tasks it would cancel finish
+first; only those still pending after it are cancelled. Ray 2.60's driver aborts (``task_manager.cc``
+``Check failed: it != submissible_tasks_.end() Tried to complete task that was not pending``, exit
+status 1, nothing printed: seen when Ctrl-C met a CPU node finishing) when ``ray.cancel`` lands
+between a task's reply and its completion, the race ray-project/ray#54798 fixed for retries only.
+A task that finishes within the grace is never cancelled; one still running after it (held, slow,
+late) is very unlikely to be finishing at that very moment."""
+
 GCS_TIMEOUT_S = 60.0
 """How long the executor waits for Ray's GCS to list the cluster's nodes (``ray.nodes()`` waits
 without a bound while the GCS does not answer): past it, a round is refused as unavailable."""
@@ -1225,10 +1234,13 @@ class _Round:
 
     def cleanup(self) -> None:
         """Cancel what still runs or waits, kill every actor, and wait until Ray has let go of them."""
-        for n in list(self.pending.values()):
-            if self.plan.mapping[n] is not Placement.GPU_NOW:
-                with contextlib.suppress(Exception):
-                    ray.cancel(self.out_refs[n], force=True)
+        running = [self.out_refs[n] for n in self.pending.values() if self.plan.mapping[n] is not Placement.GPU_NOW]
+        if running:  # let those finishing now finish: cancelling one as it finishes aborts Ray's driver
+            with contextlib.suppress(Exception):
+                _, running = ray.wait(running, num_returns=len(running), timeout=CANCEL_GRACE_S)
+        for ref in running:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
         for tool in list(self.actors):
             self.release(tool, force=True)
         if self.failure is not None or self.interrupted:
