@@ -14,7 +14,9 @@ their typed reason and the next round runs; stored rounds survive a failed one; 
 queued nodes out of FIFO order where the simulator does not; a window of overlapping requests
 shares one resident actor and keeps every invariant per request; ``hetsched run --executor ray``
 starts and stops its own local cluster (and exits, its cluster stopped by force, when that
-cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` uses this one.
+cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` uses this one;
+a Ctrl-C mid-round (SIGINT to the CLI, or a KeyboardInterrupt in a program) loses no recorded round
+and leaves no process or resident actor alive.
 """
 
 from __future__ import annotations
