@@ -41,6 +41,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import json_cache  # benchmarks/json_cache.py: a cache file several runs may share
+
 HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
@@ -130,9 +132,7 @@ def quality(args: argparse.Namespace) -> None:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"agentic:rules rounds 0-5; best known = min(best_known {args.reference_evals} sims, screened search "
           f"{args.search_evals} estimates, every mapping played)")
-    cache: dict[str, float] = {}
-    if args.reference_cache and args.reference_cache.exists():
-        cache = json.loads(args.reference_cache.read_text())
+    cache: dict[str, float] = json_cache.load(args.reference_cache)
 
     def key(family: str, n: int, mode: str, seed: int) -> str:
         return f"{family}:{n}:{mode}:{seed}:{args.reference_evals}"
@@ -147,8 +147,8 @@ def quality(args: argparse.Namespace) -> None:
         for row in pool.map(score, jobs):
             rows.append(row)
             if args.reference_cache and row["best_known_search_ms"] is not None:
-                cache[key(row["family"], row["n"], row["mode"], row["seed"])] = row["best_known_search_ms"]
-                args.reference_cache.write_text(json.dumps(cache, indent=1, sort_keys=True))
+                json_cache.store(args.reference_cache,
+                                 {key(row["family"], row["n"], row["mode"], row["seed"]): row["best_known_search_ms"]})
             tag = "3w" if row["mode"] == "three_way" else "bin"
             cells = " | ".join(f"{row[side]['ratio']:.4f} ({row[side]['r0']:.4f})" for side, _ in sides)
             print(f"| {row['n']} | {row['family']}-{tag}-s{row['seed']} | {cells} |", flush=True)

@@ -50,6 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import json_cache  # benchmarks/json_cache.py: a cache file several runs may share
+
 HERE = Path(__file__).resolve().parent
 UPPER = """
 import json
@@ -142,9 +144,7 @@ def main() -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.machine()}, {cpus} CPUs, Python {platform.python_version()}; "
           f"load average before: {os.getloadavg()[0]:.1f}")
-    uppers: dict[str, float] = {}
-    if args.uppers and args.uppers.exists():
-        uppers = json.loads(args.uppers.read_text())
+    uppers: dict[str, float] = json_cache.load(args.uppers)
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for seed in args.seeds:
@@ -155,7 +155,7 @@ def main() -> None:
                     uppers[name] = child(args.baseline_src, code.format(family=family, n=n, seed=seed,
                                                                         evals=args.evals))["e2e_ms"]
                     if args.uppers:
-                        args.uppers.write_text(json.dumps(uppers, indent=1))
+                        json_cache.store(args.uppers, {name: uppers[name]})
                 upper = uppers[name]
                 sides = {}
                 for side, src in (("before", args.baseline_src), ("after", args.src)):
@@ -216,7 +216,7 @@ def main() -> None:
                         uppers[key] = child(args.baseline_src, UPPER.format(
                             family=family, n=int(size[1:]), seed=int(seed[1:]), evals=args.strong_evals))["e2e_ms"]
                         if args.uppers:
-                            args.uppers.write_text(json.dumps(uppers, indent=1))
+                            json_cache.store(args.uppers, {key: uppers[key]})
                     upper = min(upper, uppers[key])
                     print(f"  {r['workflow']}: best known {r['upper_ms']:.1f} -> {upper:.1f} ms; gap after "
                           f"{100 * r['after_gap']:.1f}% -> {100 * (upper / r['after_lower_ms'] - 1):.1f}%", flush=True)

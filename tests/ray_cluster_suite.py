@@ -189,6 +189,62 @@ def test_gpu_now_actors_are_packed_across_gpu_nodes_and_released_at_their_last_n
     assert wide_ex.last_outputs == {"J": expected_outputs(sc, {t: s.value for t, s in TOOLS.items()})["J"]}
 
 
+def _resident_actor_states() -> dict[str, str]:
+    """Every resident-tool actor the cluster has had (Ray's state API): actor id -> state."""
+    from ray.util.state import list_actors
+
+    rows = list_actors(filters=[("class_name", "=", "ResidentTool")], limit=10_000, raise_on_missing_output=False)
+    return {a.actor_id: a.state for a in rows}
+
+
+def _vram_free_everywhere(within_s: float = 30.0) -> bool:
+    """Whether every node's vram_mb is all free again (Ray's resource view lags a little: waits for it)."""
+    import ray
+
+    deadline = time.monotonic() + within_s
+    while True:
+        total, free = ray.cluster_resources().get("vram_mb", 0.0), ray.available_resources().get("vram_mb", 0.0)
+        if abs(total - free) < 1e-6 or time.monotonic() >= deadline:
+            return abs(total - free) < 1e-6
+        time.sleep(0.2)
+
+
+def test_resident_actors_are_kept_across_rounds_hold_nothing_between_them_and_go_with_the_executor(
+        cluster: Cluster, wide_ex: RayExecutor) -> None:
+    """One actor per resident tool and Ray node serves every round that makes the tool resident there
+    (no new process, no new import); between rounds, and in a round that maps the tool elsewhere, it
+    holds no weights and no vram_mb; closing the executor kills it."""
+    import ray
+
+    sc = wide_ex.scenario
+    head, worker = hosts_by_kind(wide_ex)
+    now = Mapping({"A": C, "B": C, "X": G, "Y": G, "F0": C, "F1": Q, "F2": C, "F3": Q, "J": C})
+    # X (24 MB) queued fits only the head's 30 MB: never admitted if big's kept actor still held its 24 MB there
+    queued = Mapping({"A": C, "B": Q, "X": Q, "Y": Q, "F0": C, "F1": C, "F2": C, "F3": C, "J": C})
+    before = _resident_actor_states()
+    with RayExecutor(sc, address=cluster.address, timeout_s=60) as ex:
+        for m in (now, now, queued, now):
+            tr = ex.run(m)
+            check_ray_trace(sc, tr)
+            assert ex.last_outputs == {"J": expected_outputs(sc, {t: s.value for t, s in TOOLS.items()})["J"]}
+            assert _vram_free_everywhere(), "a round left vram_mb held after it ended"
+            kept = ex.kept_actors()
+            assert set(kept) == {(head, "big"), (worker, "mid")}, kept
+            for actor in kept.values():
+                assert ray.get(actor.resident.remote(), timeout=60) == [], "a kept actor holds its tool between rounds"
+        assert tr.nodes["X"].host == head and tr.nodes["Y"].host == worker
+        assert ex.resident_actors_started == {"big": 1, "mid": 1}, ex.resident_actors_started
+        mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
+        assert len(mine) == 2 and set(mine.values()) == {"ALIVE"}, mine
+    # close() killed them: none of this executor's actors is left alive (the cluster keeps running)
+    deadline = time.monotonic() + 60
+    while any(st != "DEAD" for a, st in _resident_actor_states().items() if a in mine) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = {a: st for a, st in _resident_actor_states().items() if a in mine and st != "DEAD"}
+    assert not left, f"resident actors outlived their executor: {left}"
+    assert len(wide_ex.refresh_hosts()) == 2, "the cluster is untouched"
+
+
 def test_a_queued_node_larger_than_every_gpu_node_is_refused_before_running(wide_ex: RayExecutor) -> None:
     sc = scenario([("A", "prep"), ("B", "big")], [("A", "B")],
                   [card("prep", 20, has_gpu=False), card("big", 150, 35)], budget_mb=40)
@@ -264,6 +320,7 @@ def test_a_failure_ends_the_round_typed_and_the_next_round_runs(cluster: Cluster
             trigger.touch()
             bad = ex.run(m)
             assert bad.kind is kind and words in bad.reason, bad.reason
+            assert not ex.kept_actors(), "a failed round keeps none of its resident actors"
             assert "A" in bad.nodes and "C" not in bad.nodes  # what finished before the failure is kept
             good = ex.run(m)
             assert good.feasible, good.reason

@@ -10,6 +10,7 @@ tools that need no extra.
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
@@ -258,3 +259,25 @@ def test_the_documented_example_runs(torch_: Any, tmp_path: Path) -> None:
     assert llama.description.startswith("Llama-style decoder (tiny") and llama.gpu_ms and llama.vram_mb > 3
     assert "torch" in llama.provenance.software and llama.provenance.device == "standin"
     assert cards["hash_embedder"].vram_mb > 16  # its two fp32 weight matrices: 4096x1024 + 1024x256
+
+
+def test_web_fetch_server_is_silent_when_a_client_hangs_up_and_reports_other_errors(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hetsched.tools.builtin.text import _PageServer
+
+    server = _PageServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    try:
+        for hang_up in (ConnectionResetError(104, "reset by peer"), BrokenPipeError(32, "broken pipe"),
+                        TimeoutError("timed out")):
+            try:
+                raise hang_up
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""  # a cancelled or timed-out fetch is not a traceback
+        try:
+            raise ValueError("a bug in the handler")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "ValueError: a bug in the handler" in capsys.readouterr().err
+    finally:
+        server.server_close()

@@ -49,7 +49,17 @@ from hetsched.deciders.rules import (
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
 )
-from hetsched.deciders.search import LATE_QUEUE_RATIOS, _race, _Search, focus, late_starts, local_search, resume
+from hetsched.deciders.search import (
+    EXCHANGE_IN,
+    EXCHANGE_OUT,
+    LATE_QUEUE_RATIOS,
+    _race,
+    _Search,
+    focus,
+    late_starts,
+    local_search,
+    resume,
+)
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import (
     InputError,
@@ -443,6 +453,54 @@ def test_screened_binary_kicks_evict_a_resident_tool_whole(family: str, n: int, 
     allowed = RulesDecider()._compile(three_way).allowed
     assert not _Search(Estimator(three_way), allowed, 100, seed, screen=True).eject
     assert not _Search(est, comp.allowed, 100, seed, screen=False).eject
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 32), seed=st.integers(0, 10_000))
+def test_screened_binary_kicks_exchange_work_between_the_devices(family: str, n: int, seed: int) -> None:
+    """A screened binary search's kicks include exchanges: up to ``EXCHANGE_OUT`` ``gpu_now`` nodes to the CPU
+    and up to ``EXCHANGE_IN`` CPU nodes to ``gpu_now`` in one kick, more nodes than any other kick moves (2-4
+    nodes, or one tool's), both ways at once when the mapping has nodes on both sides; every kick's mapping
+    fits the VRAM budget when an exchange made it, only allowed placements; the same seed draws the same kicks."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    cur = local_search(est, comp.starts, comp.allowed, max_evaluations=60, seed=1, screen=True).best
+    tool = sc.compiled.tool_idx
+    movable_up = [j for j in range(n) if cur[j] == CPU_CODE and NOW_CODE in comp.allowed[j]
+                  and math.isfinite(est.gpu_ms[j])]
+    movable_down = [j for j in range(n) if cur[j] == NOW_CODE and CPU_CODE in comp.allowed[j]]
+    search, twin = (_Search(est, comp.allowed, 10**6, seed, screen=True) for _ in range(2))
+    wide = 0
+    for _ in range(300):
+        kicked = search.exchange(cur)
+        assert kicked == twin.exchange(cur)
+        down = [j for j in range(n) if cur[j] == NOW_CODE and kicked[j] == CPU_CODE]
+        up = [j for j in range(n) if cur[j] == CPU_CODE and kicked[j] == NOW_CODE]
+        assert len(down) + len(up) == sum(1 for j in range(n) if kicked[j] != cur[j])
+        assert len(down) <= EXCHANGE_OUT[1] and len(up) <= EXCHANGE_IN[1]
+        assert sc.compiled.static_ok(kicked) or not up
+        assert all(p in a for p, a in zip(kicked, comp.allowed, strict=True))
+        assert set(up) <= set(movable_up) and set(down) <= set(movable_down)
+        if down and len(up) >= 2:
+            wide += 1
+    # the kicks as the search draws them: exchanges among them, wider than the other kinds
+    mixed = 0
+    for _ in range(300):
+        kicked = search.kick(cur)
+        moved = [j for j in range(n) if kicked[j] != cur[j]]
+        if len(moved) > 4 and len({tool[j] for j in moved}) > 1 and {kicked[j] for j in moved} == {CPU_CODE, NOW_CODE}:
+            mixed += 1
+    if len(movable_up) >= 4 and movable_down:
+        assert wide > 0 and mixed > 0
+    three_way = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
+    allowed = RulesDecider()._compile(three_way).allowed
+    other = _Search(Estimator(three_way), allowed, 100, seed, screen=True)
+    queued = RulesDecider()._compile(three_way).rules
+    for _ in range(100):  # three-way (and unscreened) kicks are as before: at most 4 nodes or one tool's
+        kicked = other.kick(queued)
+        moved = [j for j in range(n) if kicked[j] != queued[j]]
+        assert len(moved) <= 4 or len({three_way.compiled.tool_idx[j] for j in moved}) == 1
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

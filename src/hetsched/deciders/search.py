@@ -6,7 +6,9 @@ rank lowest, within a budget of estimates.
 - Otherwise an iterated local search: a first-improvement descent from the best of the starting
   mappings, then, while the budget lasts, a random kick (two to four nodes, or every node of one
   tool, to other placements; in a screened binary search also, one time in five, one resident tool,
-  drawn by its VRAM, evicted whole to the CPU: ``EJECT_KICK_SHARE``) of the best mapping so far and a
+  drawn by its VRAM, evicted whole to the CPU: ``EJECT_KICK_SHARE``; and, before those, three in ten
+  exchange work between the devices, a few ``gpu_now`` nodes that gain least there to the CPU and several
+  CPU nodes that gain most to ``gpu_now``: ``EXCHANGE_KICK_SHARE``) of the best mapping so far and a
   descent from there, kept when it is better (Lourenco, Martin, Stuetzle, "Iterated Local Search",
   Handbook of Metaheuristics, 2003).
 - The descent's neighbourhood: every one-node move; every tool's nodes moved together (a tool is
@@ -91,6 +93,21 @@ class SearchResult:
         return finite[:k]
 
 
+EXCHANGE_KICK_SHARE = 0.3
+"""In a screened binary search, the share of kicks that exchange work between the devices
+(:meth:`_Search.exchange`): a few ``gpu_now`` nodes that gain least on the GPU go to the CPU and several CPU
+nodes that gain most go to ``gpu_now``, together. Where the GPU is shared (the critical chain a GPU node
+stretched by the others' GPU work), the better basins hold another balance of work between the devices:
+on three 100-tool binary workflows whose round 0 ended 4.6-7.2% above the best known, the best-known
+mapping differs from round 0's in 3-4 demotions and 8-12 promotions; every one of those moves alone is a
+loss, and so are all the demotions or all the promotions without the others (the demoted work overloads
+the CPU, the promoted work the GPU), while a random kick of 2-4 nodes rarely draws such a set. The other
+kicks (and their shares) follow as before; three-way and unscreened searches (under ``SCREEN_MIN_NODES``
+nodes in the ``rules`` decider) never make it."""
+EXCHANGE_OUT = (1, 3)
+"""How many ``gpu_now`` nodes an exchange kick sends to the CPU (drawn uniformly in this range)..."""
+EXCHANGE_IN = (2, 8)
+"""...and how many CPU nodes it promotes to ``gpu_now`` (fewer when the VRAM budget does not hold them)."""
 EJECT_KICK_SHARE = 0.2
 """In a screened binary search, the share of kicks that move one resident tool (drawn with probability
 proportional to its VRAM) wholly to the CPU, the other kicks as before. In binary mode the GPU memory
@@ -337,8 +354,43 @@ class _Search:
                     cur, cur_e, improved = cand, e, True
         return cur, cur_e
 
+    def exchange(self, cur: Codes) -> Codes:
+        """An exchange kick (``EXCHANGE_KICK_SHARE``): ``EXCHANGE_OUT`` ``gpu_now`` nodes drawn with weight their
+        GPU time over their CPU time go to the CPU, and ``EXCHANGE_IN`` CPU nodes that may run on ``gpu_now``,
+        drawn with weight their speedup (CPU over GPU time, the cards'), go to ``gpu_now``; the last promotions
+        drawn are undone while the ``gpu_now`` set does not fit the VRAM budget."""
+        cpu_ms, gpu_ms = self.est.cpu_ms, self.est.gpu_ms
+        on_gpu = [i for i in range(self.n) if cur[i] == NOW_CODE and CPU_CODE in self.allowed[i]]
+        on_cpu = [i for i in range(self.n)
+                  if cur[i] == CPU_CODE and NOW_CODE in self.allowed[i] and math.isfinite(gpu_ms[i])]
+        k_out, k_in = self.rng.randint(*EXCHANGE_OUT), self.rng.randint(*EXCHANGE_IN)
+        out = self._draw(on_gpu, [max(gpu_ms[i], 1e-9) / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
+        into = self._draw(on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
+        codes = list(cur)
+        for i in out:
+            codes[i] = CPU_CODE
+        for i in into:
+            codes[i] = NOW_CODE
+        while into and not self.est.static_ok(tuple(codes)):
+            codes[into.pop()] = CPU_CODE
+        return tuple(codes)
+
+    def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
+        """``k`` of ``items`` (fewer when there are fewer) drawn without replacement, each with probability
+        proportional to its weight among those left."""
+        items, weights = list(items), list(weights)
+        out: list[int] = []
+        while items and len(out) < k:
+            j = self.rng.choices(range(len(items)), weights=weights)[0]
+            out.append(items.pop(j))
+            weights.pop(j)
+        return out
+
     def kick(self, cur: Codes) -> Codes:
         codes = list(cur)
+        if self.eject and self.rng.random() < EXCHANGE_KICK_SHARE:
+            # binary, screened: work exchanged between the devices, several nodes each way
+            return self.exchange(cur)
         if self.eject and self.rng.random() < EJECT_KICK_SHARE:
             # binary, screened: one resident tool (drawn by its VRAM) to the CPU; the descent refills the room
             residents = sorted({self.tool[j] for j in range(self.n) if cur[j] == NOW_CODE})

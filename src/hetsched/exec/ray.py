@@ -6,19 +6,24 @@
   resource is the scenario's budget, and stops exactly that cluster on ``close()``. A cluster
   the executor only connected to keeps running.
 - **Tasks and actors** (:mod:`hetsched.exec.ray_plan`): every ``cpu`` and ``gpu_queue`` node is
-  a Ray task, every ``gpu_now`` tool a Ray actor that loads its model before the round and is
-  killed when its last node ends; outputs flow between them as object refs (the whole DAG is
+  a Ray task, every ``gpu_now`` tool a Ray actor that loads its model before the round and unloads
+  it when its last node ends; outputs flow between them as object refs (the whole DAG is
   submitted at once and Ray resolves the dependencies). GPU units ask for a share of a GPU and
-  for the custom ``vram_mb`` resource, so Ray admits them only where the budget has room;
-  CPU tasks ask for their card's threads.
+  for the custom ``vram_mb`` resource, so Ray admits them only where the budget has room (a
+  resident tool through its round's lease, a task that holds them from before the round until the
+  release); CPU tasks ask for their card's threads.
+- **Kept actors.** A resident tool's actor (a process with its libraries imported) is kept across
+  executions and reused by every later one that makes the tool resident on the same Ray node with
+  as many threads; the residency itself (weights, ``vram_mb``, the memory check) is per round. A
+  failed round keeps none, ``close()`` kills them (docs/ray.md).
 - **Per-node budgets.** A cluster may have several GPU nodes, each with its own ``vram_mb``:
   actors are packed onto them (and pinned), queued tasks go wherever Ray finds room, and the
   trace has a VRAM timeline per Ray node (``Trace.hosts``) besides the total.
 - **Failures.** A tool that raises, a worker or actor that dies, an OOM (a CUDA OOM, Ray's
   memory monitor, or a GPU unit whose measured memory exceeds its card), a Ray node that dies
   or a node past its time limit ends the round as ``Trace.refused(...)`` with its typed reason
-  and the nodes that finished; everything still running is cancelled and every actor killed,
-  and the next round runs normally.
+  and the nodes that finished; everything still running is cancelled and every actor of the
+  round killed, and the next round runs normally.
 - **Trace** (:mod:`hetsched.exec.ray_trace`): ready, admitted, start and end per node and the
   Ray node that ran it, from Ray's task events.
 
@@ -156,6 +161,48 @@ class _ToolRef:
 
     key: str
     box: list[Any]
+
+
+@dataclass
+class _Kept:
+    """A resident actor kept across executions: its handle and its threads (``max_concurrency``)."""
+
+    actor: Any
+    threads: int
+
+
+LEASE_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"HETSCHED_RAY_ROLE": "lease"}}
+"""The runtime environment of resident tools' leases (merged into the job's): Ray keeps a worker pool per
+runtime environment, so leases, which hold a worker for a whole round, get workers of their own (started
+once, no torch import) and never take the workers the warm phase prepared for the round's tasks."""
+RESIDENT_RUNTIME_ENV: dict[str, Any] = {"env_vars": {"HETSCHED_RAY_ROLE": "resident"}}
+"""The same for resident actors: a new one starts its own process instead of taking (and removing from
+the pool) an idle worker the warm phase prepared for the round's tasks."""
+
+KEEP_THREADS_EXTRA = 4
+"""Threads of a resident actor beyond one per call that can come at once: the round's load, the wait
+for it, its lease's wait for the release, and the release (or a liveness check)."""
+
+
+def _wait_dead(actors: Sequence[Any], timeout_s: float) -> bool:
+    """Wait until every actor (killed) is dead: a call on it fails once Ray knows. True when all are."""
+    deadline = time.monotonic() + timeout_s
+    left = list(actors)
+    while left and time.monotonic() < deadline:
+        refs = {a.ping.remote(): a for a in left}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=max(0.1, min(2.0, deadline - time.monotonic())))
+        still = []
+        for ref in done:
+            try:
+                ray.get(ref)
+                still.append(refs[ref])  # answered: not dead yet
+            except Exception:  # RayActorError: gone
+                pass
+        still += [refs[r] for r in refs if r not in done]
+        left = still
+        if left:
+            time.sleep(0.1)
+    return not left
 
 
 class RayExecutor(ClosingExecutor):
@@ -296,6 +343,12 @@ class RayExecutor(ClosingExecutor):
         self._connect()
         self._task: Any = ray.remote(run_node)
         self._actor: Any = ray.remote(ResidentTool)
+        self._hold: Any = ray.remote(ray_remote.hold)
+        self._kept: dict[tuple[str, str], _Kept] = {}  # (Ray node, tool) -> its resident actor, kept across rounds
+        self.resident_actors_started: dict[str, int] = {}
+        """Per ``gpu_now`` tool: how many resident actors (Ray worker processes that import and prepare the
+        tool) this executor has started. An actor is kept across executions and reused by every later one
+        that makes the tool resident on the same Ray node with as many threads (docs/ray.md)."""
         self._warm: Any = ray.remote(ray_remote.warm)
         self._refs: dict[str, _ToolRef] = {}
         for tname, tool in self.tools.items():
@@ -371,9 +424,31 @@ class RayExecutor(ClosingExecutor):
             return
         started_at = time.monotonic()
         try:
+            self.drop_resident_actors()
             self._leave()
         finally:
             self.phases_s["close_s"] = time.monotonic() - started_at
+
+    def kept_actors(self) -> dict[tuple[str, str], Any]:
+        """The resident actors kept for later executions, by (Ray node id, tool): Ray actor handles."""
+        return {key: k.actor for key, k in self._kept.items()}
+
+    def drop_resident_actors(self) -> None:
+        """Kill every resident actor kept for later executions and wait (at most ``shutdown_timeout_s``)
+        until Ray reports them dead; the next execution starts new ones. ``close()`` calls it."""
+        kept = [k.actor for k in self._kept.values()]
+        self._kept.clear()
+        if not kept or _CONN["broken"] is not None:
+            return
+
+        def kill_and_wait() -> None:
+            for actor in kept:
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+            _wait_dead(kept, self.shutdown_timeout_s)
+
+        with contextlib.suppress(Exception):  # a cluster that does not answer: its teardown (or the watchdog) ends them
+            _within(self.shutdown_timeout_s, kill_and_wait)
 
     def _leave(self) -> None:
         with _CONN_LOCK:
@@ -837,7 +912,7 @@ class _Round:
                  inputs: dict[str, Any] | None = None, scenario: Scenario | None = None,
                  clock: _PhaseClock | None = None) -> None:
         self.ex, self.plan, self.hosts = ex, plan, hosts
-        self.clock_s = clock if clock is not None else _PhaseClock()
+        self.phase_clock = clock if clock is not None else _PhaseClock()
         """Where the round's wall time goes, phase by phase."""
         self.given = dict(inputs or {})  # a source's request input
         self.sc = scenario if scenario is not None else ex.scenario
@@ -855,7 +930,9 @@ class _Round:
         self.ready_at: dict[str, float] = {}
         self.devices: set[str] = set()
         self.extra_ids: list[str] = []
-        self.exiting: list[Any] = []  # actors asked to exit after their last node
+        self.used: dict[str, tuple[tuple[str, str], Any]] = {}  # gpu_now tool -> (its key in the pool, its actor)
+        self.leases: dict[str, Any] = {}  # gpu_now tool -> its lease's ref (holds the tool's vram_mb)
+        self.interrupted = False  # an exception (Ctrl-C) left the round: nothing of it is kept
         cls_total = {"cpu": 0.0, "gpu": 0.0}
         for n in self.wf.node_ids:
             cls_total["gpu" if plan.mapping[n].on_gpu else "cpu"] += node_timeout_s(
@@ -935,15 +1012,23 @@ class _Round:
         return self.failure is None
 
     def start_actors(self) -> bool:
+        """Make every ``gpu_now`` tool resident on its Ray node before the round: the actor kept from an
+        earlier execution (same node, as many threads) or a new one, and a lease that holds the tool's
+        GPU share and ``vram_mb`` from its load until the release."""
+        actors = self.resident_actors()
         loads: dict[Any, str] = {}
         for tool, unit in self.plan.actors.items():
-            box = self.ex._refs[tool].box
-            actor = self.ex._actor.options(
-                **unit.options.as_options(), max_concurrency=self.concurrency(tool, len(unit.nodes)), max_restarts=0,
-                max_task_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
-            ).remote(self.spec("", tool, Placement.GPU_NOW), box)
+            actor = actors[tool]
             self.actors[tool] = actor
-            ref = actor.load.options(name=self.tag).remote()
+            token = f"{self.tag} {tool}"
+            lease = self.ex._hold.options(
+                **unit.options.as_options(), name=self.tag, max_retries=0, retry_exceptions=False,
+                runtime_env=LEASE_RUNTIME_ENV,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
+            ).remote(actor, token)
+            self.leases[tool] = lease
+            self.extra_ids.append(lease.task_id().hex())
+            ref = actor.loaded.options(name=self.tag).remote(token)
             self.extra_ids.append(ref.task_id().hex())
             loads[ref] = tool
         if not loads:
@@ -963,6 +1048,60 @@ class _Round:
             self.fail(Infeasibility(InfeasibleKind.TIMEOUT, f"gpu_now actors {names} were not placed and loaded within "
                                     f"{self.ex.load_timeout_s:g} s (is their Ray GPU node busy or gone?)"))
         return self.failure is None
+
+    def resident_actors(self) -> dict[str, Any]:
+        """The actor of every ``gpu_now`` tool: kept ones that still answer, new ones for the rest. An
+        actor holds no Ray resources of its own (its lease does)."""
+        kept, fresh = self.ex._kept, {}
+        alive = {h.node_id for h in self.hosts}
+        for key in [k for k in kept if k[0] not in alive]:  # its node is gone
+            with contextlib.suppress(Exception):
+                ray.kill(kept.pop(key).actor, no_restart=True)
+        chosen: dict[str, Any] = {}
+        pings: dict[Any, str] = {}
+        for tool, unit in self.plan.actors.items():
+            key, threads = (unit.host, tool), self.concurrency(tool, len(unit.nodes)) + KEEP_THREADS_EXTRA
+            have = kept.get(key)
+            if have is not None and have.threads == threads:
+                chosen[tool] = have.actor
+                self.used[tool] = (key, have.actor)
+                pings[have.actor.ping.remote()] = tool
+                continue
+            if have is not None:  # another number of threads: replaced
+                del kept[key]
+                with contextlib.suppress(Exception):
+                    ray.kill(have.actor, no_restart=True)
+            fresh[tool] = (key, threads)
+        if pings:  # a kept actor that died since (killed from outside, its worker lost) is replaced
+            done, _ = ray.wait(list(pings), num_returns=len(pings), timeout=min(GCS_TIMEOUT_S, self.ex.load_timeout_s))
+            answered = set()
+            for ref in done:
+                with contextlib.suppress(Exception):
+                    ray.get(ref)
+                    answered.add(pings[ref])
+            for tool in set(pings.values()) - answered:
+                key, actor = self.used.pop(tool)
+                kept.pop(key, None)
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+                fresh[tool] = (key, self.concurrency(tool, len(self.plan.actors[tool].nodes)) + KEEP_THREADS_EXTRA)
+        for tool, (key, threads) in fresh.items():
+            actor = self.ex._actor.options(
+                num_cpus=0, num_gpus=0, max_concurrency=threads, max_restarts=0, max_task_retries=0,
+                runtime_env=RESIDENT_RUNTIME_ENV,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(key[0], soft=False),
+            ).remote(self.spec("", tool, Placement.GPU_NOW), self.ex._refs[tool].box)
+            self.ex.resident_actors_started[tool] = self.ex.resident_actors_started.get(tool, 0) + 1
+            chosen[tool] = actor
+            self.used[tool] = (key, actor)
+            if self.keepable(key[0]):
+                kept[key] = _Kept(actor, threads)
+        return chosen
+
+    def keepable(self, node_id: str) -> bool:
+        """Whether a resident actor on this Ray node may be kept for later executions: the node has one
+        GPU, so every lease there is given the GPU the actor's process is bound to."""
+        return any(h.node_id == node_id and h.gpus <= 1 for h in self.hosts)
 
     def submit(self) -> None:
         self.facts.t0_s = time.time()
@@ -1026,19 +1165,29 @@ class _Round:
         return 0.5
 
     def release(self, tool: str, force: bool = False) -> None:
-        """End a resident tool's actor: gracefully after its last node (the actor exits at once and
-        flushes its task events; Ray frees its vram_mb when the process is gone), by force in a
-        cleanup. Its VRAM is recorded as released now, the earliest Ray can have freed it."""
+        """End a resident tool's residency: after its last node, the actor unloads the tool and its
+        lease ends (Ray frees its vram_mb once the lease's task has returned); in a cleanup, the actor
+        is killed. Its VRAM is recorded as released now, the earliest Ray can have freed it."""
         actor = self.actors.pop(tool, None)
         if actor is None:
             return
         self.facts.actor_release_s[tool] = time.time()
         with contextlib.suppress(Exception):
             if force:
-                ray.kill(actor, no_restart=True)
+                self.drop(tool)
             else:
-                actor.__ray_terminate__.remote()
-                self.exiting.append(actor)
+                actor.release.remote(f"{self.tag} {tool}")
+
+    def drop(self, tool: str) -> None:
+        """Kill a resident tool's actor and keep it no longer."""
+        if tool not in self.used:
+            return
+        key, actor = self.used[tool]
+        kept = self.ex._kept.get(key)
+        if kept is not None and kept.actor is actor:
+            del self.ex._kept[key]
+        with contextlib.suppress(Exception):
+            ray.kill(actor, no_restart=True)
 
     def late(self) -> tuple[str, float] | None:
         now = time.time()
@@ -1082,12 +1231,29 @@ class _Round:
                     ray.cancel(self.out_refs[n], force=True)
         for tool in list(self.actors):
             self.release(tool, force=True)
-        if self.failure is not None:
-            for actor in self.exiting:  # a failed round leaves nothing behind, exiting or not
+        if self.failure is not None or self.interrupted:
+            for tool in self.used:  # a failed round keeps none of its actors, released or not
+                self.drop(tool)
+            for ref in self.leases.values():  # a lease Ray has not granted yet is never started
                 with contextlib.suppress(Exception):
-                    ray.kill(actor, no_restart=True)
+                    ray.cancel(ref)
+        for tool in self.used:  # an actor the next execution cannot keep goes now
+            key, actor = self.used[tool]
+            if self.ex._kept.get(key) is None or self.ex._kept[key].actor is not actor:
+                self.drop(tool)
         if self.pending:
             ray.wait(list(self.pending), num_returns=len(self.pending), timeout=30.0)
+        # every lease has returned (its vram_mb is free) before the next execution: a released tool's at once,
+        # a killed actor's as soon as Ray tells the lease (else it is cancelled with its worker)
+        leases = list(self.leases.values())
+        if leases:
+            _, late = ray.wait(leases, num_returns=len(leases), timeout=30.0)
+            for ref in late:
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+            for ref in leases:
+                with contextlib.suppress(Exception):
+                    ray.get(ref, timeout=0)
         if self.failure is not None:
             # read every failed or cancelled result once, so Ray does not report it as an unhandled error
             for n, out in self.out_refs.items():
@@ -1141,7 +1307,7 @@ class _Round:
         return notes
 
     def execute(self) -> Trace:
-        phase = self.clock_s.phase
+        phase = self.phase_clock.phase
         try:
             ready = True
             if self.ex.warm:
@@ -1156,6 +1322,7 @@ class _Round:
                     self.wait()
         except BaseException:
             # Ctrl-C (or a bug) mid-round: stop everything this round started, then let it propagate
+            self.interrupted = True
             self.cleanup()
             raise
         with phase("cleanup_s"):

@@ -8,8 +8,10 @@ installed on every node of the cluster).
   its ``load_ms`` is reported apart from the run.
 - A ``gpu_queue`` node loads its tool on the node's device, runs it and unloads it, inside the
   task that holds its ``vram_mb``.
-- A ``gpu_now`` actor loads its tool once, before the round, and serves every node of the tool,
-  concurrently on its threads, until the executor kills it after the last one.
+- A ``gpu_now`` actor loads its tool before the round, once its lease (:func:`hold`: the task that
+  holds the tool's GPU share and ``vram_mb``) is granted, serves every node of the tool concurrently
+  on its threads, and unloads it after the last one, before the lease returns. The executor keeps
+  the actor (its process, imports and set-up, never the weights) for later rounds.
 
 The device of a GPU placement is the GPU Ray assigned the task (CUDA) where the node has one
 and torch sees it, else the stand-in device: this worker process, on CPU threads, with its
@@ -225,34 +227,163 @@ def warm(items: Sequence[WarmItem], hold_s: float) -> dict[str, Any]:
     return {"pid": os.getpid(), "host": _host_id(), "s": time.time() - t0}
 
 
+class DeviceMoved(RuntimeError):
+    """A kept resident actor's lease was given another GPU than the one its process is bound to."""
+
+
+class _Residency:
+    """One round's residency of a kept actor's tool: set when it has loaded, and when it is released."""
+
+    def __init__(self) -> None:
+        self.loaded = threading.Event()
+        self.released = threading.Event()
+        self.meta: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+
+def _wait(event: threading.Event) -> None:
+    """Wait for ``event`` without a bound: the executor bounds a round (its time limits, then it kills the
+    actor), and a lease must never return while its tool is still resident, however long the round."""
+    while not event.wait(60.0):
+        pass
+
+
 class ResidentTool:
-    """A ``gpu_now`` tool as a Ray actor: :meth:`load` before the round, then :meth:`run` per node."""
+    """A ``gpu_now`` tool as a Ray actor that the executor keeps across rounds.
+
+    The actor itself holds no GPU share and no ``vram_mb``: it is a process with the tool's libraries
+    imported and prepared. Each round, a lease (:func:`hold`, a Ray task that asks for the round's GPU
+    share and the card's ``vram_mb``) loads the tool here once Ray has granted those, and ends when
+    the executor releases the tool after its last node: the tool is unloaded first, then Ray frees
+    the lease's ``vram_mb``. Residency is therefore per round, as in the model: between rounds, or in
+    a round that maps the tool elsewhere, the process holds no weights.
+
+    The process binds itself to the GPU of its first lease (``CUDA_VISIBLE_DEVICES``, as Ray sets it
+    for a task given that GPU); the executor keeps such actors only on Ray nodes with one GPU, where
+    every lease gets the same one (elsewhere :class:`DeviceMoved`)."""
 
     def __init__(self, spec: NodeSpec, box: Sequence[Any]) -> None:
         self.spec = spec
         self.tool = _tool(spec.tool_key, box)
-        self.device = gpu_device(spec.device, spec.threads)
-        self.runtime = ToolRuntime(self.device)
+        self.device: Device | None = None
+        self.runtime: ToolRuntime | None = None
+        self.gpu_ids: tuple[str, ...] | None = None
         self.sampler: PeakSampler | None = None
+        self._lock = threading.Lock()
+        self._rounds: dict[str, _Residency] = {}
 
-    def load(self) -> dict[str, Any]:
-        """Load the tool (prepared first, untimed); the meta carries ``load_ms`` and the memory it took."""
-        fn_start = time.time()
-        self.runtime.prepare(self.tool)
-        self.sampler = _watch(self.runtime, self.spec)
-        loaded = self.runtime.load("now", self.tool)
-        meta = _meta(self.spec, self.device, fn_start, loaded.t_start, loaded.t_start, loaded.load_ms, True,
-                     self._peak())
-        meta["mem_mb"] = loaded.mem_mb
+    def ping(self) -> int:
+        """This actor's process id (the executor checks that a kept actor is alive)."""
+        return os.getpid()
+
+    def resident(self) -> list[str]:
+        """What this process holds loaded now (empty between rounds and after a release)."""
+        return list(self.runtime.keys()) if self.runtime is not None else []
+
+    def _residency(self, token: str) -> _Residency:
+        with self._lock:
+            return self._rounds.setdefault(token, _Residency())
+
+    def _bind(self, gpu_ids: Sequence[str]) -> ToolRuntime:
+        """The runtime of this process's device, bound at the first lease."""
+        ids = tuple(str(i) for i in gpu_ids)
+        if self.runtime is not None and self.device is not None:
+            if self.device.kind is DeviceKind.CUDA and ids != self.gpu_ids:
+                raise DeviceMoved(f"this actor's process uses GPU {self.gpu_ids}, its lease was given {ids}")
+            return self.runtime
+        if self.spec.device == "standin":
+            device = Device(DeviceKind.STANDIN, 0, self.spec.threads)
+        else:
+            cuda = bool(ids) and not (sys.platform.startswith("linux") and not os.path.exists("/dev/nvidiactl"))
+            if cuda:
+                # the actor asked Ray for no GPU; see the lease's GPU as Ray would show it to a task given it
+                # (before torch initializes CUDA in this process, which the first load does)
+                os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
+                from hetsched.exec.devices import cuda_device_count
+
+                cuda = cuda_device_count() > 0
+            if self.spec.device == "cuda" and not cuda:
+                raise DeviceUnavailable("device=cuda, but this Ray node gives the task no GPU that torch can use")
+            device = Device(DeviceKind.CUDA, 0, self.spec.threads) if cuda else Device(DeviceKind.STANDIN, 0,
+                                                                                        self.spec.threads)
+        self.device, self.gpu_ids = device, ids
+        self.runtime = ToolRuntime(device)
+        return self.runtime
+
+    def load(self, token: str, gpu_ids: Sequence[str] = ()) -> dict[str, Any]:
+        """Load the tool for round ``token`` (prepared first, untimed): called by the round's lease once
+        Ray has granted it; the meta carries ``load_ms`` and the memory the load took."""
+        state = self._residency(token)
+        try:
+            fn_start = time.time()
+            runtime = self._bind(gpu_ids)
+            assert self.device is not None
+            runtime.unload("now")  # nothing of an earlier round stays resident (a release unloaded it already)
+            runtime.prepare(self.tool)
+            apply_thread_budget(self.device.threads)
+            self.sampler = _watch(runtime, self.spec)  # this round's peak, from the level before its load
+            loaded = runtime.load("now", self.tool)
+            meta = _meta(self.spec, self.device, fn_start, loaded.t_start, loaded.t_start, loaded.load_ms, True,
+                         self._peak())
+            meta["mem_mb"] = loaded.mem_mb
+        except BaseException as exc:  # handed to the executor by loaded()
+            state.error = exc
+            state.loaded.set()
+            raise
+        state.meta = meta
+        state.loaded.set()
         return meta
 
+    def loaded(self, token: str) -> dict[str, Any]:
+        """Wait until round ``token``'s lease has loaded the tool: its meta (or the load's exception)."""
+        state = self._residency(token)
+        _wait(state.loaded)
+        if state.error is not None:
+            raise state.error
+        assert state.meta is not None
+        return state.meta
+
+    def held(self, token: str) -> None:
+        """Return once round ``token`` has released the tool (its lease waits here)."""
+        _wait(self._residency(token).released)
+
+    def release(self, token: str) -> float:
+        """Unload the tool (its last node of round ``token`` has ended), then end the round's lease;
+        returns the unload time, ms."""
+        with self._lock:
+            state = self._rounds.pop(token, None)
+        try:
+            if self.sampler is not None:
+                self.sampler.stop()
+                self.sampler = None
+            return self.runtime.unload("now") if self.runtime is not None else 0.0
+        finally:
+            if state is not None:
+                state.released.set()
+
     def _peak(self) -> float | None:
-        return self.runtime.meter.peak_mb() if self.spec.mem_limit_mb is not None else None
+        if self.runtime is None or self.spec.mem_limit_mb is None:
+            return None
+        return self.runtime.meter.peak_mb()
 
     def run(self, spec: NodeSpec, *inputs: Any) -> tuple[Any, dict[str, Any]]:
         """One ``gpu_now`` node on the resident tool: ``(output, meta)``."""
+        if self.runtime is None or self.device is None or not self.runtime.loaded("now"):
+            raise RuntimeError(f"{spec.node}: the resident tool is not loaded")
         fn_start = time.time()
         t0 = time.time()
         ran = self.runtime.run("now", inputs)
         t1 = t0 + (ran.t_end - ran.t_start)
         return to_host(ran.output), _meta(spec, self.device, fn_start, t0, t1, 0.0, False, self._peak())
+
+
+def hold(host: Any, token: str) -> dict[str, Any]:
+    """A round's lease on a kept resident actor (``host``): a Ray task that asks for the tool's GPU share
+    and ``vram_mb``; once Ray grants them it has the actor load the tool, and it holds them until the
+    executor releases the tool (the actor unloads it first). Ray frees the ``vram_mb`` when it returns."""
+    import ray
+
+    ids = [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+    ray.get(host.load.remote(token, ids))
+    ray.get(host.held.remote(token))
+    return {"pid": os.getpid(), "host": _host_id(), "gpu_ids": ids}

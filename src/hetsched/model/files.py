@@ -906,16 +906,19 @@ def _placed_arrivals(path: Path) -> list[tuple[str, float]]:
 def arrivals_warnings(path: Path) -> list[str]:
     """What a file of arrival times holds that reading it accepts but changes (for ``hetsched validate``):
     times out of order (they are sorted when read), naming the file and the lines."""
-    bad = _first_out_of_order(_placed_arrivals(path))
-    return [f"{_file(path)}: arrival times out of order: {bad}; they are sorted when read"] if bad else []
+    return _order_warnings(_file(path), _placed_arrivals(path))
 
 
-def _first_out_of_order(placed: Sequence[tuple[str, float]]) -> str | None:
-    """``line 7 (40 ms) comes after line 6 (90 ms)``: the first arrival time earlier than the one before it."""
+def _order_warnings(source: str, placed: Sequence[tuple[str, float]]) -> list[str]:
+    """The one warning (or none) for arrival times out of order, naming ``source`` (the file, or the
+    scenario's field) and the first time earlier than the one before it: ``line 7 (40 ms) comes after
+    line 6 (90 ms)``. Every reader of arrival times (a file of them, a scenario's inline times or the
+    file it names) warns through it."""
     for (where_before, before), (where, ms) in itertools.pairwise(placed):
         if ms < before:
-            return f"{where} ({ms:g} ms) comes after {where_before} ({before:g} ms)"
-    return None
+            return [f"{source}: arrival times out of order: {where} ({ms:g} ms) comes after {where_before} "
+                    f"({before:g} ms); they are sorted when read"]
+    return []
 
 
 def scenario_warnings(ref: str | Path) -> list[str]:
@@ -938,17 +941,12 @@ def scenario_warnings(ref: str | Path) -> list[str]:
     if isinstance(workload, dict):
         times = workload.get("times_ms")
         if isinstance(times, list):
-            bad = _first_out_of_order([(f"workload.times_ms[{i}]", float(v)) for i, v in enumerate(times)
-                                       if isinstance(v, int | float) and not isinstance(v, bool)])
-            if bad:
-                out.append(f"{_file(path)}: arrival times out of order: {bad}; they are sorted when read")
+            out += _order_warnings(_file(path), [(f"workload.times_ms[{i}]", float(v)) for i, v in enumerate(times)
+                                                 if isinstance(v, int | float) and not isinstance(v, bool)])
         name = workload.get("file")
         if isinstance(name, str) and name.strip():
             target = Path(name) if Path(name).is_absolute() else path.parent / name
-            bad = _first_out_of_order(_placed_arrivals(target))
-            if bad:
-                out.append(f"{_file(target)} (workload.file of {_file(path)}): arrival times out of order: {bad}; "
-                           "they are sorted when read")
+            out += _order_warnings(f"{_file(target)} (workload.file of {_file(path)})", _placed_arrivals(target))
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import sys
 import threading
 import urllib.request
 import zlib
@@ -113,6 +114,18 @@ class _Pages(http.server.BaseHTTPRequestHandler):
         return
 
 
+class _PageServer(http.server.ThreadingHTTPServer):
+    """The loopback page server: a client that hangs up mid-request (a run cancelled or timed out) is
+    its own business, not a traceback on the user's terminal; other errors are reported as usual."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+
 class WebFetch(Sized, Tool):
     """Fetches pages from a loopback HTTP server (started by ``load``) and strips their markup.
     Network-bound and device-neutral: it has no GPU implementation."""
@@ -123,9 +136,8 @@ class WebFetch(Sized, Tool):
     shapes: ClassVar[Shapes] = {"full": {"pages": 4, "words": 20_000}, "tiny": {"pages": 4, "words": 2_000}}
 
     def load(self, device: Device) -> Any:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
+        server = _PageServer(("127.0.0.1", 0), _Pages)
         server.page_words = self.shape["words"]  # type: ignore[attr-defined]
-        server.daemon_threads = True
         thread = threading.Thread(target=server.serve_forever, name="hetsched-web-fetch", daemon=True)
         thread.start()
         return {"server": server, "thread": thread, "calls": 0}
