@@ -241,8 +241,11 @@ class _Residency:
         self.error: BaseException | None = None
 
 
-RESIDENCY_WAIT_S = 3600.0
-"""Longest an actor thread waits for a round's load or release (the executor's own limits end a round sooner)."""
+def _wait(event: threading.Event) -> None:
+    """Wait for ``event`` without a bound: the executor bounds a round (its time limits, then it kills the
+    actor), and a lease must never return while its tool is still resident, however long the round."""
+    while not event.wait(60.0):
+        pass
 
 
 class ResidentTool:
@@ -334,8 +337,7 @@ class ResidentTool:
     def loaded(self, token: str) -> dict[str, Any]:
         """Wait until round ``token``'s lease has loaded the tool: its meta (or the load's exception)."""
         state = self._residency(token)
-        if not state.loaded.wait(RESIDENCY_WAIT_S):
-            raise TimeoutError(f"round {token!r}: the tool was not loaded within {RESIDENCY_WAIT_S:g} s")
+        _wait(state.loaded)
         if state.error is not None:
             raise state.error
         assert state.meta is not None
@@ -343,7 +345,7 @@ class ResidentTool:
 
     def held(self, token: str) -> None:
         """Return once round ``token`` has released the tool (its lease waits here)."""
-        self._residency(token).released.wait(RESIDENCY_WAIT_S)
+        _wait(self._residency(token).released)
 
     def release(self, token: str) -> float:
         """Unload the tool (its last node of round ``token`` has ended), then end the round's lease;
