@@ -18,13 +18,20 @@ Time budgets depend on the machine's load (the load average is printed before an
 CPU seconds each search got). ``--evals N`` makes the comparison independent of the machine: the
 reference gets ``best_known(max_evals=N)`` and the ILS ``--ils-evals`` (default 6 N) simulations.
 
+``--jobs N`` gives the reference's race N processes (default: the CPUs, as ``hetsched reference`` does; its
+CPU seconds then count its worker processes too: ``reference_cpu_s`` is the process's and its children's).
+With ``--evals``, ``--lanes L`` makes the reference search as L processes would, each with N simulations
+(``best_known(max_evals=N, lanes=L)``: L times the simulations, the same result on every machine): what an
+idle L-core machine buys in N / 5,000 seconds. ``--ils-cache FILE`` keeps each ILS result (by workflow and
+budget) in a JSON file and reuses it, so several references can be compared with one ILS.
+
 ``--old DIR`` adds, per workflow and just before this checkout's reference, the reference of the checkout
 in DIR (another worktree, e.g. the session's start) in a child process with the same budget, so both
 references see the same load and are compared with the same ILS (this checkout's): before -> after, side by
 side. A workflow then costs about 2 x 10 s + 60 s (80 s; 4 families x 2 seeds: 11 minutes).
 
 Run: python benchmarks/reference_vs_ils.py [--n 50] [--seeds 41 42] [--ils-seconds 60] [--evals N]
-[--old DIR] [--out FILE.json]
+[--lanes L] [--jobs N] [--ils-cache FILE.json] [--old DIR] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,6 +75,12 @@ def old_reference(checkout: Path, family: str, n: int, seed: int, seconds: float
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished children (the race's worker processes)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=50)
@@ -77,8 +91,13 @@ def main() -> None:
     parser.add_argument("--evals", type=int, help="budgets in simulations instead of seconds (reference: N)")
     parser.add_argument("--ils-evals", type=int, help="the ILS's simulations with --evals (default 6 N)")
     parser.add_argument("--old", type=Path, help="another checkout whose reference runs beside this one's")
+    parser.add_argument("--jobs", type=int, help="processes for the reference's race (default: the CPUs)")
+    parser.add_argument("--lanes", type=int, help="with --evals: the reference searches as this many processes would")
+    parser.add_argument("--ils-cache", type=Path, help="JSON file of ILS results to reuse and extend")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    ils_cache: dict[str, Any] = (json.loads(args.ils_cache.read_text())
+                                 if args.ils_cache and args.ils_cache.exists() else {})
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {platform.machine()}, {cpus} CPUs, Python {platform.python_version()}; "
           f"load average before: {os.getloadavg()[0]:.1f}")
@@ -88,31 +107,40 @@ def main() -> None:
             sc = random_scenario(WorkflowSpec(family, args.n, Mode.THREE_WAY, seed))
             old = (old_reference(args.old.resolve(), family, args.n, seed, args.reference_seconds, args.evals)
                    if args.old else None)
-            t0 = time.process_time()
+            t0, c0 = time.process_time(), _children_cpu_s()
             if args.evals:
-                ref = best_known(sc, seed=0, max_seconds=None, max_evals=args.evals)
+                ref = best_known(sc, seed=0, max_seconds=None, max_evals=args.evals, workers=args.jobs,
+                                 lanes=args.lanes)
             else:
-                ref = best_known(sc, seed=0, max_seconds=args.reference_seconds)
-            ref_cpu = time.process_time() - t0
-            t0 = time.process_time()
-            if args.evals:
-                ils = local_search(sc, seed=1, max_evals=args.ils_evals or 6 * args.evals)
-            else:
-                ils = local_search(sc, seed=1, max_seconds=args.ils_seconds)
-            ils_cpu = time.process_time() - t0
+                ref = best_known(sc, seed=0, max_seconds=args.reference_seconds, workers=args.jobs)
+            ref_cpu = time.process_time() - t0 + _children_cpu_s() - c0
+            key = f"{sc.name}|" + (f"evals {args.ils_evals or 6 * args.evals}" if args.evals
+                                   else f"seconds {args.ils_seconds:g}")
+            if key not in ils_cache:
+                t0 = time.process_time()
+                if args.evals:
+                    ils = local_search(sc, seed=1, max_evals=args.ils_evals or 6 * args.evals)
+                else:
+                    ils = local_search(sc, seed=1, max_seconds=args.ils_seconds)
+                ils_cache[key] = {"e2e_ms": ils.e2e_ms, "cpu_s": time.process_time() - t0,
+                                  "evaluations": ils.evaluations}
+                if args.ils_cache:
+                    args.ils_cache.write_text(json.dumps(ils_cache, indent=1))
+            ils_ms, ils_cpu = ils_cache[key]["e2e_ms"], ils_cache[key]["cpu_s"]
             row = {"workflow": sc.name, "family": family, "reference_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms,
-                   "ils_ms": ils.e2e_ms, "ratio": ref.e2e_ms / ils.e2e_ms, "gap": ref.gap,
-                   "reference_cpu_s": ref_cpu, "ils_cpu_s": ils_cpu, "ils_evaluations": ils.evaluations}
+                   "ils_ms": ils_ms, "ratio": ref.e2e_ms / ils_ms, "gap": ref.gap,
+                   "reference_cpu_s": ref_cpu, "ils_cpu_s": ils_cpu, "ils_evaluations": ils_cache[key]["evaluations"]}
             if old is not None:
                 row.update(old_reference_ms=old["e2e_ms"], old_lower_ms=old["lower_ms"], old_cpu_s=old["cpu_s"],
-                           old_ratio=old["e2e_ms"] / ils.e2e_ms)
+                           old_ratio=old["e2e_ms"] / ils_ms)
             rows.append(row)
             before = "" if old is None else (f"old reference {old['e2e_ms']:.1f} ms ({old['cpu_s']:.1f} s CPU, "
                                              f"ratio {row['old_ratio']:.4f}) -> ")
             print(f"  {sc.name}: {before}reference {ref.e2e_ms:.1f} ms ({ref_cpu:.1f} s CPU, gap to its lower bound "
-                  f"{100 * (ref.gap or 0):.1f}%), ILS {ils.e2e_ms:.1f} ms ({ils_cpu:.1f} s CPU): "
+                  f"{100 * (ref.gap or 0):.1f}%), ILS {ils_ms:.1f} ms ({ils_cpu:.1f} s CPU): "
                   f"ratio {row['ratio']:.4f}", flush=True)
-    budget = (f"reference {args.evals} simulations, ILS {args.ils_evals or 6 * args.evals}" if args.evals
+    lanes = "" if not args.lanes else f" x {args.lanes} lanes"
+    budget = (f"reference {args.evals} simulations{lanes}, ILS {args.ils_evals or 6 * args.evals}" if args.evals
               else f"reference {args.reference_seconds:g} s, ILS {args.ils_seconds:g} s")
     print()
     print(f"budgets: {budget}; seeds {' '.join(map(str, args.seeds))}"

@@ -16,7 +16,7 @@ from hetsched.bench.generate import FAMILIES as GEN_FAMILIES
 from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.model import Machine, Mode, Node, ReferenceKind, Scenario, ToolCard, Workflow
 from hetsched.model.contention import simulate
-from hetsched.model.mapping import QUEUE_CODE
+from hetsched.model.mapping import CPU_CODE, NOW_CODE, QUEUE_CODE
 from hetsched.search import reference as reference_mod
 from hetsched.search import relaxation
 from hetsched.search.lower_bound import dual_bound_ms
@@ -227,3 +227,34 @@ def test_the_bound_does_not_move_with_the_upper_bound_it_is_handed(family: str) 
     assert got[0].optimal and got[1].optimal
     assert got[0].lower_ms == got[1].lower_ms
     assert 0.0 < got[0].lower_ms <= upper
+
+
+def _heavy_pair_scenario() -> Scenario:
+    """Two heavy GPU sources (1,000 ms, ``gpu_util`` 1) and six light ones (``gpu_util`` 0.1, longer
+    GPU work, 1 ms on the CPU): the light ones are among the siblings still computing at every level
+    of the heavy ones' work, so lines built on the k smallest utilisations see 0.2 where the two
+    heavy ones put 2 on the GPU."""
+    cards = {"heavy": ToolCard(name="heavy", cpu_ms=1e6, gpu_ms=1000.0, load_ms=50.0, vram_mb=100.0, gpu_util=1.0,
+                               has_gpu=True),
+             "light": ToolCard(name="light", cpu_ms=1.0, gpu_ms=2000.0, load_ms=50.0, vram_mb=100.0, gpu_util=0.1,
+                               has_gpu=True)}
+    nodes = tuple(Node(id=f"h{k}", tool="heavy") for k in range(2)) + tuple(Node(id=f"l{k}", tool="light")
+                                                                          for k in range(6))
+    machine = Machine(name="pair", cpu_cores=8, vram_budget_mb=1000.0, gpu_kappa=0.3)
+    return Scenario(name="heavy-pair", mode=Mode.THREE_WAY, workflow=Workflow(nodes=nodes, edges=()), cards=cards,
+                    machine=machine)
+
+
+@needs_ortools
+def test_the_sibling_slowdown_is_the_product_of_the_utilisation_and_the_interference() -> None:
+    """Two heavy ``gpu_now`` siblings run side by side at ``max(1, U) (1 + kappa (k - 1))`` = 2 x 1.3:
+    each ends at 2,600 ms. The secant lines alone bound the kappa part by the two smallest
+    utilisations of the siblings still computing (the light ones, on the CPU: 0.2), 2.3 in all; the
+    product of ``max(1, U)`` and the count sees 2.6, and the bound stays below the simulated E2E."""
+    sc = _heavy_pair_scenario()
+    c = sc.compiled
+    codes = tuple(NOW_CODE if c.names[i].startswith("h") else CPU_CODE for i in range(c.n))
+    e2e = simulate(c, codes).e2e_ms
+    assert e2e == pytest.approx(2600.0)
+    got = relaxation._solve(sc, e2e * 1.2, True, 2.0, 600.0, 0, None, fixed=codes)
+    assert e2e * 0.99 <= got.lower_ms <= e2e * (1 + 1e-9) + 1e-6, (got.lower_ms, e2e)

@@ -387,6 +387,10 @@ def reference_command(
     ),
     max_seconds: float = typer.Option(10.0, "--max-seconds", metavar="SECONDS", help="Time budget of the search."),
     seed: int = typer.Option(0, "--seed", "-s", metavar="N", help="Seeds the searches."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1, metavar="N", show_default="the CPUs available",
+        help="Processes for the exact search and the best-known search's race (more search in the time budget).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
 ) -> None:
     """The mapping reports compare against: the exact oracle, or a best-known mapping with a lower bound."""
@@ -397,7 +401,7 @@ def reference_command(
     choice = parse_reference_choice(kind)
     if choice.value == "none":
         raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
-    ref = reference(sc, choice, max_seconds=max_seconds, seed=seed)
+    ref = reference(sc, choice, max_seconds=max_seconds, seed=seed, workers=jobs)
     assert ref is not None
     if as_json:
         typer.echo(json.dumps({"scenario": sc.name, **ref.to_dict(), "gap": ref.gap, "label": ref.label,

@@ -139,6 +139,13 @@ class Evaluator:
         """Whether the E2E of ``codes`` is known without a simulation."""
         return codes in self._cache
 
+    def learn(self, known: Iterable[tuple[tuple[int, ...], float]]) -> None:
+        """Take these (codes, E2E) as known, counting no simulation (what another evaluator simulated)."""
+        for codes, e in known:
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[codes] = e
+
 
 class _Budget(Exception):
     """The search budget is spent."""

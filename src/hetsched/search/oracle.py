@@ -365,7 +365,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _context() -> Any:
+def process_count(workers: int | None) -> int:
+    """Processes a search gets: ``workers``, by default :func:`default_workers`; 1 in a daemonic process (a
+    pool's worker, which may not have children). The exact search and the best-known search's race
+    (:func:`hetsched.search.reference.race`) both use it."""
+    if mp.current_process().daemon:
+        return 1
+    return workers or default_workers()
+
+
+def pool_context() -> Any:
     """fork where it is safe (a single-threaded process on a platform that has it), else spawn."""
     if "fork" in mp.get_all_start_methods() and threading.active_count() == 1:
         return mp.get_context("fork")
@@ -544,9 +553,7 @@ def solve(
     if hit is not None:
         return hit if ranking else _trim(hit, top)
     limit = math.inf if max_seconds is None else float(max_seconds)
-    procs = workers or default_workers()
-    if mp.current_process().daemon:
-        procs = 1  # a daemonic process may not have children
+    procs = process_count(workers)
     result = _full(scenario, limit) if ranking else _bounded(scenario, top, limit, procs, seed, refuse_factor)
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
@@ -727,7 +734,7 @@ def _bounded(scenario: Scenario, top: int, limit: float, workers: int, seed: int
     if rest and not timed_out:
         open_rows = sum(len(r) for r in rest)
         used_workers = min(workers, open_rows)
-        ctx = _context()
+        ctx = pool_context()
         shared = ctx.Value("d", coll.thr)
         seeds = sorted(coll.items())[: top + 1]
         per_task = max(1, open_rows // (used_workers * 16))
@@ -784,6 +791,8 @@ __all__ = [
     "SearchTooLong",
     "default_workers",
     "estimate_seconds",
+    "pool_context",
+    "process_count",
     "solve",
     "space_text",
 ]

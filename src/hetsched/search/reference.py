@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from hetsched.model import (
@@ -29,9 +30,10 @@ from hetsched.model import (
     Scenario,
 )
 from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
+from hetsched.search.bounds import BoundModel
 from hetsched.search.local_search import Evaluator, SearchResult, local_search, start_mappings
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
-from hetsched.search.oracle import SearchTooLong, solve
+from hetsched.search.oracle import SearchTooLong, pool_context, process_count, solve
 from hetsched.search.relaxation import available as relaxation_available
 from hetsched.search.relaxation import relaxation_bound_ms
 from hetsched.sim.engine import Simulator
@@ -79,6 +81,9 @@ EVALS_WALL_FACTOR = 25.0
 time, so its bound, and with it the result, is the same for a seed on every machine unless a process gets under
 1/25 of a core: the relaxation's default cap (four times) bound at a load of 15-20 on two cores, and two identical
 calls gave lower bounds 163 and 179 ms."""
+MIN_PARALLEL_SECONDS = 1.0
+"""Least budget (seconds, or ``max_evals / EVALS_PER_SECOND``) for which a race starts worker processes: below it
+starting them would cost a noticeable share (the result does not depend on it)."""
 NO_RELAXATION_NOTE = "without the relaxation bound: pip install 'hetsched[search]'"
 """What a best-known label adds when OR-Tools is missing (its bound is then the weaker one)."""
 
@@ -128,6 +133,59 @@ def _mapping(scenario: Scenario, codes: tuple[int, ...]) -> Mapping:
     return Mapping(zip(scenario.workflow.node_ids, (Placement.of_code(c) for c in codes), strict=True))
 
 
+@dataclass(frozen=True)
+class _Leg:
+    """One trajectory of a race: its seed, origin and budget (``deadline``: a ``time.perf_counter`` value, the
+    same clock in every process on Linux and macOS; ``evals``: simulations of its own), and what its evaluator
+    knows beyond the race's starts."""
+
+    seed: int
+    origin: tuple[int, ...]
+    deadline: float | None
+    evals: int | None
+    known: tuple[tuple[tuple[int, ...], float], ...] = ()
+
+
+class _Trajectories:
+    """Runs a race's trajectories, each on an evaluator of its own that knows only the race's starts (and its
+    leg's ``known``): a trajectory's result depends on its leg alone, never on the process that runs it or on
+    what the other trajectories simulated, so a race's result is the same with any number of processes."""
+
+    def __init__(self, scenario: Scenario, bounds: BoundModel, known: dict[tuple[int, ...], float],
+                 starts: list[tuple[int, ...]], target: float | None) -> None:
+        self.scenario, self.bounds, self.target = scenario, bounds, target
+        self.known, self.starts = known, starts
+
+    def __call__(self, leg: _Leg) -> SearchResult:
+        ev = Evaluator(self.scenario, self.bounds)
+        ev.learn(self.known.items())
+        ev.learn(leg.known)
+        ev.starts = list(self.starts)
+        seconds = None if leg.deadline is None else max(0.0, leg.deadline - time.perf_counter())
+        return local_search(self.scenario, seed=leg.seed, origin=leg.origin, evaluator=ev, max_seconds=seconds,
+                            max_evals=None if leg.evals is None else max(1, leg.evals), target_ms=self.target,
+                            max_steps=None if leg.evals is None else int(RACE_STEPS_PER_SIMULATION * leg.evals) + 20)
+
+
+_RACE: dict[str, _Trajectories] = {}
+"""A race's worker process: what runs its legs (set once by :func:`_race_init`)."""
+
+
+def _race_init(run: _Trajectories) -> None:
+    _RACE["run"] = run
+
+
+def _race_leg(leg: _Leg) -> SearchResult:
+    return _RACE["run"](leg)
+
+
+def race_processes(workers: int | None, max_seconds: float | None, max_evals: int | None) -> int:
+    """Processes a race uses: :func:`~hetsched.search.oracle.process_count` (the CPUs, one in a worker
+    process), one when the budget is too small to pay for starting them (``MIN_PARALLEL_SECONDS``)."""
+    seconds = max_seconds if max_seconds is not None else (max_evals or 0) / EVALS_PER_SECOND
+    return 1 if seconds < MIN_PARALLEL_SECONDS else process_count(workers)
+
+
 def race(
     scenario: Scenario,
     ev: Evaluator,
@@ -137,6 +195,8 @@ def race(
     max_seconds: float | None,
     max_evals: int | None,
     lower_ms: float | None = None,
+    workers: int | None = None,
+    lanes: int | None = None,
 ) -> SearchResult:
     """Iterated local searches from the ``RACE_TRAJECTORIES`` best distinct starts (the best start again
     with other seeds when there are fewer), each given ``RACE_SHARE / RACE_TRAJECTORIES`` of the budget;
@@ -145,36 +205,59 @@ def race(
     A single search's result depends on the basin its first descent falls into: on a 50-node layered
     workflow the best start's basin stayed 5% above what the same search found from another start
     within a tenth of the budget. Never worse than the best start (each trajectory is never worse
-    than its origin); the same result for a seed with ``max_evals`` alone. With ``lower_ms`` (a proven lower
-    bound) the race ends as soon as a mapping reaches it (within float tolerance): nothing better exists. On
-    20-node chains and diamonds the relaxation's bound is tight, and the trajectories spent 30-60 s of CPU
-    on 20,000 simulations bounding moves around the optimum they had found."""
+    than its origin). With ``lower_ms`` (a proven lower bound) the race ends as soon as a mapping reaches it
+    (within float tolerance): nothing better exists. On 20-node chains and diamonds the relaxation's bound is
+    tight, and the trajectories spent 30-60 s of CPU on 20,000 simulations bounding moves around the optimum
+    they had found.
+
+    Each trajectory simulates on an evaluator of its own (:class:`_Trajectories`), so they can run in
+    ``workers`` processes (:func:`race_processes`: by default the CPUs, one inside a worker process); the
+    processes only make the result come sooner. What they search is set by ``lanes``, the trajectories that
+    search side by side (with ``max_seconds``: the processes; with ``max_evals``: 1 unless given, so the result
+    is the same for a seed on every machine): the first round has ``max(RACE_TRAJECTORIES, lanes)``
+    trajectories (the best start again with other seeds beyond the distinct starts), each given ``RACE_SHARE``
+    of a lane's budget divided by the rounds the lanes need for them (a tenth of it on one lane, all of it on
+    four), then the best one goes on in every lane, with other seeds. A lane's budget is ``max_seconds`` of
+    wall time, or ``max_evals`` simulations (``lanes`` times ``max_evals`` in all). The result's ``evaluations``
+    are the race's simulations in all processes."""
     target = None if lower_ms is None else lower_ms * (1 + _TARGET_TOLERANCE)
     t0, ev0 = time.perf_counter(), ev.evaluations
     known = {s: ev(s) for s in starts}
     ranked = sorted((e, s) for s, e in known.items() if e < math.inf)
+    procs = race_processes(workers, max_seconds, max_evals)
+    width = max(1, procs if max_seconds is not None else lanes or 1)
     origins = [s for _, s in ranked[:RACE_TRAJECTORIES]]
-    origins += [origins[0]] * (RACE_TRAJECTORIES - len(origins))
-    share = RACE_SHARE / len(origins)
-
-    def trajectory(seed: int, origin: tuple[int, ...], seconds: float | None, evals: int | None) -> SearchResult:
-        return local_search(scenario, seed=seed, origin=origin, evaluator=ev,
-                            max_seconds=None if max_seconds is None else seconds,
-                            max_evals=None if max_evals is None else max(1, evals or 0), target_ms=target,
-                            max_steps=None if evals is None else int(RACE_STEPS_PER_SIMULATION * evals) + 20)
-
-    runs: list[SearchResult] = []
-    for j, o in enumerate(origins):
-        runs.append(trajectory(seed + j, o, None if max_seconds is None else share * max_seconds,
-                               None if max_evals is None else int(share * max_evals)))
-        if target is not None and runs[-1].e2e_ms <= target:
-            return runs[-1]
-    win = min(range(len(runs)), key=lambda j: (runs[j].e2e_ms, runs[j].codes))
-    left_s = None if max_seconds is None else max(0.0, max_seconds - (time.perf_counter() - t0))
-    left_e = None if max_evals is None else max_evals - (ev.evaluations - ev0)
-    if left_e is None or left_e > 0:
-        runs.append(trajectory(seed + len(origins) + win, runs[win].codes, left_s, left_e))
-    return min(runs, key=lambda r: (r.e2e_ms, r.codes))
+    origins += [origins[0]] * (max(RACE_TRAJECTORIES, width) - len(origins))
+    run = _Trajectories(scenario, ev.bounds, known, start_mappings(scenario, ev), target)
+    rounds = -(-len(origins) // width)
+    legs = [_Leg(seed + j, o,
+                 None if max_seconds is None else t0 + (j // width + 1) * RACE_SHARE * max_seconds / rounds,
+                 None if max_evals is None else int(RACE_SHARE * max_evals / rounds))
+            for j, o in enumerate(origins)]
+    pool = None
+    try:
+        if procs > 1:
+            pool = pool_context().Pool(min(procs, len(legs)), initializer=_race_init, initargs=(run,))
+        runs: list[SearchResult] = []
+        for r in map(run, legs) if pool is None else pool.imap(_race_leg, legs):
+            runs.append(r)
+            if target is not None and r.e2e_ms <= target:  # the first in order, whatever the processes
+                return replace(r, evaluations=ev.evaluations - ev0 + sum(x.evaluations for x in runs))
+        win = min(range(len(runs)), key=lambda j: (runs[j].e2e_ms, runs[j].codes))
+        used = ev.evaluations - ev0 + sum(r.evaluations for r in runs)
+        left_e = None if max_evals is None else max_evals - -(-used // width)
+        if left_e is None or left_e > 0:
+            best = ((runs[win].codes, runs[win].e2e_ms),)
+            deadline = None if max_seconds is None else t0 + max_seconds
+            more = [_Leg(seed + len(origins) + win + 101 * k, runs[win].codes, deadline, left_e, best)
+                    for k in range(width)]
+            runs += map(run, more) if pool is None or len(more) == 1 else pool.map(_race_leg, more)
+        return replace(min(runs, key=lambda r: (r.e2e_ms, r.codes)),
+                       evaluations=ev.evaluations - ev0 + sum(x.evaluations for x in runs))
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
 
 
 def best_known(
@@ -185,6 +268,8 @@ def best_known(
     max_evals: int | None = None,
     start: Mapping | None = None,
     prove: bool = False,
+    workers: int | None = None,
+    lanes: int | None = None,
 ) -> Reference:
     """The best mapping a seeded race of iterated local searches finds (:func:`race`), and a lower bound
     on the optimum.
@@ -199,7 +284,12 @@ def best_known(
     a mapping reaches the bound, then differ). The lower bound is the largest of the bound search's, the Lagrangian
     bound and, with OR-Tools installed, the relaxation's (:mod:`hetsched.search.relaxation`, given
     ``RELAXATION_SHARE`` of the bound's time first); without OR-Tools the label says so. With ``prove``, a
-    mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that).
+    mapping the bound search proves optimal comes back as the ``oracle`` (``auto`` asks for that). ``workers``:
+    processes for the race (:func:`race`; by default the CPUs available, one inside a worker process): with
+    ``max_evals`` alone the result does not depend on them; with ``max_seconds`` they search side by side.
+    ``lanes`` (with ``max_evals``): search as ``lanes`` processes would, each with ``max_evals`` simulations
+    (:func:`race`), the same result for a seed with any number of processes: what a machine with that many
+    idle cores does in ``max_evals / EVALS_PER_SECOND`` seconds.
     """
     t0 = time.perf_counter()
     if max_seconds is None and max_evals is None:
@@ -247,7 +337,8 @@ def best_known(
         keep_s = 0.0
     search_s = None if max_seconds is None else max(0.0, (left() or 0.0) - (keep_s or 0.0))
     found = race(scenario, ev, [*starts, *start_mappings(scenario, ev)], seed=seed, max_seconds=search_s,
-                 max_evals=max_evals, lower_ms=max(known_lower, probe.lower_ms))
+                 max_evals=max_evals, lower_ms=max(known_lower, probe.lower_ms), workers=workers,
+                 lanes=lanes)
     if relaxed is not None and not relaxed.optimal and found.e2e_ms < first.e2e_ms:
         # stopped by its limit: again with the better upper bound (a smaller T to prove), half the rest
         # (all of it when the bound search is not to run)
@@ -295,7 +386,8 @@ def reference(
             still gives the exact search ``DEFAULT_SEARCH_SECONDS``.
         seed: seeds the searches.
         max_evals: best-known budget in simulations instead of seconds (machine-independent).
-        workers: processes for the exact search (default: the CPUs available).
+        workers: processes for the exact search and the best-known search's race (default: the CPUs
+            available; one inside a worker process).
     """
     choice = ReferenceChoice(choice)
     check_max_seconds(max_seconds)
@@ -304,7 +396,7 @@ def reference(
     if scenario.workload is not None:
         return load_reference(scenario, choice, seed=seed)
     if choice is ReferenceChoice.BEST_KNOWN:
-        return best_known(scenario, seed=seed, max_seconds=max_seconds, max_evals=max_evals)
+        return best_known(scenario, seed=seed, max_seconds=max_seconds, max_evals=max_evals, workers=workers)
     t0 = time.perf_counter()
     exact_s = max_seconds if max_seconds is not None or choice is ReferenceChoice.ORACLE else DEFAULT_SEARCH_SECONDS
     try:
@@ -315,7 +407,8 @@ def reference(
             raise
         left = None if max_seconds is None else max(0.25 * max_seconds, max_seconds - (time.perf_counter() - t0))
         start = None if exc.best is None else exc.best[1]
-        return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start, prove=True)
+        return best_known(scenario, seed=seed, max_seconds=left, max_evals=max_evals, start=start, prove=True,
+                          workers=workers)
     return Reference(ReferenceKind.ORACLE, res.best, res.e2e_ms, res.e2e_ms, time.perf_counter() - t0)
 
 
@@ -386,6 +479,7 @@ __all__ = [
     "BOUND_SHARE",
     "DEFAULT_SEARCH_SECONDS",
     "EVALS_PER_SECOND",
+    "MIN_PARALLEL_SECONDS",
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
     "RACE_SHARE",
@@ -399,5 +493,6 @@ __all__ = [
     "lower_bound_ms",
     "parse_reference_choice",
     "race",
+    "race_processes",
     "reference",
 ]

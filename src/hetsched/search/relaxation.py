@@ -62,7 +62,11 @@ arrived, f = its end, E = when the tool frees its memory, T = the E2E) these hol
   computing on the CPU, and on the GPU at least ``max(1, U) + max(1, S_k) kappa (k - 1)`` (k of
   them computing, U their utilisation, S_k the k smallest utilisations summed: both parts are
   convex in k, so by secant lines it is linear in the placements and at most ``max(1, U) (1 +
-  kappa (k - 1))``); then ``f[L] >= s[L] + D +`` the integral of the slowdown over L's work, and,
+  kappa (k - 1))``), and at least that product itself, with ``max(1, U)`` (a variable at least U,
+  1 and those lines) times the count k (CP-SAT's multiplication: the lines' S_k counts the
+  smallest utilisations among every sibling still computing, also those placed elsewhere, so
+  two heavy ``gpu_now`` siblings beside light ones on the CPU had kappa charged at ``max(1, S_2)``
+  instead of U); then ``f[L] >= s[L] + D +`` the integral of the slowdown over L's work, and,
   on the GPU, ``T >= s[L] +`` that integral ``+ kappa *`` the ``gpu_ms`` of the GPU nodes (the
   group's ``gpu_queue`` nodes, and nodes below all its predecessors) that compute after the group
   is ready.
@@ -628,7 +632,9 @@ def _gpu_slowdown(model: Any, c: Any, x: list[dict[int, Any]], h: Any, active: l
     (k of them, U their ``gpu_util``), by lines that hold at every k: max(1, U) is at least
     max(1, S_k), S_k the k smallest utilisations summed, so max(1, U) (1 + kappa (k - 1)) >=
     max(1, U) + max(1, S_k) kappa (k - 1); both max(1, S_k) and max(1, S_k) kappa (k - 1) are
-    convex in k, so each lies above its secant lines."""
+    convex in k, so each lies above its secant lines. And by the product itself: ``umax`` (at least
+    max(1, U)) times the count k (a multiplication constraint, exact once the placements are
+    known; rounded down with kappa, and ``prod - umax >= 0`` whenever k >= 1)."""
     scale = _SLOW_SCALE
     kappa = c.kappa
     utils = sorted(c.util[i] for i in active)
@@ -648,6 +654,13 @@ def _gpu_slowdown(model: Any, c: Any, x: list[dict[int, Any]], h: Any, active: l
     psi = [max(1.0, v) * kappa * (kk - 1) for kk, v in enumerate(sums)]
     for a, b in _convex_lines(psi, _LINES):
         model.add(h >= umax + math.floor(scale * a) * k + math.floor(scale * b))
+    # exactly: h >= max(1, U) (1 + kappa (k - 1)), the product of umax and the count
+    count = model.new_int_var(0, len(active), f"k{name}")
+    model.add(count == k)
+    prod = model.new_int_var(0, scale * _SLOW_CAP * len(active), f"P{name}")
+    model.add_multiplication_equality(prod, [umax, count])
+    ks = math.floor(scale * kappa)
+    model.add(scale * h >= scale * umax + ks * prod - ks * umax)
 
 
 __all__ = ["RELAXATION_MAX_NODES", "RelaxationBound", "available", "relaxation_bound_ms"]
