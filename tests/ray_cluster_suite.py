@@ -463,15 +463,20 @@ def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: 
     assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
 
 
-CRASHY_YAML = """
-name: crashy
+def one_node_yaml(tool: str) -> str:
+    """A one-node three-way scenario of ``tool`` (a test tool registered by name) on a 30 MB node."""
+    return f"""
+name: {tool}
 mode: three_way
-machine: {cpu_cores: 1, vram_budget_mb: 30}
+machine: {{cpu_cores: 1, vram_budget_mb: 30}}
 cards:
-  crashy: {cpu_ms: 30, gpu_ms: 30, load_ms: 5, vram_mb: 4}
-nodes: [{id: A, tool: crashy}]
+  {tool}: {{cpu_ms: 30, gpu_ms: 30, load_ms: 5, vram_mb: 4}}
+nodes: [{{id: A, tool: {tool}}}]
 edges: []
 """
+
+
+CRASHY_YAML = one_node_yaml("crashy")
 
 
 def test_cli_json_stdout_stays_json_when_an_actor_dies(cluster: Cluster, tmp_path: Path) -> None:
@@ -589,15 +594,7 @@ def _cmdline(p: Path) -> bytes:
 
 
 # ---------------------------------------------------------------------------- Ctrl-C mid-round
-HOLDER_YAML = """
-name: holder
-mode: three_way
-machine: {cpu_cores: 1, vram_budget_mb: 30}
-cards:
-  holder: {cpu_ms: 30, gpu_ms: 30, load_ms: 5, vram_mb: 4}
-nodes: [{id: A, tool: holder}]
-edges: []
-"""
+HOLDER_YAML = one_node_yaml("holder")
 
 
 def _wait_for(what: str, ok: Callable[[], bool], proc: subprocess.Popen[str] | None = None,

@@ -511,6 +511,21 @@ def test_the_best_known_race_is_never_worse_than_a_start_and_repeats_itself(sc_s
     assert sim.e2e(mapping) == found.e2e_ms
 
 
+def count_pools(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Counts the worker pools the race starts (``{"n": pools}``), the pools still started as before."""
+    import hetsched.search.reference as ref_mod
+
+    pools = {"n": 0}
+    real = ref_mod.pool_context
+
+    def counted() -> object:
+        pools["n"] += 1
+        return real()
+
+    monkeypatch.setattr(ref_mod, "pool_context", counted)
+    return pools
+
+
 @pytest.mark.parametrize(("sc_seed", "family", "mode", "lanes", "evals"),
                          [(31, "fanout", Mode.THREE_WAY, 1, 900), (32, "forkjoin", Mode.THREE_WAY, 2, 700),
                           (33, "layered", Mode.BINARY, 3, 500), (34, "random", Mode.THREE_WAY, 5, 400)])
@@ -526,14 +541,7 @@ def test_the_race_finds_the_same_mapping_with_any_number_of_processes(
     sc = random_search_scenario(16, sc_seed, family=family, mode=mode)
     starts = ls.start_mappings(sc)
     monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)  # worker processes whatever the budget
-    pools = {"n": 0}
-    real = ref_mod.pool_context
-
-    def counted() -> object:
-        pools["n"] += 1
-        return real()
-
-    monkeypatch.setattr(ref_mod, "pool_context", counted)
+    pools = count_pools(monkeypatch)
     found = [ref_mod.race(sc, ls.Evaluator(sc), starts, seed=1, max_seconds=None, max_evals=evals, workers=w,
                           lanes=lanes) for w in (1, 2, 3)]
     assert pools["n"] == 2  # the workers ran the trajectories
@@ -560,14 +568,7 @@ def test_best_known_is_the_same_with_any_number_of_processes_and_uses_them_with_
     one = best_known(sc, seed=2, max_seconds=None, max_evals=1_500, workers=1)
     two = best_known(sc, seed=2, max_seconds=None, max_evals=1_500, workers=2)
     assert (one.mapping, one.e2e_ms, one.lower_bound_ms) == (two.mapping, two.e2e_ms, two.lower_bound_ms)
-    pools = {"n": 0}
-    real = ref_mod.pool_context
-
-    def counted() -> object:
-        pools["n"] += 1
-        return real()
-
-    monkeypatch.setattr(ref_mod, "pool_context", counted)
+    pools = count_pools(monkeypatch)
     timed = best_known(sc, seed=2, max_seconds=1.5, workers=2)
     assert pools["n"] == 1
     assert sc.infeasibility(timed.mapping) is None
