@@ -664,15 +664,21 @@ def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_proc
         left = _outliving(str(local).encode())
         assert not left, f"processes of the interrupted run's local cluster outlived it: {left}"
     else:
-        deadline = time.monotonic() + 60
-        while True:
-            mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
-            if all(st == "DEAD" for st in mine.values()) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+        mine = _new_actor_states_once_dead(before)
         assert mine and all(st == "DEAD" for st in mine.values()), f"the interrupted run's actors: {mine}"
         assert _vram_free_everywhere(), "the interrupted run left vram_mb held"
     assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+def _new_actor_states_once_dead(before: dict[str, str], within_s: float = 60.0) -> dict[str, str]:
+    """The states of the resident-tool actors not in ``before``, once all are dead (Ray reports a killed
+    actor dead a moment later), or as they are after ``within_s`` (a safety limit: the caller asserts)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
+        if all(st == "DEAD" for st in mine.values()) or time.monotonic() >= deadline:
+            return mine
+        time.sleep(0.5)
 
 
 def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
@@ -711,12 +717,7 @@ def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
             threading.Thread(target=ctrl_c_once_a_holds, daemon=True).start()
             ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
         assert interrupted.is_set(), "A never held: the round was not interrupted"
-        deadline = time.monotonic() + 60
-        while True:
-            mine = {a: st for a, st in _resident_actor_states().items() if a not in before}
-            if all(st == "DEAD" for st in mine.values()) or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+        mine = _new_actor_states_once_dead(before)
         assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
         assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
         ex = seen["ex"]
