@@ -16,7 +16,9 @@ shares one resident actor and keeps every invariant per request; ``hetsched run 
 starts and stops its own local cluster (and exits, its cluster stopped by force, when that
 cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` uses this one;
 a Ctrl-C mid-round (SIGINT to the CLI, or a KeyboardInterrupt in a program) loses no recorded round
-and leaves no process or resident actor alive.
+and leaves no process or resident actor alive, and so does a second one during the first one's
+cleanup or during ``close()`` (the cleanup still finishes); an actor made just before a Ctrl-C is
+killed by the round's cleanup.
 """
 
 from __future__ import annotations
@@ -747,60 +749,60 @@ def _ctrl_c_once_it_holds(started: Path, interrupted: threading.Event) -> None:
     threading.Thread(target=ctrl_c, daemon=True).start()
 
 
+@pytest.fixture
+def held(tools: dict[str, Spin], tmp_path: Path) -> Iterator[tuple[Scenario, Path]]:
+    """A scenario of two independent nodes, A (the ``held`` tool: its call holds while the returned flag
+    file exists, after touching ``<flag>.started``) and B (``mid``), and that flag's path (not created)."""
+    from tests.rayhold import Hold
+
+    hold = tmp_path / "hold"
+    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
+    yield scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
+                   name="interrupted"), hold
+    hold.unlink(missing_ok=True)
+    unregister_tool("held")
+
+
 def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
-        cluster: Cluster, wide_ex: RayExecutor, tools: dict[str, Spin], tmp_path: Path) -> None:
+        cluster: Cluster, wide_ex: RayExecutor, held: tuple[Scenario, Path]) -> None:
     """A program's ``KeyboardInterrupt`` raised (as by Ctrl-C, in the main thread) while a round runs,
     after a round that kept two resident actors: the interrupted round kills the actor it used, and
     the executor's ``close()`` (leaving its ``with`` block) kills the other one, kept from the round
     before and unused by the interrupted one; Ray then reports every actor of the executor dead."""
-    from tests.rayhold import Hold
-
-    hold = tmp_path / "hold"
+    sc, hold = held
     started = Path(f"{hold}.started")
-    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
-    sc = scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
-                  name="interrupted")
     before = _resident_actor_states()
     interrupted = threading.Event()
     seen: dict[str, Any] = {}
-    try:
-        with pytest.raises(KeyboardInterrupt), RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
-            seen["ex"] = ex
-            tr = ex.run(Mapping({"A": G, "B": G}))
-            check_ray_trace(sc, tr)
-            seen["kept"] = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
-            assert set(seen["kept"]) == {"held", "mid"}, seen["kept"]
-            hold.touch()
-            _ctrl_c_once_it_holds(started, interrupted)
-            ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
-        assert interrupted.is_set(), "A never held: the round was not interrupted"
-        mine = _new_actor_states_once_dead(before)
-        assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
-        assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
-        ex = seen["ex"]
-        assert ex.kept_actors() == {}
-        assert ex.resident_actors_started == {"held": 1, "mid": 1}, ex.resident_actors_started
-        assert _vram_free_everywhere(), "the interrupted round left vram_mb held"
-    finally:
-        hold.unlink(missing_ok=True)
-        unregister_tool("held")
+    with pytest.raises(KeyboardInterrupt), RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
+        seen["ex"] = ex
+        tr = ex.run(Mapping({"A": G, "B": G}))
+        check_ray_trace(sc, tr)
+        seen["kept"] = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
+        assert set(seen["kept"]) == {"held", "mid"}, seen["kept"]
+        hold.touch()
+        _ctrl_c_once_it_holds(started, interrupted)
+        ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
+    assert interrupted.is_set(), "A never held: the round was not interrupted"
+    mine = _new_actor_states_once_dead(before)
+    assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
+    assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
+    ex = seen["ex"]
+    assert ex.kept_actors() == {}
+    assert ex.resident_actors_started == {"held": 1, "mid": 1}, ex.resident_actors_started
+    assert _vram_free_everywhere(), "the interrupted round left vram_mb held"
 
 
 def test_a_second_ctrl_c_as_the_interrupted_rounds_cleanup_starts_waits_until_it_is_done(
-        cluster: Cluster, tools: dict[str, Spin], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        cluster: Cluster, held: tuple[Scenario, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C in a round (as in the test above), then a second one (a real SIGINT) the moment the round's
     cleanup starts: the cleanup still runs to its end before the second ``KeyboardInterrupt`` is raised, so
     right after it, with the executor still open, the interrupted round's actor is dead and kept no longer,
     the other kept one is still kept, and every ``vram_mb`` is free."""
-    from tests.rayhold import Hold
-
     from hetsched.exec import ray as ray_exec
 
-    hold = tmp_path / "hold"
+    sc, hold = held
     started = Path(f"{hold}.started")
-    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
-    sc = scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
-                  name="twice")
     seconds: list[str] = []
     cleanup = ray_exec._Round.cleanup
 
@@ -811,23 +813,19 @@ def test_a_second_ctrl_c_as_the_interrupted_rounds_cleanup_starts_waits_until_it
         cleanup(self)
 
     monkeypatch.setattr(ray_exec._Round, "cleanup", second_ctrl_c_first)
-    try:
-        with RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
-            check_ray_trace(sc, ex.run(Mapping({"A": G, "B": G})))
-            kept = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
-            hold.touch()
-            _ctrl_c_once_it_holds(started, threading.Event())
-            with pytest.raises(KeyboardInterrupt):
-                ex.run(Mapping({"A": G, "B": C}))
-            assert seconds, "the round's cleanup never started after an interrupt"
-            assert {tool for _, tool in ex.kept_actors()} == {"mid"}, "the interrupted round's actor is still kept"
-            states = _new_actor_states_once_dead({a: st for a, st in _resident_actor_states().items()
-                                                  if a != kept["held"]})
-            assert states == {kept["held"]: "DEAD"}, f"the interrupted round's actor after the cleanup: {states}"
-            assert _vram_free_everywhere(), "the interrupted round's cleanup was cut short: vram_mb is held"
-    finally:
-        hold.unlink(missing_ok=True)
-        unregister_tool("held")
+    with RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
+        check_ray_trace(sc, ex.run(Mapping({"A": G, "B": G})))
+        kept = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
+        hold.touch()
+        _ctrl_c_once_it_holds(started, threading.Event())
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(Mapping({"A": G, "B": C}))
+        assert seconds, "the round's cleanup never started after an interrupt"
+        assert {tool for _, tool in ex.kept_actors()} == {"mid"}, "the interrupted round's actor is still kept"
+        states = _new_actor_states_once_dead({a: st for a, st in _resident_actor_states().items()
+                                              if a != kept["held"]})
+        assert states == {kept["held"]: "DEAD"}, f"the interrupted round's actor after the cleanup: {states}"
+        assert _vram_free_everywhere(), "the interrupted round's cleanup was cut short: vram_mb is held"
 
 
 def test_a_ctrl_c_as_close_starts_is_raised_once_close_has_killed_every_kept_actor(
