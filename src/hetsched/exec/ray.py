@@ -86,6 +86,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.interrupts import ctrl_c_deferred
 from hetsched.model.workload import Workload
 from hetsched.tools.base import Tool, check_size
 from hetsched.tools.registry import import_tool_modules
@@ -765,7 +766,6 @@ def _session_pids(session: str) -> list[int]:
 def _sweep_session(session: str, wait_s: float = 10.0) -> list[int]:
     """SIGKILL every process naming the session (a stopped or stuck one too) until none is left or
     ``wait_s`` has passed; returns those still there."""
-    import signal
 
     deadline = time.monotonic() + wait_s
     while True:
@@ -811,44 +811,13 @@ def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
     return box.get("value")
 
 
-@contextlib.contextmanager
-def _ctrl_c_deferred(doing: str | None = None, at_most_s: float = 0.0) -> Iterator[None]:
-    """Run the block to its end even if Ctrl-C (SIGINT) arrives meanwhile, then raise it: what a
-    cleanup (a round's, ``close()``'s) or a registration must not be cut short by (users press Ctrl-C
-    twice, and a second ``KeyboardInterrupt`` inside the cleanup of the first would leave the round's
-    tasks and actors running, or an actor made but not yet in the tables the cleanup walks).
-
-    The block is bounded (every wait in it has a time limit: ``at_most_s`` in all). A Ctrl-C that
-    arrives in it is recorded, not raised; when ``doing`` is given the first one says on stderr, in
-    one line, what is being finished and how to leave at once. When the block ends, the previous
-    SIGINT handler gets the recorded Ctrl-C (Python's raises ``KeyboardInterrupt``, the CLI's also
-    remembers it). Only in the main thread, and only while SIGINT has a Python handler (the default
-    one or a program's); elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # ignored, the OS default, or a handler set outside Python: left alone
-        yield
-        return
-    got: list[Any] = []
-
-    def defer(signum: int, frame: Any) -> None:
-        got.append(frame)
-        if doing is not None and len(got) == 1:
-            # os.write, not print: the main thread may be inside a write to sys.stderr right now
-            with contextlib.suppress(OSError):
-                os.write(2, (f"hetsched: Ctrl-C: {doing} first (at most {at_most_s:.0f} s), then it stops; nothing "
-                             f"recorded is lost. To leave at once: kill -9 {os.getpid()} ({_what_kill_leaves()})\n"
-                             ).encode())
-
-    signal.signal(signal.SIGINT, defer)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if got:
-        previous(signal.SIGINT, got[0])
+def _ctrl_c_deferred(doing: str | None = None, at_most_s: float = 0.0) -> contextlib.AbstractContextManager[None]:
+    """Run the block to its end even if Ctrl-C arrives meanwhile, then raise it
+    (:func:`hetsched.model.interrupts.ctrl_c_deferred`): what a cleanup (a round's, ``close()``'s) or a
+    registration must not be cut short by (a second ``KeyboardInterrupt`` inside the cleanup of the first
+    would leave the round's tasks and actors running, or an actor made but not yet in the tables the
+    cleanup walks). The line a held Ctrl-C prints says what ``kill -9`` leaves of the Ray work."""
+    return ctrl_c_deferred(doing, at_most_s, leave_hint=_what_kill_leaves)
 
 
 def _what_kill_leaves() -> str:
