@@ -16,7 +16,9 @@ shares one resident actor and keeps every invariant per request; ``hetsched run 
 starts and stops its own local cluster (and exits, its cluster stopped by force, when that
 cluster's raylet stops answering during Ray's teardown), and ``--ray-address`` uses this one;
 a Ctrl-C mid-round (SIGINT to the CLI, or a KeyboardInterrupt in a program) loses no recorded round
-and leaves no process or resident actor alive.
+and leaves no process or resident actor alive, and so does a second one during the first one's
+cleanup or during ``close()`` (the cleanup still finishes); an actor made just before a Ctrl-C is
+killed by the round's cleanup.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -608,24 +611,28 @@ def _wait_for(what: str, ok: Callable[[], bool], proc: subprocess.Popen[str] | N
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("where", ["own-cluster", "ray-address"])
-def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_process(
-        cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path, where: str) -> None:
-    """A user's Ctrl-C (SIGINT to the CLI's process group) while a round's resident tool runs, after
-    rounds were recorded: exit 130 without a traceback, every round printed before is stored (the run
-    ``interrupted``), the interrupted round is not, and nothing of the run is left: on its own local
-    cluster no process of that cluster, on ``--ray-address`` no resident actor of its job alive."""
-    local = Path(NS_DIR) / f"interrupted-{where}"
+def _local_dir(tmp_path: Path, where: str) -> Path:
+    """The temp dir of the local cluster an interrupted CLI run of this test starts (short: Ray's socket
+    paths must stay under 107 bytes)."""
+    return Path(NS_DIR) / f"int{zlib.crc32(str(tmp_path).encode()):08x}-{where}"
+
+
+def _interrupted_cli(cluster: Cluster, tmp_path: Path, where: str, interrupt: Callable[[subprocess.Popen[str]], None],
+                     module: str = "hetsched", env: dict[str, str] | None = None) -> tuple[int, str, list[str]]:
+    """``hetsched run holder.yaml --executor ray`` (40 rounds, stored in ``tmp_path/runs.sqlite``; ``module``
+    runs it) in its own process group, as in a user's terminal, which Ctrl-C signals: once round 0's line
+    is out and a later round's held call is known to run, ``interrupt(proc)`` (it sends the SIGINTs);
+    then its exit status, stderr and stdout lines."""
+    local = _local_dir(tmp_path, where)
     path, hold, store = tmp_path / "holder.yaml", tmp_path / "hold", tmp_path / "runs.sqlite"
     started = Path(f"{hold}.started")
     path.write_text(HOLDER_YAML)
-    env = {**os.environ, "HETSCHED_TEST_HOLD_FLAG": str(hold), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(env or {}), "HETSCHED_TEST_HOLD_FLAG": str(hold), "PYTHONUNBUFFERED": "1"}
     on = ["-X", f"temp_dir={local}"] if where == "own-cluster" else ["--ray-address", cluster.address]
-    before = _resident_actor_states()
     errors = tmp_path / "stderr.log"
     with errors.open("w") as sink:  # a user's terminal: its own process group, which Ctrl-C signals
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hetsched", "run", str(path), "--executor", "ray", *on, "-X",
+            [sys.executable, "-m", module, "run", str(path), "--executor", "ray", *on, "-X",
              'tool_modules=["tests.rayhold"]', "-X", "timeout_s=600", "--policy", "all-gpu", "--rounds", "40",
              "--store", str(store), "--reference", "none"],
             stdout=subprocess.PIPE, stderr=sink, text=True, cwd=ROOT, env=env, start_new_session=True)
@@ -638,7 +645,7 @@ def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_proc
         _wait_for("round 0's line", lambda: any(ln.startswith("round 0/40:") for ln in list(lines)), proc)
         hold.touch()
         _wait_for("held call", started.exists, proc)
-        os.killpg(proc.pid, signal.SIGINT)
+        interrupt(proc)
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -646,28 +653,74 @@ def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_proc
             proc.wait(timeout=60)
         hold.unlink(missing_ok=True)
     reader.join(timeout=60)
-    stderr = errors.read_text()
-    assert proc.returncode == 130, f"exit {proc.returncode}; stderr:\n{stderr[-3000:]}"
+    return proc.returncode, errors.read_text(), lines
+
+
+def _check_interrupted_run(cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path, where: str, before: dict[str, str],
+                           code: int, stderr: str, lines: list[str]) -> None:
+    """What an interrupted ``hetsched run`` (:func:`_interrupted_cli`) must leave: exit 130 without a
+    traceback, every round printed before stored and whole (the run ``interrupted``), the interrupted one
+    absent; on its own local cluster no process of that cluster, on ``--ray-address`` no resident actor of
+    its job alive and every ``vram_mb`` free; the test cluster untouched."""
+    assert code == 130, f"exit {code}; stderr:\n{stderr[-3000:]}"
     assert "Traceback" not in stderr, stderr[-5000:]
     said = re.search(r"interrupted: run (\w+) keeps its (\d+) stored rounds", stderr)
     assert said, stderr[-3000:]
     run_id, kept = said.group(1), int(said.group(2))
     printed = [int(m.group(1)) for ln in lines if (m := re.match(r"round (\d+)/40:", ln))]
     assert kept >= 1 and printed == list(range(kept)), (kept, printed)
-    with RunStore(store) as st:
+    with RunStore(tmp_path / "runs.sqlite") as st:
         info, rounds = st.run(run_id), st.rounds(run_id)
     assert info.status == "interrupted", (info.status, info.status_reason)
     # every round finished before the Ctrl-C is there, whole; the interrupted one (round `kept`) is not
     assert [r.round for r in rounds] == list(range(kept))
     assert all(r.trace.feasible and r.mapping["A"] is Placement.GPU_NOW for r in rounds), [r.trace.reason for r in rounds]
     if where == "own-cluster":
-        left = _outliving(str(local).encode())
+        left = _outliving(str(_local_dir(tmp_path, where)).encode())
         assert not left, f"processes of the interrupted run's local cluster outlived it: {left}"
     else:
         mine = _new_actor_states_once_dead(before)
         assert mine and all(st == "DEAD" for st in mine.values()), f"the interrupted run's actors: {mine}"
         assert _vram_free_everywhere(), "the interrupted run left vram_mb held"
     assert len(wide_ex.refresh_hosts()) == 2, "the test cluster is untouched"
+
+
+@pytest.mark.parametrize("where", ["own-cluster", "ray-address"])
+def test_ctrl_c_mid_round_keeps_every_recorded_round_and_leaves_no_actor_or_process(
+        cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path, where: str) -> None:
+    """A user's Ctrl-C (SIGINT to the CLI's process group) while a round's resident tool runs, after
+    rounds were recorded: exit 130 without a traceback, every round printed before is stored (the run
+    ``interrupted``), the interrupted round is not, and nothing of the run is left: on its own local
+    cluster no process of that cluster, on ``--ray-address`` no resident actor of its job alive."""
+    before = _resident_actor_states()
+    code, stderr, lines = _interrupted_cli(cluster, tmp_path, where, lambda proc: os.killpg(proc.pid, signal.SIGINT))
+    _check_interrupted_run(cluster, wide_ex, tmp_path, where, before, code, stderr, lines)
+
+
+@pytest.mark.parametrize("where", ["own-cluster", "ray-address"])
+def test_a_second_ctrl_c_during_the_cleanup_of_the_first_still_ends_cleanly(
+        cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path, where: str) -> None:
+    """A user presses Ctrl-C twice: the second SIGINT reaches the CLI while the interrupted round's cleanup
+    runs (``tests/raysecond.py`` holds that cleanup until the test has sent it and the CLI has answered).
+    The cleanup is finished first, the CLI says so in one line (what it finishes, how to leave at once),
+    and the run ends as after one Ctrl-C (:func:`_check_interrupted_run`)."""
+    flag = tmp_path / "cleanup"
+    errors = tmp_path / "stderr.log"
+    said = "hetsched: Ctrl-C: stopping the round's Ray tasks and actors first"
+
+    def twice(proc: subprocess.Popen[str]) -> None:
+        os.killpg(proc.pid, signal.SIGINT)
+        _wait_for("the interrupted round's cleanup", Path(f"{flag}.cleanup").exists, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        _wait_for("the CLI's answer to the second Ctrl-C", lambda: said in errors.read_text(), proc)
+        Path(f"{flag}.second").touch()
+
+    before = _resident_actor_states()
+    code, stderr, lines = _interrupted_cli(cluster, tmp_path, where, twice, module="tests.raysecond",
+                                           env={"HETSCHED_TEST_CLEANUP_FLAG": str(flag)})
+    line = next(ln for ln in stderr.splitlines() if said in ln)
+    assert "kill -9" in line and ("watchdog" if where == "own-cluster" else "ray stop") in line, line
+    _check_interrupted_run(cluster, wide_ex, tmp_path, where, before, code, stderr, lines)
 
 
 def _new_actor_states_once_dead(before: dict[str, str], within_s: float = 60.0) -> dict[str, str]:
@@ -681,52 +734,168 @@ def _new_actor_states_once_dead(before: dict[str, str], within_s: float = 60.0) 
         time.sleep(0.5)
 
 
-def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
-        cluster: Cluster, wide_ex: RayExecutor, tools: dict[str, Spin], tmp_path: Path) -> None:
-    """A program's ``KeyboardInterrupt`` raised (as by Ctrl-C, in the main thread) while a round runs,
-    after a round that kept two resident actors: the interrupted round kills the actor it used, and
-    the executor's ``close()`` (leaving its ``with`` block) kills the other one, kept from the round
-    before and unused by the interrupted one; Ray then reports every actor of the executor dead."""
-    from tests.rayhold import Hold
+def _ctrl_c_once_it_holds(started: Path, interrupted: threading.Event) -> None:
+    """Start a thread that, once a held call says it runs (``started`` exists), sets ``interrupted`` and
+    raises ``KeyboardInterrupt`` in the main thread, as SIGINT does."""
 
-    hold = tmp_path / "hold"
-    started = Path(f"{hold}.started")
-    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
-    sc = scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
-                  name="interrupted")
-    before = _resident_actor_states()
-    interrupted = threading.Event()
-
-    def ctrl_c_once_a_holds() -> None:
+    def ctrl_c() -> None:
         deadline = time.monotonic() + 300  # a safety limit: the round's own limit is 600 s
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         if started.exists():
             interrupted.set()
-            _thread.interrupt_main()  # SIGINT's effect: KeyboardInterrupt in the main thread
+            _thread.interrupt_main()
 
+    threading.Thread(target=ctrl_c, daemon=True).start()
+
+
+@pytest.fixture
+def held(tools: dict[str, Spin], tmp_path: Path) -> Iterator[tuple[Scenario, Path]]:
+    """A scenario of two independent nodes, A (the ``held`` tool: its call holds while the returned flag
+    file exists, after touching ``<flag>.started``) and B (``mid``), and that flag's path (not created)."""
+    from tests.rayhold import Hold
+
+    hold = tmp_path / "hold"
+    register_tool(Hold("held", ms=30, mem_mb=2, value=1, hold_flag=str(hold)), replace=True)
+    yield scenario([("A", "held"), ("B", "mid")], [], [card("held", 30, 4), card("mid", 150, 4)], budget_mb=30,
+                   name="interrupted"), hold
+    hold.unlink(missing_ok=True)
+    unregister_tool("held")
+
+
+def test_keyboard_interrupt_in_a_round_then_close_leaves_no_kept_actor_alive(
+        cluster: Cluster, wide_ex: RayExecutor, held: tuple[Scenario, Path]) -> None:
+    """A program's ``KeyboardInterrupt`` raised (as by Ctrl-C, in the main thread) while a round runs,
+    after a round that kept two resident actors: the interrupted round kills the actor it used, and
+    the executor's ``close()`` (leaving its ``with`` block) kills the other one, kept from the round
+    before and unused by the interrupted one; Ray then reports every actor of the executor dead."""
+    sc, hold = held
+    started = Path(f"{hold}.started")
+    before = _resident_actor_states()
+    interrupted = threading.Event()
     seen: dict[str, Any] = {}
+    with pytest.raises(KeyboardInterrupt), RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
+        seen["ex"] = ex
+        tr = ex.run(Mapping({"A": G, "B": G}))
+        check_ray_trace(sc, tr)
+        seen["kept"] = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
+        assert set(seen["kept"]) == {"held", "mid"}, seen["kept"]
+        hold.touch()
+        _ctrl_c_once_it_holds(started, interrupted)
+        ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
+    assert interrupted.is_set(), "A never held: the round was not interrupted"
+    mine = _new_actor_states_once_dead(before)
+    assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
+    assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
+    ex = seen["ex"]
+    assert ex.kept_actors() == {}
+    assert ex.resident_actors_started == {"held": 1, "mid": 1}, ex.resident_actors_started
+    assert _vram_free_everywhere(), "the interrupted round left vram_mb held"
+
+
+def test_a_second_ctrl_c_as_the_interrupted_rounds_cleanup_starts_waits_until_it_is_done(
+        cluster: Cluster, held: tuple[Scenario, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C in a round (as in the test above), then a second one (a real SIGINT) the moment the round's
+    cleanup starts: the cleanup still runs to its end before the second ``KeyboardInterrupt`` is raised, so
+    right after it, with the executor still open, the interrupted round's actor is dead and kept no longer,
+    the other kept one is still kept, and every ``vram_mb`` is free."""
+    from hetsched.exec import ray as ray_exec
+
+    sc, hold = held
+    started = Path(f"{hold}.started")
+    seconds: list[str] = []
+    cleanup = ray_exec._Round.cleanup
+
+    def second_ctrl_c_first(self: Any) -> None:
+        if self.interrupted and not seconds:
+            seconds.append(self.tag)
+            signal.raise_signal(signal.SIGINT)  # its handler runs before this call returns
+        cleanup(self)
+
+    monkeypatch.setattr(ray_exec._Round, "cleanup", second_ctrl_c_first)
+    with RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
+        check_ray_trace(sc, ex.run(Mapping({"A": G, "B": G})))
+        kept = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
+        hold.touch()
+        _ctrl_c_once_it_holds(started, threading.Event())
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(Mapping({"A": G, "B": C}))
+        assert seconds, "the round's cleanup never started after an interrupt"
+        assert {tool for _, tool in ex.kept_actors()} == {"mid"}, "the interrupted round's actor is still kept"
+        states = _new_actor_states_once_dead({a: st for a, st in _resident_actor_states().items()
+                                              if a != kept["held"]})
+        assert states == {kept["held"]: "DEAD"}, f"the interrupted round's actor after the cleanup: {states}"
+        assert _vram_free_everywhere(), "the interrupted round's cleanup was cut short: vram_mb is held"
+
+
+def test_a_ctrl_c_as_close_starts_is_raised_once_close_has_killed_every_kept_actor(
+        cluster: Cluster, wide_ex: RayExecutor, tools: dict[str, Spin], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C (a real SIGINT) the moment ``close()`` starts to kill the kept resident actors: ``close()``
+    finishes first (every actor dead, none kept), then raises the ``KeyboardInterrupt``; closing again does
+    nothing more."""
+    sent: list[bool] = []
+    drop = RayExecutor.drop_resident_actors
+
+    def ctrl_c_first(self: RayExecutor) -> None:
+        if not sent:
+            sent.append(True)
+            signal.raise_signal(signal.SIGINT)
+        drop(self)
+
+    monkeypatch.setattr(RayExecutor, "drop_resident_actors", ctrl_c_first)
+    sc = wide()
+    before = _resident_actor_states()
+    ex = RayExecutor(sc, address=cluster.address, timeout_s=60)
     try:
-        with pytest.raises(KeyboardInterrupt), RayExecutor(sc, address=cluster.address, timeout_s=600) as ex:
-            seen["ex"] = ex
-            tr = ex.run(Mapping({"A": G, "B": G}))
-            check_ray_trace(sc, tr)
-            seen["kept"] = {tool: actor._actor_id.hex() for (_, tool), actor in ex.kept_actors().items()}
-            assert set(seen["kept"]) == {"held", "mid"}, seen["kept"]
-            hold.touch()
-            threading.Thread(target=ctrl_c_once_a_holds, daemon=True).start()
-            ex.run(Mapping({"A": G, "B": C}))  # B's kept actor is not this round's
-        assert interrupted.is_set(), "A never held: the round was not interrupted"
+        check_ray_trace(sc, ex.run(Mapping({"A": C, "B": C, "X": G, "Y": G, "F0": C, "F1": C, "F2": C, "F3": C,
+                                            "J": C})))
+        assert len(ex.kept_actors()) == 2
+        with pytest.raises(KeyboardInterrupt):
+            ex.close()
+        assert sent and ex.kept_actors() == {}
         mine = _new_actor_states_once_dead(before)
-        assert set(mine) == set(seen["kept"].values()), (mine, seen["kept"])
-        assert all(st == "DEAD" for st in mine.values()), f"actors left alive after the interrupt and close(): {mine}"
-        ex = seen["ex"]
-        assert ex.kept_actors() == {}
-        assert ex.resident_actors_started == {"held": 1, "mid": 1}, ex.resident_actors_started
-        assert _vram_free_everywhere(), "the interrupted round left vram_mb held"
+        assert len(mine) == 2 and all(st == "DEAD" for st in mine.values()), f"kept actors after close(): {mine}"
     finally:
-        hold.unlink(missing_ok=True)
-        unregister_tool("held")
+        ex.close()
+    assert len(sent) == 1 and len(wide_ex.refresh_hosts()) == 2, "the cluster is untouched"
+
+
+def test_a_ctrl_c_right_after_a_resident_actor_is_made_finds_it_registered_and_kills_it(
+        cluster: Cluster, tools: dict[str, Spin], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C (a real SIGINT) right after Ray has been asked for a resident actor and before anything
+    else: the actor is in the tables the round's cleanup walks, so it is killed, although the interrupt's
+    traceback (kept here) still holds the frame that made it (a handle alive, which would keep it running)."""
+    sc = wide()
+    before = _resident_actor_states()
+    made: list[str] = []
+
+    class CtrlCOnceMade:
+        """The executor's actor class, with a Ctrl-C right after each actor is made."""
+
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def options(self, **kwargs: Any) -> Any:
+            chosen = self.real.options(**kwargs)
+
+            class Made:
+                def remote(self, *args: Any, **kw: Any) -> Any:
+                    actor = chosen.remote(*args, **kw)
+                    made.append(actor._actor_id.hex())
+                    signal.raise_signal(signal.SIGINT)
+                    return actor
+
+            return Made()
+
+    with RayExecutor(sc, address=cluster.address, timeout_s=60) as ex:
+        monkeypatch.setattr(ex, "_actor", CtrlCOnceMade(ex._actor))
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ex.run(Mapping({"A": C, "B": C, "X": G, "Y": C, "F0": C, "F1": C, "F2": C, "F3": C, "J": C}))
+        assert made and ex.kept_actors() == {}, (made, ex.kept_actors())
+        mine = _new_actor_states_once_dead(before)
+        assert caught.traceback, "the traceback is kept until here"
+        assert mine == {made[0]: "DEAD"}, f"an actor made as Ctrl-C came: {mine}"
+        assert _vram_free_everywhere()
 
 
 # ---------------------------------------------------------------------------- hs.Session on Ray

@@ -415,6 +415,21 @@ def test_a_ray_call_that_never_returns_is_bounded_and_its_result_or_error_comes_
         _within(30, boom)
 
 
+def test_a_ctrl_c_held_by_a_ray_cleanup_says_what_kill_9_leaves_of_the_ray_work(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """The Ray executor's held Ctrl-C (:func:`hetsched.interrupts.ctrl_c_deferred`, tested in
+    test_interrupts.py) names what a ``kill -9`` of the driver leaves: Ray's own clean-up of a dead driver."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'hetsched[ray]')")
+    import signal
+
+    from hetsched.exec.ray import _ctrl_c_deferred
+
+    with pytest.raises(KeyboardInterrupt), _ctrl_c_deferred("finishing X", 5):
+        signal.raise_signal(signal.SIGINT)
+    err = capfd.readouterr().err
+    assert "hetsched: Ctrl-C: finishing X first (at most 5 s)" in err and "`ray stop`" in err, err
+
+
 def test_cli_says_what_is_missing_without_ray_and_where_ray_address_belongs(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['ray'] = None; from hetsched.cli import main; "
             "main(['run', 'rag_tiny', '--executor', 'ray', '--rounds', '1', '--no-store'])")

@@ -166,8 +166,11 @@ def test_the_second_round_gets_what_the_first_left_of_the_two_rounds_limits(monk
     """The two rounds share ``2 * max_seconds`` of deterministic time: a first round that stops
     early leaves the rest of its limit to its repeat with the memory exclusion, and what both
     leave to the second (which needs more at 50-100 nodes), never more in all; a first round that
-    runs out of its limit is not repeated."""
-    for solved, expected in ((True, [1.0, pytest.approx(0.7), pytest.approx(1.4)]), (False, [1.0, pytest.approx(1.7)])):
+    runs out of its limit is not repeated. A second round that stops unsolved is followed by the
+    probes, in ``max_seconds`` of their own, half of it at most per probe."""
+    probes = [pytest.approx(0.5), pytest.approx(0.5)]
+    for solved, expected in ((True, [1.0, pytest.approx(0.7), pytest.approx(1.4), *probes]),
+                             (False, [1.0, pytest.approx(1.7), *probes])):
         limits: list[float] = []
 
         def fake(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, *args: object,
@@ -258,3 +261,38 @@ def test_the_sibling_slowdown_is_the_product_of_the_utilisation_and_the_interfer
     assert e2e == pytest.approx(2600.0)
     got = relaxation._solve(sc, e2e * 1.2, True, 2.0, 600.0, 0, None, fixed=codes)
     assert e2e * 0.99 <= got.lower_ms <= e2e * (1 + 1e-9) + 1e-6, (got.lower_ms, e2e)
+
+
+@needs_ortools
+@SETTINGS
+@given(stressed(), st.floats(1.0, 3.0))
+def test_a_probe_never_caps_the_optimum_away(sc: Scenario, loose: float) -> None:
+    """A probe proves ``T > cap`` when its model has no solution with every time at most the cap:
+    a cap at the optimum's image never is infeasible, and probes climbing from nothing proven
+    (every cap a proof or a solved model) end at most at the optimum (exact search)."""
+    opt = min(naive(sc).values())
+    upper = opt * loose
+    u = relaxation._unit_ms(upper)
+    at = relaxation._solve(sc, upper, True, 2.0, 600.0, 0, None, cap_units=math.ceil(opt / u))
+    assert not at.infeasible
+    assert at.found is not None and at.found <= math.ceil(opt / u)
+    assert at.lower_ms <= opt * (1 + 1e-9) + 1e-6
+    climbed = relaxation._probe(sc, upper, relaxation._Round(1.0, False, None), None, 2.0, math.inf)
+    assert (climbed.proven - 1.0) * u <= opt * (1 + 1e-9) + 1e-6, (climbed, opt)
+
+
+@needs_ortools
+def test_probes_raise_the_bound_where_the_second_round_stops_unsolved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a 30-node parallel workflow the whole model stops at 0.2 s unsolved (its LP bound, 3,846
+    ms); the probes, in their own deterministic time, prove caps above it and solve the capped
+    model: the relaxation's optimum, 3,908 ms, and still below a mapping's E2E."""
+    sc = random_scenario(WorkflowSpec("parallel", 30, Mode.THREE_WAY, 4))
+    upper = best_known(sc, max_evals=300, max_seconds=None).e2e_ms
+    got = relaxation_bound_ms(sc, upper, max_seconds=0.2, wall_seconds=600.0)
+    monkeypatch.setattr(relaxation, "_PROBE_SHARE", 0.0)
+    without = relaxation_bound_ms(sc, upper, max_seconds=0.2, wall_seconds=600.0)
+    assert got is not None and without is not None
+    assert not without.optimal
+    assert got.optimal
+    assert got.lower_ms > without.lower_ms * 1.01, (got.lower_ms, without.lower_ms)
+    assert got.lower_ms <= upper

@@ -45,6 +45,7 @@ from hetsched.deciders.rules import (
     SCREEN_EVALUATIONS_LATER,
     SCREEN_KICKS_FIRST,
     SCREEN_LATE_FIRST,
+    SCREEN_LATE_FIRST_3W,
     SCREEN_MIN_NODES,
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
@@ -494,13 +495,60 @@ def test_screened_binary_kicks_exchange_work_between_the_devices(family: str, n:
     if len(movable_up) >= 4 and movable_down:
         assert wide > 0 and mixed > 0
     three_way = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
-    allowed = RulesDecider()._compile(three_way).allowed
-    other = _Search(Estimator(three_way), allowed, 100, seed, screen=True)
-    queued = RulesDecider()._compile(three_way).rules
-    for _ in range(100):  # three-way (and unscreened) kicks are as before: at most 4 nodes or one tool's
-        kicked = other.kick(queued)
-        moved = [j for j in range(n) if kicked[j] != queued[j]]
+    comp3 = RulesDecider()._compile(three_way)
+    other = _Search(Estimator(three_way), comp3.allowed, 100, seed, screen=False)
+    for _ in range(100):  # unscreened kicks are as before: at most 4 nodes or one tool's
+        kicked = other.kick(comp3.rules)
+        moved = [j for j in range(n) if kicked[j] != comp3.rules[j]]
         assert len(moved) <= 4 or len({three_way.compiled.tool_idx[j] for j in moved}) == 1
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 32), seed=st.integers(0, 10_000))
+def test_screened_three_way_kicks_exchange_work_between_the_cpu_and_the_gpu(family: str, n: int, seed: int) -> None:
+    """A screened three-way search's kicks include exchanges between the CPU and the GPU: GPU nodes
+    (``gpu_now`` or ``gpu_queue``) to the CPU and CPU nodes to the GPU in one kick, either way round (up to
+    ``EXCHANGE_OUT`` one way and ``EXCHANGE_IN`` the other), no node moved between ``gpu_now`` and ``gpu_queue``;
+    a promoted node goes to ``gpu_now`` exactly where its tool stays resident (or the queue is not allowed),
+    else it queues; every kick is a valid mapping (the ``gpu_now`` set fits the VRAM budget, every queued node
+    fits alone, placements allowed); the same seed draws the same kicks. The binary-only eviction kick stays off."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    cur = local_search(est, comp.starts, comp.allowed, max_evaluations=60, seed=1, screen=True).best
+    tool = sc.compiled.tool_idx
+    movable_up = [j for j in range(n) if cur[j] == CPU_CODE and math.isfinite(est.gpu_ms[j])
+                  and set(comp.allowed[j]) - {CPU_CODE}]
+    movable_down = [j for j in range(n) if cur[j] != CPU_CODE and CPU_CODE in comp.allowed[j]]
+    search, twin = (_Search(est, comp.allowed, 10**6, seed, screen=True) for _ in range(2))
+    assert search.exchange_3w and not search.eject
+    many_in = many_out = 0
+    for _ in range(300):
+        kicked = search.exchange(cur)
+        assert kicked == twin.exchange(cur)
+        down = [j for j in range(n) if cur[j] != CPU_CODE and kicked[j] == CPU_CODE]
+        up = [j for j in range(n) if cur[j] == CPU_CODE and kicked[j] != CPU_CODE]
+        assert len(down) + len(up) == sum(1 for j in range(n) if kicked[j] != cur[j])
+        assert max(len(down), len(up)) <= max(EXCHANGE_OUT[1], EXCHANGE_IN[1])
+        assert min(len(down), len(up)) <= EXCHANGE_OUT[1]
+        assert sc.compiled.static_ok(kicked)
+        assert all(p in a for p, a in zip(kicked, comp.allowed, strict=True))
+        assert set(up) <= set(movable_up) and set(down) <= set(movable_down)
+        resident = {tool[j] for j in range(n) if kicked[j] == NOW_CODE and j not in up}
+        for j in up:
+            queue_ok = QUEUE_CODE in comp.allowed[j]
+            assert (kicked[j] == NOW_CODE) == (not queue_ok or tool[j] in resident)
+        many_in += len(up) > EXCHANGE_OUT[1]
+        many_out += len(down) > EXCHANGE_OUT[1]
+    mixed = 0
+    for _ in range(300):  # the kicks as the search draws them: exchanges among them, wider than the others
+        kicked = search.kick(cur)
+        moved = [j for j in range(n) if kicked[j] != cur[j]]
+        if len(moved) > 4 and len({tool[j] for j in moved}) > 1 and CPU_CODE in {kicked[j] for j in moved} \
+                and {kicked[j] for j in moved} - {CPU_CODE}:
+            mixed += 1
+    if len(movable_up) > EXCHANGE_OUT[1] and len(movable_down) > EXCHANGE_OUT[1]:
+        assert mixed > 0 and many_in > 0 and many_out > 0
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -691,7 +739,12 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
     first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
-    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST}; descents screened" in spent[0]
+    # three-way: round 0's late part is SCREEN_LATE_FIRST_3W (SCREEN_LATE_FIRST in binary workflows)
+    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST_3W}; descents screened" in spent[0]
+    binary = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.BINARY, 21))
+    once = run_rounds(binary, make_policy("agentic"), LoopConfig(rounds=1, seed=1)).rounds[0]
+    reasoning = once.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
+    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST}; descents screened" in reasoning
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 

@@ -45,6 +45,7 @@ from hetsched.model import (
     Trace,
 )
 from hetsched.model.errors import path_text
+from hetsched.model.interrupts import ctrl_c_deferred
 from hetsched.model.learned import LearnedCards, learned_cards
 from hetsched.model.measured import MeasuredMapping, deploy_choice, executions
 from hetsched.model.run import DEFAULT_MAX_PROBES_PER_ROUND as DEFAULT_MAX_PROBES_PER_ROUND  # re-exported
@@ -389,10 +390,12 @@ def continue_run(
 
 
 def _mark_interrupted(store: RunStore, run_id: str, exc: BaseException) -> None:
-    """Record why a run stopped; a failure to record is attached to the original exception."""
+    """Record why a run stopped; a failure to record is attached to the original exception. A second
+    Ctrl-C meanwhile waits until it is recorded (else the run would stay ``running``)."""
     reason = type(exc).__name__ + (f": {exc}" if str(exc) else "")
     try:
-        store.set_status(run_id, "interrupted", reason[:500])
+        with ctrl_c_deferred():
+            store.set_status(run_id, "interrupted", reason[:500])
     except (StoreError, sqlite3.Error) as store_exc:
         exc.add_note(f"run {run_id} could not be marked interrupted in {path_text(store.path)}: {store_exc}")
 

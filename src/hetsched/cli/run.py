@@ -53,6 +53,7 @@ from hetsched.llm.base import LLMUnreachableError
 from hetsched.loop import RunResult
 from hetsched.model import ExecutorSpec, Reference, RoundRecord, Scenario
 from hetsched.model.files import format_validation_error, read_arrivals
+from hetsched.model.interrupts import ctrl_c_deferred
 from hetsched.model.limits import MAX_ROUNDS, MAX_SEED
 from hetsched.model.workload import MAX_CLIENTS, MAX_LOAD_REQUESTS, Workload
 from hetsched.policies import make_policy, policy_names
@@ -650,11 +651,13 @@ def _drive(go: Callable[[], RunResult], stream: RoundStream, sc: Scenario, polic
     except KeyboardInterrupt:
         run_id = state["run_id"]
         rounds = stream.rounds
-        if run_id is not None:
-            with RunStore(store) as st:
-                rounds = st.rounds(run_id)  # the stored rounds, earlier sessions' included
-        partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
-        raise _interrupted(console, partial, run_id, state["hint"]) from None
+        with ctrl_c_deferred(raise_after=False):  # a second Ctrl-C: the command is stopping already
+            if run_id is not None:
+                with RunStore(store) as st:
+                    rounds = st.rounds(run_id)  # the stored rounds, earlier sessions' included
+            partial = RunResult(sc, policy, rounds, run_id=run_id, executor=executor)
+            stop = _interrupted(console, partial, run_id, state["hint"])
+        raise stop from None
     except LLMUnreachableError as exc:
         err.print(f"[bold red]error:[/] {safe(error_text(exc))}", soft_wrap=True)
         run_id = state["run_id"]

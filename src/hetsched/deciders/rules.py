@@ -304,6 +304,20 @@ estimates are the same as without them, so round 0 can only gain. Tuning seeds 4
 three-way, round 0 alone: 50 nodes 25 -> 30 of 30 within 1% of the best found, 100 nodes 28 -> 29 within
 3% (the same estimates spent on more kicks instead: 27 and 29); round 0 costs about twice as long
 (later rounds, the median decision, unchanged)."""
+SCREEN_LATE_FIRST_3W = 6800
+"""In three-way workflows, the estimates round 0's screened search spends after the first kicks on the late
+starts and kicks from the best of all, instead of ``SCREEN_LATE_FIRST`` (10,000 in all up to 100 nodes,
+capped by ``SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED``). Round 0 of a 100-tool three-way workflow ends in one of many
+basins within a few % of each other, which one depending on its kicks' random stream (on the 50 workflows
+of tuning seeds 103-112 no variant of the kicks was best on more than a fifth of them); twice the kicks
+from the best mapping reach the better ones more often: round 0 alone, within 3% of the lowest any variant
+found, 42 -> 46 of 50 with the three-way exchange kicks (``hetsched.deciders.search.EXCHANGE_KICK_SHARE_3W``),
+40 -> 44 without them. Round 0 costs about twice as long at 100 tools (later rounds, the median
+decision, unchanged); binary workflows keep ``SCREEN_LATE_FIRST``."""
+SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 100_000_000
+"""The cap of round 0's estimates in three-way workflows, over n^2 (10,000 estimates at 100 nodes), where it is
+above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 200 nodes on round 0 spends what it did, so the decision stays
+linear in n (round 0's first part keeps its cap)."""
 SCREEN_EVALUATIONS_LATER = 40
 """Estimates of the screened search once something was measured, on the calibrated model (it starts from the
 best measured mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX``
@@ -562,7 +576,11 @@ class RulesDecider(Decider):
         if race is not None:
             # round 0: the kicks end where they did, then descents from the late starts and more kicks
             late = comp.late
-            late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
+            if sc.mode is Mode.THREE_WAY:
+                cap = max(cap, SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED // n**2)
+                late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST_3W, cap) - budget) if late else 0
+            else:
+                late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
             budget += late_evaluations
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,

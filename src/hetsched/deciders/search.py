@@ -8,9 +8,10 @@ rank lowest, within a budget of estimates.
   tool, to other placements; in a screened binary search also, one time in five, one resident tool,
   drawn by its VRAM, evicted whole to the CPU: ``EJECT_KICK_SHARE``; and, before those, three in ten
   exchange work between the devices, a few ``gpu_now`` nodes that gain least there to the CPU and several
-  CPU nodes that gain most to ``gpu_now``: ``EXCHANGE_KICK_SHARE``) of the best mapping so far and a
-  descent from there, kept when it is better (Lourenco, Martin, Stuetzle, "Iterated Local Search",
-  Handbook of Metaheuristics, 2003).
+  CPU nodes that gain most to ``gpu_now``: ``EXCHANGE_KICK_SHARE``; in a screened three-way search such
+  exchanges between the CPU and both GPU placements, either way round, ``EXCHANGE_KICK_SHARE_3W``) of the
+  best mapping so far and a descent from there, kept when it is better (Lourenco, Martin, Stuetzle,
+  "Iterated Local Search", Handbook of Metaheuristics, 2003).
 - The descent's neighbourhood: every one-node move; every tool's nodes moved together (a tool is
   resident once, so a lone node rarely pays for it); and, when moving a node to ``gpu_now`` does
   not fit the budget, *making room*: the resident tools of least GPU benefit per MB leave
@@ -102,8 +103,25 @@ on three 100-tool binary workflows whose round 0 ended 4.6-7.2% above the best k
 mapping differs from round 0's in 3-4 demotions and 8-12 promotions; every one of those moves alone is a
 loss, and so are all the demotions or all the promotions without the others (the demoted work overloads
 the CPU, the promoted work the GPU), while a random kick of 2-4 nodes rarely draws such a set. The other
-kicks (and their shares) follow as before; three-way and unscreened searches (under ``SCREEN_MIN_NODES``
-nodes in the ``rules`` decider) never make it."""
+kicks (and their shares) follow as before; three-way searches have a share of their own
+(``EXCHANGE_KICK_SHARE_3W``), unscreened ones (under ``SCREEN_MIN_NODES`` nodes in the ``rules`` decider)
+never make it."""
+EXCHANGE_KICK_SHARE_3W = 0.3
+"""In a screened three-way search, the share of kicks that exchange work between the CPU and the GPU
+(:meth:`_Search.exchange`): a few GPU nodes (``gpu_now`` or ``gpu_queue``) to the CPU and several CPU nodes to
+the GPU (queued, or ``gpu_now`` where their tool is resident), together. On 100-tool three-way workflows
+whose round 0 ended 2-7% above the best known, the better mappings differ from round 0's in 30-60 nodes
+that shift work between the devices (the CPU saturated: E2E equal to its work over its cores, the better
+mapping with 6-10% less CPU work and the same GPU work), every move toward them alone a loss or neutral.
+Tuning seeds 103-112, five families, round 0 alone: within 3% of the lowest any variant found 40 -> 42 of 50,
+and 44 -> 46 with twice round 0's late kicks (``hetsched.deciders.rules.SCREEN_LATE_FIRST_3W``); the other
+kicks as before, their shares the rest."""
+EXCHANGE_FEW_IN_3W = 0.5
+"""The share of a three-way search's exchange kicks whose counts are the other way round: ``EXCHANGE_OUT`` CPU
+nodes (the heavy ones, drawn by speedup) to the GPU and ``EXCHANGE_IN`` GPU nodes to the CPU (a queued node's
+load counts against the GPU: the light queued nodes go). Where round 0's CPU is saturated, the better basin
+can take one or two heavy CPU nodes onto the GPU queue and give it back its time by sending several small
+queued nodes, each paying a load, to the CPU."""
 EXCHANGE_OUT = (1, 3)
 """How many ``gpu_now`` nodes an exchange kick sends to the CPU (drawn uniformly in this range)..."""
 EXCHANGE_IN = (2, 8)
@@ -178,6 +196,9 @@ class _Search:
         self.groups = [g for g in groups.values() if len(g) > 1]
         self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
         """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
+        self.exchange_3w = screen and not self.eject
+        """Whether :meth:`kick` may exchange work between the CPU and the GPU in a screened three-way search
+        (``EXCHANGE_KICK_SHARE_3W``)."""
         # GPU benefit per MB of each tool (cards): what making room gives up first
         benefit: dict[int, float] = {}
         for i in range(n):
@@ -355,22 +376,29 @@ class _Search:
         return cur, cur_e
 
     def exchange(self, cur: Codes) -> Codes:
-        """An exchange kick (``EXCHANGE_KICK_SHARE``): ``EXCHANGE_OUT`` ``gpu_now`` nodes drawn with weight their
-        GPU time over their CPU time go to the CPU, and ``EXCHANGE_IN`` CPU nodes that may run on ``gpu_now``,
-        drawn with weight their speedup (CPU over GPU time, the cards'), go to ``gpu_now``; the last promotions
-        drawn are undone while the ``gpu_now`` set does not fit the VRAM budget."""
-        cpu_ms, gpu_ms = self.est.cpu_ms, self.est.gpu_ms
-        on_gpu = [i for i in range(self.n) if cur[i] == NOW_CODE and CPU_CODE in self.allowed[i]]
-        on_cpu = [i for i in range(self.n)
-                  if cur[i] == CPU_CODE and NOW_CODE in self.allowed[i] and math.isfinite(gpu_ms[i])]
+        """An exchange kick (``EXCHANGE_KICK_SHARE``, ``EXCHANGE_KICK_SHARE_3W``): ``EXCHANGE_OUT`` GPU nodes
+        (``gpu_now``, and in three-way searches ``gpu_queue``) drawn with weight their GPU time (a queued one's
+        with its load) over their CPU time go to the CPU, and ``EXCHANGE_IN`` CPU nodes that may run on the GPU,
+        drawn with weight their speedup (CPU over GPU time, the cards'), go to the GPU: to ``gpu_now`` in a
+        binary search, or where their tool is resident already; else to ``gpu_queue`` where allowed. The last
+        promotions drawn are undone while the ``gpu_now`` set does not fit the VRAM budget."""
+        cpu_ms, gpu_ms, load_ms = self.est.cpu_ms, self.est.gpu_ms, self.est.compiled.load_ms
+        on_gpu = [i for i in range(self.n) if cur[i] != CPU_CODE and CPU_CODE in self.allowed[i]]
+        on_cpu = [i for i in range(self.n) if cur[i] == CPU_CODE and math.isfinite(gpu_ms[i])
+                  and (NOW_CODE in self.allowed[i] or QUEUE_CODE in self.allowed[i])]
         k_out, k_in = self.rng.randint(*EXCHANGE_OUT), self.rng.randint(*EXCHANGE_IN)
-        out = self._draw(on_gpu, [max(gpu_ms[i], 1e-9) / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
+        if self.exchange_3w and self.rng.random() < EXCHANGE_FEW_IN_3W:
+            k_out, k_in = k_in, k_out  # a few heavy CPU nodes onto the GPU, several light GPU nodes off it
+        out = self._draw(on_gpu, [max(gpu_ms[i] + (load_ms[i] if cur[i] == QUEUE_CODE else 0.0), 1e-9)
+                                  / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
         into = self._draw(on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
         codes = list(cur)
         for i in out:
             codes[i] = CPU_CODE
+        resident = {self.tool[j] for j in range(self.n) if codes[j] == NOW_CODE}
         for i in into:
-            codes[i] = NOW_CODE
+            now = NOW_CODE in self.allowed[i] and (QUEUE_CODE not in self.allowed[i] or self.tool[i] in resident)
+            codes[i] = NOW_CODE if now else QUEUE_CODE
         while into and not self.est.static_ok(tuple(codes)):
             codes[into.pop()] = CPU_CODE
         return tuple(codes)
@@ -390,6 +418,8 @@ class _Search:
         codes = list(cur)
         if self.eject and self.rng.random() < EXCHANGE_KICK_SHARE:
             # binary, screened: work exchanged between the devices, several nodes each way
+            return self.exchange(cur)
+        if self.exchange_3w and self.rng.random() < EXCHANGE_KICK_SHARE_3W:
             return self.exchange(cur)
         if self.eject and self.rng.random() < EJECT_KICK_SHARE:
             # binary, screened: one resident tool (drawn by its VRAM) to the CPU; the descent refills the room

@@ -44,6 +44,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -85,6 +86,7 @@ from hetsched.model import (
     Scenario,
     Trace,
 )
+from hetsched.model.interrupts import ctrl_c_deferred
 from hetsched.model.workload import Workload
 from hetsched.tools.base import Tool, check_size
 from hetsched.tools.registry import import_tool_modules
@@ -129,6 +131,14 @@ status 1, nothing printed: seen when Ctrl-C met a CPU node finishing) when ``ray
 between a task's reply and its completion, the race ray-project/ray#54798 fixed for retries only.
 A task that finishes within the grace is never cancelled; one still running after it (held, slow,
 late) is very unlikely to be finishing at that very moment."""
+
+CLEANUP_WAIT_S = 30.0
+"""How long a round's cleanup waits for its cancelled tasks, then for its leases to return (each)."""
+
+CLEANUP_AT_MOST_S = CANCEL_GRACE_S + 2 * CLEANUP_WAIT_S + 5.0
+"""How long a round's cleanup lasts at most (its waits, and a margin for Ray's calls), seconds."""
+CLEANUP_TEXT = "stopping the round's Ray tasks and actors"
+"""What a round's cleanup does, in the line a Ctrl-C during it prints (:func:`_ctrl_c_deferred`)."""
 
 GCS_TIMEOUT_S = 60.0
 """How long the executor waits for Ray's GCS to list the cluster's nodes (``ray.nodes()`` waits
@@ -332,7 +342,9 @@ class RayExecutor(ClosingExecutor):
         """Set by ``close()`` when Ray's teardown did not finish in time and was abandoned: what
         happened, and whether the local cluster's processes were stopped (the CLI prints it)."""
         self._joined = False
-        self._closed = False
+        self._left = False  # this executor no longer counts as a user of the connection
+        self._closing = False  # close() has begun: no more rounds
+        self._closed = False  # close() has finished
         self._rounds = 0
         self.last_outputs: dict[str, Any] = {}
         """Outputs of the sink nodes of the last round that finished."""
@@ -424,19 +436,26 @@ class RayExecutor(ClosingExecutor):
             self._joined = True
 
     def close(self) -> None:
-        """Leave the Ray connection; the last executor to leave disconnects, and stops the local
-        cluster if an executor started it (idempotent)."""
+        """Kill the kept resident actors and leave the Ray connection; the last executor to leave
+        disconnects, and stops the local cluster if an executor started it. Idempotent; a Ctrl-C
+        meanwhile is raised once it has finished (bounded: :func:`_ctrl_c_deferred`), and a close cut
+        short anyway (an exception) is finished by the next call."""
+        self._closing = True  # no more rounds from here
         if self._closed:
             return
-        self._closed = True
         if not self._joined:
+            self._closed = True
             return
         started_at = time.monotonic()
+        doing = ("killing the resident actors and stopping the local Ray cluster" if self.started_cluster
+                 else "killing the resident actors and leaving the Ray cluster")
         try:
-            self.drop_resident_actors()
-            self._leave()
+            with _ctrl_c_deferred(doing, 2 * self.shutdown_timeout_s + 30.0):
+                self.drop_resident_actors()
+                self._leave()
+                self._closed = True
         finally:
-            self.phases_s["close_s"] = time.monotonic() - started_at
+            self.phases_s["close_s"] = self.phases_s.get("close_s", 0.0) + time.monotonic() - started_at
 
     def kept_actors(self) -> dict[tuple[str, str], Any]:
         """The resident actors kept for later executions, by (Ray node id, tool): Ray actor handles."""
@@ -446,8 +465,8 @@ class RayExecutor(ClosingExecutor):
         """Kill every resident actor kept for later executions and wait (at most ``shutdown_timeout_s``)
         until Ray reports them dead; the next execution starts new ones. ``close()`` calls it."""
         kept = [k.actor for k in self._kept.values()]
-        self._kept.clear()
         if not kept or _CONN["broken"] is not None:
+            self._kept.clear()
             return
 
         def kill_and_wait() -> None:
@@ -458,8 +477,12 @@ class RayExecutor(ClosingExecutor):
 
         with contextlib.suppress(Exception):  # a cluster that does not answer: its teardown (or the watchdog) ends them
             _within(self.shutdown_timeout_s, kill_and_wait)
+        self._kept.clear()  # only now: a call cut short (an exception) leaves them for the next one to kill
 
     def _leave(self) -> None:
+        if self._left:
+            return
+        self._left = True
         with _CONN_LOCK:
             _CONN["users"] -= 1
             if _CONN["users"] <= 0 and _CONN["opened"]:
@@ -545,7 +568,7 @@ class RayExecutor(ClosingExecutor):
         ``inputs`` (a request's, ``hs.Session``): source node -> the value its task receives as its one
         input; the sink nodes' outputs are in :attr:`last_outputs` after a round that ran."""
         self.last_outputs = {}
-        if self._closed:
+        if self._closing:
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
@@ -589,7 +612,7 @@ class RayExecutor(ClosingExecutor):
         their card fits beside what the driver's accounting holds; Ray's ``vram_mb`` still guards each
         node's budget): :class:`WindowRun` has the driver's records."""
         self.last_outputs = {}
-        if self._closed:
+        if self._closing:
             raise InputError("executor 'ray' is closed")
         sc = self.scenario
         mapping = sc.validate_mapping(mapping)
@@ -743,7 +766,6 @@ def _session_pids(session: str) -> list[int]:
 def _sweep_session(session: str, wait_s: float = 10.0) -> list[int]:
     """SIGKILL every process naming the session (a stopped or stuck one too) until none is left or
     ``wait_s`` has passed; returns those still there."""
-    import signal
 
     deadline = time.monotonic() + wait_s
     while True:
@@ -787,6 +809,22 @@ def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _ctrl_c_deferred(doing: str | None = None, at_most_s: float = 0.0) -> contextlib.AbstractContextManager[None]:
+    """Run the block to its end even if Ctrl-C arrives meanwhile, then raise it
+    (:func:`hetsched.model.interrupts.ctrl_c_deferred`): what a cleanup (a round's, ``close()``'s) or a
+    registration must not be cut short by (a second ``KeyboardInterrupt`` inside the cleanup of the first
+    would leave the round's tasks and actors running, or an actor made but not yet in the tables the
+    cleanup walks). The line a held Ctrl-C prints says what ``kill -9`` leaves of the Ray work."""
+    return ctrl_c_deferred(doing, at_most_s, leave_hint=_what_kill_leaves)
+
+
+def _what_kill_leaves() -> str:
+    """What stops the Ray work of a driver killed by ``kill -9`` (the line of :func:`_ctrl_c_deferred`)."""
+    if _CONN["started"]:
+        return "its watchdog stops the local Ray cluster it started"
+    return "Ray ends a dead driver's tasks and actors; if any is left, `ray stop` on the cluster's nodes stops all"
 
 
 def _shutdown_within(timeout_s: float) -> bool:
@@ -1030,12 +1068,13 @@ class _Round:
             actor = actors[tool]
             self.actors[tool] = actor
             token = f"{self.tag} {tool}"
-            lease = self.ex._hold.options(
-                **unit.options.as_options(), name=self.tag, max_retries=0, retry_exceptions=False,
-                runtime_env=LEASE_RUNTIME_ENV,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
-            ).remote(actor, token)
-            self.leases[tool] = lease
+            with _ctrl_c_deferred():  # a lease made is a lease the cleanup finds
+                lease = self.ex._hold.options(
+                    **unit.options.as_options(), name=self.tag, max_retries=0, retry_exceptions=False,
+                    runtime_env=LEASE_RUNTIME_ENV,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(unit.host, soft=False),
+                ).remote(actor, token)
+                self.leases[tool] = lease
             self.extra_ids.append(lease.task_id().hex())
             ref = actor.loaded.options(name=self.tag).remote(token)
             self.extra_ids.append(ref.task_id().hex())
@@ -1065,7 +1104,8 @@ class _Round:
         alive = {h.node_id for h in self.hosts}
         for key in [k for k in kept if k[0] not in alive]:  # its node is gone
             with contextlib.suppress(Exception):
-                ray.kill(kept.pop(key).actor, no_restart=True)
+                ray.kill(kept[key].actor, no_restart=True)
+            del kept[key]
         chosen: dict[str, Any] = {}
         pings: dict[Any, str] = {}
         for tool, unit in self.plan.actors.items():
@@ -1076,10 +1116,10 @@ class _Round:
                 self.used[tool] = (key, have.actor)
                 pings[have.actor.ping.remote()] = tool
                 continue
-            if have is not None:  # another number of threads: replaced
-                del kept[key]
+            if have is not None:  # another number of threads: replaced (killed, then out of the table)
                 with contextlib.suppress(Exception):
                     ray.kill(have.actor, no_restart=True)
+                del kept[key]
             fresh[tool] = (key, threads)
         if pings:  # a kept actor that died since (killed from outside, its worker lost) is replaced
             done, _ = ray.wait(list(pings), num_returns=len(pings), timeout=min(GCS_TIMEOUT_S, self.ex.load_timeout_s))
@@ -1089,22 +1129,28 @@ class _Round:
                     ray.get(ref)
                     answered.add(pings[ref])
             for tool in set(pings.values()) - answered:
-                key, actor = self.used.pop(tool)
-                kept.pop(key, None)
+                key, actor = self.used[tool]
                 with contextlib.suppress(Exception):
                     ray.kill(actor, no_restart=True)
+                del self.used[tool]
+                kept.pop(key, None)
                 fresh[tool] = (key, self.concurrency(tool, len(self.plan.actors[tool].nodes)) + KEEP_THREADS_EXTRA)
+        keepable = {tool: self.keepable(key[0]) for tool, (key, _) in fresh.items()}
         for tool, (key, threads) in fresh.items():
-            actor = self.ex._actor.options(
-                num_cpus=0, num_gpus=0, max_concurrency=threads, max_restarts=0, max_task_retries=0,
-                runtime_env=RESIDENT_RUNTIME_ENV,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(key[0], soft=False),
-            ).remote(self.spec("", tool, Placement.GPU_NOW), self.ex._refs[tool].box)
+            # made and registered at once: a Ctrl-C here is raised once the actor is in the round's table
+            # (the cleanup kills it) and, if kept, in the executor's (close() kills it); else a handle kept
+            # alive by the interrupt's traceback would keep the actor running, in no table
+            with _ctrl_c_deferred():
+                actor = self.ex._actor.options(
+                    num_cpus=0, num_gpus=0, max_concurrency=threads, max_restarts=0, max_task_retries=0,
+                    runtime_env=RESIDENT_RUNTIME_ENV,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(key[0], soft=False),
+                ).remote(self.spec("", tool, Placement.GPU_NOW), self.ex._refs[tool].box)
+                self.used[tool] = (key, actor)
+                if keepable[tool]:
+                    kept[key] = _Kept(actor, threads)
             self.ex.resident_actors_started[tool] = self.ex.resident_actors_started.get(tool, 0) + 1
             chosen[tool] = actor
-            self.used[tool] = (key, actor)
-            if self.keepable(key[0]):
-                kept[key] = _Kept(actor, threads)
         return chosen
 
     def keepable(self, node_id: str) -> bool:
@@ -1254,12 +1300,12 @@ class _Round:
             if self.ex._kept.get(key) is None or self.ex._kept[key].actor is not actor:
                 self.drop(tool)
         if self.pending:
-            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=30.0)
+            ray.wait(list(self.pending), num_returns=len(self.pending), timeout=CLEANUP_WAIT_S)
         # every lease has returned (its vram_mb is free) before the next execution: a released tool's at once,
         # a killed actor's as soon as Ray tells the lease (else it is cancelled with its worker)
         leases = list(self.leases.values())
         if leases:
-            _, late = ray.wait(leases, num_returns=len(leases), timeout=30.0)
+            _, late = ray.wait(leases, num_returns=len(leases), timeout=CLEANUP_WAIT_S)
             for ref in late:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref, force=True)
@@ -1333,11 +1379,13 @@ class _Round:
                     self.submit()
                     self.wait()
         except BaseException:
-            # Ctrl-C (or a bug) mid-round: stop everything this round started, then let it propagate
+            # Ctrl-C (or a bug) mid-round: stop everything this round started, then let it propagate; a
+            # second Ctrl-C meanwhile waits until that is done
             self.interrupted = True
-            self.cleanup()
+            with _ctrl_c_deferred(CLEANUP_TEXT, CLEANUP_AT_MOST_S):
+                self.cleanup()
             raise
-        with phase("cleanup_s"):
+        with phase("cleanup_s"), _ctrl_c_deferred(CLEANUP_TEXT, CLEANUP_AT_MOST_S):
             self.cleanup()
         with phase("events_s"):
             notes = self.notes() + self.collect_events()

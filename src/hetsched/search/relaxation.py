@@ -83,6 +83,17 @@ whenever it stops, optimal or not; the solver runs on one worker with a determin
 so the bound is the same on every machine unless its wall-clock cap (for a loaded machine) ends
 it first.
 
+**Probes.** When the whole model stops unsolved, its proven bound is often the LP's, far below the
+relaxation's optimum (parallel-n50-s421: 12,672 proven, 13,036 found and 13,000 infeasible). A
+*probe* solves the same model with ``T`` capped at a value ``tau`` a little above the proven bound
+(every variable's domain ends there): a proof that no solution has ``T <= tau`` is a bound of
+``tau`` (each feasible mapping's image satisfies every constraint, so a mapping of E2E at most
+``tau`` would be a solution), and with every time bounded by the cap CP-SAT propagates the
+precedences, the memory and the sibling terms from both sides and often proves that in a fraction
+of what the open model needs. The probes climb from the proven bound (:data:`_PROBE_STEP` above
+it, a smaller step after a probe that proves nothing) in a deterministic time of their own
+(:data:`_PROBE_SHARE`); a probe that solves its model exactly gives the relaxation's optimum.
+
 OR-Tools is the optional ``[search]`` extra: without it :func:`available` is False and
 :func:`relaxation_bound_ms` returns None (the reference then keeps the bounds of
 :mod:`hetsched.search.lower_bound` and says so in its label). Imports the model only (OR-Tools
@@ -112,6 +123,12 @@ _SLOW_CAP = 1 << 16  # largest slowdown a sibling group's variables take (far ab
 _LINES = 16  # secant lines per convex slowdown term
 _LEVELS = 64  # work levels per sibling group and device (coarser levels stay valid: see _add_sibling_contention)
 _MIN_ROUND_SECONDS = 0.05  # the second round runs only with at least this much time left
+_PROBE_SHARE = 1.0
+"""Deterministic time the probes get (a share of ``max_seconds``) when the second round stops unsolved."""
+_PROBE_STEP = 0.02
+"""The first probe's cap: this share above the proven bound (halved after each probe that proves nothing)."""
+_PROBE_PRECISION = 500
+"""The probes stop when the bound is within 1/this of the best relaxed solution (0.2%)."""
 
 
 def _unit_ms(upper_ms: float) -> float:
@@ -153,17 +170,18 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
     whole model, told the first round's bound and started from its solution, with the wall-clock
     time and the deterministic time the first left of the two rounds' limits (``2 * max_seconds``
     together: the small model seldom needs its share, the whole one often needs more at 50-100
-    nodes). The bound is the larger, so the stronger terms never cost the bound the smaller model
-    proves within the same limit (a small model the solver does not finish keeps the search it
-    had without the exclusion: the terms change CP-SAT's path, and on a 100-node diamond that
-    path proved 4% less).
+    nodes); when that stops unsolved, probes with ``T`` capped (module docstring) in up to
+    ``_PROBE_SHARE * max_seconds`` more. The bound is the largest, so the stronger terms never
+    cost the bound the smaller model proves within the same limit (a small model the solver does
+    not finish keeps the search it had without the exclusion: the terms change CP-SAT's path, and
+    on a 100-node diamond that path proved 4% less).
 
     Args:
         scenario: the scenario.
         upper_ms: the E2E of a feasible mapping (caps ``T`` and sets the time unit by its power
             of two: a solved relaxation's bound is the same for every upper bound within one).
         max_seconds: the solver's deterministic time limit (about seconds of one core) per round;
-            the second round also gets what the first left of its limit.
+            the second round also gets what the first left of its limit, the probes their own.
         wall_seconds: a wall-clock cap as well (default: four times ``max_seconds``); the bound
             is then the same on every machine only when the cap does not bind.
     """
@@ -192,6 +210,10 @@ def relaxation_bound_ms(scenario: Scenario, upper_ms: float, *, max_seconds: flo
         if second.proven > first.proven or (second.proven == first.proven and second.codes is not None):
             out = _Round(second.proven, second.optimal or (second.proven == first.proven and first.optimal),
                          second.codes or first.codes)
+        if not second.optimal and _PROBE_SHARE > 0:  # the whole model stopped unsolved: probe it
+            probed = _probe(scenario, upper_ms, out, second.found, _PROBE_SHARE * max_seconds, t0 + wall)
+            if probed.proven > out.proven or probed.optimal:
+                out = _Round(probed.proven, probed.optimal, probed.codes or out.codes)
     u = _unit_ms(upper_ms)  # every round's unit
     lower = max(0.0, (out.proven - 1.0) * u)
     return RelaxationBound(min(lower, upper_ms), out.optimal, time.perf_counter() - t0, out.codes)
@@ -207,6 +229,10 @@ class _Round:
     """The solver's deterministic time."""
     unit_ms: float = 0.0
     """The time unit of ``proven`` (ms)."""
+    found: int | None = None
+    """``T`` of the solution found (time units), None if none."""
+    infeasible: bool = False
+    """Proven: no solution has ``T`` at most the round's cap (``proven`` is the cap plus one unit)."""
 
     @property
     def lower_ms(self) -> float:
@@ -216,18 +242,19 @@ class _Round:
 
 def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float, wall_seconds: float,
            floor_units: int, hint: tuple[int, ...] | None, fixed: tuple[int, ...] | None = None,
-           exclusion: bool = True) -> _Round:
+           exclusion: bool = True, cap_units: int | None = None) -> _Round:
     """One round: build the relaxation (``strong``: with the terms after VRAM x time; ``exclusion``:
     with the memory exclusion) and solve it; with ``fixed`` (codes in node order), the placements
     are those codes: the relaxation's bound on that one mapping's E2E, which the tests hold against
-    its simulation."""
+    its simulation. ``cap_units``: a probe's cap on ``T`` and every time (default: the image of
+    ``upper_ms``, which some mapping reaches); infeasible under it, the round proves the cap plus one."""
     c = scenario.compiled
     n = c.n
     # untyped on purpose: OR-Tools' stubs do not accept sums of its variables and Python ints
     cp_model: Any = importlib.import_module("ortools.sat.python.cp_model")
     t0 = time.perf_counter()
     u = _unit_ms(upper_ms)
-    top = math.ceil(upper_ms / u) + 1
+    top = math.ceil(upper_ms / u) + 1 if cap_units is None else cap_units
     budget = c.budget
 
     def units(ms: float) -> int:
@@ -348,7 +375,46 @@ def _solve(scenario: Scenario, upper_ms: float, strong: bool, max_seconds: float
     if not math.isfinite(proven):
         proven = 0.0
     codes = tuple(next(k for k in allowed[i] if solver.value(x[i][k])) for i in range(n)) if solved else None
-    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes, solver.deterministic_time, u)
+    if status == cp_model.INFEASIBLE and cap_units is not None:
+        # no image of a mapping has T <= the cap: every mapping's E2E is above cap * u
+        return _Round(float(top + 1), False, None, solver.deterministic_time, u, infeasible=True)
+    found = round(solver.objective_value) if solved else None
+    return _Round(max(float(floor_units), proven), status == cp_model.OPTIMAL, codes, solver.deterministic_time, u,
+                  found)
+
+
+def _probe(scenario: Scenario, upper_ms: float, best: _Round, found: int | None, limit: float,
+           deadline: float) -> _Round:
+    """The probes (module docstring): the whole model with ``T`` capped, from just above ``best``'s
+    proven bound up, in ``limit`` deterministic seconds (half of it at most per probe) and until the
+    wall clock reaches ``deadline`` (``time.perf_counter``). ``found``: ``T`` of the second round's
+    solution (the relaxation's optimum is at most that). Returns the bound, and the relaxation's
+    optimum (``optimal``) when a probe solves its model."""
+    u = _unit_ms(upper_ms)
+    lo = math.floor(best.proven + 1e-9)  # proven: every image has T >= lo
+    hi = math.ceil(upper_ms / u) + 1 if found is None else found  # some solution has T <= hi
+    codes = best.codes
+    step = _PROBE_STEP
+    left = limit
+    while left > _MIN_ROUND_SECONDS and hi - lo > max(2, lo // _PROBE_PRECISION):
+        wall = deadline - time.perf_counter()
+        if wall <= _MIN_ROUND_SECONDS:
+            break
+        cap = min(lo + max(1, math.floor(step * lo)), lo + (hi - lo) // 2)
+        got = _solve(scenario, upper_ms, True, max(_MIN_ROUND_SECONDS, min(left, limit / 2)), wall, 0, None,
+                     cap_units=cap)
+        left -= got.seconds
+        if got.infeasible:
+            lo = cap + 1
+            continue
+        if got.optimal and got.found is not None:  # the relaxation's optimum (below the cap, so the whole model's)
+            return _Round(float(max(lo, got.found)), True, got.codes)
+        # solutions with T <= cap have T >= its proven bound, the others T > cap
+        lo = max(lo, min(math.floor(got.proven + 1e-9), cap + 1))
+        if got.found is not None:
+            hi, codes = got.found, got.codes
+        step /= 2
+    return _Round(float(lo), False, codes)
 
 
 _EXCLUSION_LEVELS = 3  # at most this many items of a set fit together: k T >= their memory-holding time
