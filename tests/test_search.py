@@ -553,6 +553,44 @@ def test_the_race_finds_the_same_mapping_with_any_number_of_processes(
                                         strict=True))) is None
 
 
+@pytest.mark.parametrize(("sc_seed", "family", "lanes"), [(36, "fanout", 1), (37, "layered", 2), (38, "random", 3)])
+def test_each_lane_of_the_race_runs_a_first_round_of_its_own(monkeypatch: pytest.MonkeyPatch, sc_seed: int,
+                                                            family: str, lanes: int) -> None:
+    """The race's first round has ``RACE_TRAJECTORIES`` trajectories per lane, each given ``RACE_SHARE /
+    RACE_TRAJECTORIES`` of a lane's budget (as on one lane), from the best distinct starts, the best start
+    again with other seeds beyond them; then every lane goes on from the best of them with the rest."""
+    import hetsched.search.local_search as ls
+    import hetsched.search.reference as ref_mod
+
+    sc = random_search_scenario(18, sc_seed, family=family, mode=Mode.THREE_WAY)
+    rng = np.random.default_rng(sc_seed)
+    starts = list(dict.fromkeys([*ls.start_mappings(sc), *(tuple(int(rng.choice(a)) for a in sc.compiled.allowed)
+                                                           for _ in range(6))]))
+    ev = ls.Evaluator(sc)
+    ranked = [s for e, s in sorted((ev(s), s) for s in starts) if e < math.inf]
+    legs: list[tuple[int, tuple[int, ...], int | None, tuple[int, ...], float]] = []
+    real = ref_mod._Trajectories.__call__
+
+    def spied(self: object, leg: object) -> ls.SearchResult:
+        found = real(self, leg)  # type: ignore[arg-type]
+        legs.append((leg.seed, leg.origin, leg.evals, found.codes, found.e2e_ms))  # type: ignore[attr-defined]
+        return found
+
+    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
+    evals = 2_000
+    found = ref_mod.race(sc, ls.Evaluator(sc), starts, seed=3, max_seconds=None, max_evals=evals, workers=1,
+                         lanes=lanes)
+    count = ref_mod.RACE_TRAJECTORIES * lanes
+    first, rest = legs[:count], legs[count:]
+    assert [seed for seed, *_ in first] == [3 + j for j in range(count)]
+    assert all(budget == int(ref_mod.RACE_SHARE * evals / ref_mod.RACE_TRAJECTORIES) for _, _, budget, _, _ in first)
+    origins = [origin for _, origin, *_ in first]
+    assert origins == ranked[:count] + [ranked[0]] * (count - len(ranked[:count]))
+    best_e, best = min((e, c) for *_, c, e in first)
+    assert len(rest) == lanes and all(origin == best for _, origin, *_ in rest)
+    assert found.e2e_ms <= best_e
+
+
 def test_best_known_is_the_same_with_any_number_of_processes_and_uses_them_with_a_time_budget(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``best_known(max_evals=N)`` gives the same reference with one worker process or two; with a time budget
