@@ -43,9 +43,9 @@ from hetsched.deciders.rules import (
     SCREEN_CONTINUE_LATER,
     SCREEN_EVALUATIONS_FIRST,
     SCREEN_EVALUATIONS_LATER,
+    SCREEN_EXCHANGE_FIRST_3W,
     SCREEN_KICKS_FIRST,
     SCREEN_LATE_FIRST,
-    SCREEN_LATE_FIRST_3W,
     SCREEN_MIN_NODES,
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
@@ -517,11 +517,15 @@ def test_screened_three_way_kicks_exchange_work_between_the_cpu_and_the_gpu(fami
     est = comp.estimator.with_interference(sc.machine.gpu_kappa)
     cur = local_search(est, comp.starts, comp.allowed, max_evaluations=60, seed=1, screen=True).best
     tool = sc.compiled.tool_idx
+    found = local_search(est, comp.starts, comp.allowed, max_evaluations=60, seed=1, screen=True,
+                         exchange_evaluations=20)
+    assert found.state is not None and found.state.exchange_3w  # its exchange phase, and the continuations
     movable_up = [j for j in range(n) if cur[j] == CPU_CODE and math.isfinite(est.gpu_ms[j])
                   and set(comp.allowed[j]) - {CPU_CODE}]
     movable_down = [j for j in range(n) if cur[j] != CPU_CODE and CPU_CODE in comp.allowed[j]]
     search, twin = (_Search(est, comp.allowed, 10**6, seed, screen=True) for _ in range(2))
-    assert search.exchange_3w and not search.eject
+    assert not search.exchange_3w and not search.eject  # until a search's exchange phase
+    search.exchange_3w = twin.exchange_3w = True
     many_in = many_out = 0
     for _ in range(300):
         kicked = search.exchange(cur)
@@ -549,6 +553,29 @@ def test_screened_three_way_kicks_exchange_work_between_the_cpu_and_the_gpu(fami
             mixed += 1
     if len(movable_up) > EXCHANGE_OUT[1] and len(movable_down) > EXCHANGE_OUT[1]:
         assert mixed > 0 and many_in > 0 and many_out > 0
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 26), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), kicks=st.integers(40, 200), extra=st.integers(1, 300))
+def test_screened_search_with_an_exchange_phase_only_gains(family: str, n: int, three_way: bool, seed: int,
+                                                           kicks: int, extra: int) -> None:
+    """The exchange phase (three-way: ``extra`` more estimates of kicks, exchanges among them) makes first the
+    estimates the search without it makes, so it never ends higher; it stays within its budget and returns a
+    valid mapping; a binary search has no such phase (the same result as without it)."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    plain = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True)
+    more = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True,
+                        exchange_evaluations=extra)
+    assert more.e2e_ms <= plain.e2e_ms
+    assert all(more.seen.get(c) == e for c, e in plain.seen.items())  # the same estimates first
+    assert sc.compiled.static_ok(more.best) and more.seen[more.best] == more.e2e_ms
+    if three_way:
+        assert len(more.seen) <= kicks + extra + n * 3  # a descent begun may end past the budget by one step
+    else:
+        assert more.best == plain.best and more.seen == plain.seen
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -739,8 +766,9 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
     spent = [r.proposal.decision.attempts[-1].reasoning for r in first.rounds]  # type: ignore[union-attr]
     first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
-    # three-way: round 0's late part is SCREEN_LATE_FIRST_3W (SCREEN_LATE_FIRST in binary workflows)
-    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST_3W}; descents screened" in spent[0]
+    # three-way: round 0's exchange phase after the late starts (binary workflows have none)
+    total = first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST + SCREEN_EXCHANGE_FIRST_3W
+    assert f"of a budget of {total}; descents screened" in spent[0]
     binary = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.BINARY, 21))
     once = run_rounds(binary, make_policy("agentic"), LoopConfig(rounds=1, seed=1)).rounds[0]
     reasoning = once.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]

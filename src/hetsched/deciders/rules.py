@@ -304,16 +304,18 @@ estimates are the same as without them, so round 0 can only gain. Tuning seeds 4
 three-way, round 0 alone: 50 nodes 25 -> 30 of 30 within 1% of the best found, 100 nodes 28 -> 29 within
 3% (the same estimates spent on more kicks instead: 27 and 29); round 0 costs about twice as long
 (later rounds, the median decision, unchanged)."""
-SCREEN_LATE_FIRST_3W = 6800
-"""In three-way workflows, the estimates round 0's screened search spends after the first kicks on the late
-starts and kicks from the best of all, instead of ``SCREEN_LATE_FIRST`` (10,000 in all up to 100 nodes,
-capped by ``SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED``). Round 0 of a 100-tool three-way workflow ends in one of many
-basins within a few % of each other, which one depending on its kicks' random stream (on the 50 workflows
-of tuning seeds 103-112 no variant of the kicks was best on more than a fifth of them); twice the kicks
-from the best mapping reach the better ones more often: round 0 alone, within 3% of the lowest any variant
-found, 42 -> 46 of 50 with the three-way exchange kicks (``hetsched.deciders.search.EXCHANGE_KICK_SHARE_3W``),
-40 -> 44 without them. Round 0 costs about twice as long at 100 tools (later rounds, the median
-decision, unchanged); binary workflows keep ``SCREEN_LATE_FIRST``."""
+SCREEN_EXCHANGE_FIRST_3W = 5000
+"""In three-way workflows, the estimates round 0's screened search spends after all those on more kicks from
+the best mapping, exchanges between the CPU and the GPU among them (``hetsched.deciders.search``'s
+``EXCHANGE_KICK_SHARE_3W``): 10,000 in all at 100 nodes, capped by ``SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED``.
+The first 5,000 estimates are those round 0 made without them, so its estimate is never higher. Round 0 of a
+100-tool three-way workflow ends in one of many basins a few % apart, which one depending on its kicks' random
+stream; more kicks, and exchanges that shift work between the devices where the CPU is saturated, reach the
+better ones more often. Round 0 alone (against the lowest of the variants tried), tuning seeds 103-112, five
+families: within 3% 40 -> 43 of 50; seeds 113-115 (not tuned on) 14 -> 15 of 15 (the exchange kicks from the
+first kick on with as many estimates: 46 of 50 and 13 of 15, and round 0 worse than before on 13 of 65). Round 0
+costs about twice as long at 100 tools (later rounds, the median decision, unchanged); binary workflows are
+unchanged."""
 SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 100_000_000
 """The cap of round 0's estimates in three-way workflows, over n^2 (10,000 estimates at 100 nodes), where it is
 above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 200 nodes on round 0 spends what it did, so the decision stays
@@ -572,19 +574,20 @@ class RulesDecider(Decider):
                                                     max(SEARCH_EVALUATIONS_BASE, SEARCH_NODE_ESTIMATES_MAX // n))
         seed = zlib.crc32(f"{sc.name}:{kappa}:{starts[-1]}".encode())
         late: list[Codes] = []
-        late_evaluations = 0
+        late_evaluations = exchange_evaluations = 0
         if race is not None:
             # round 0: the kicks end where they did, then descents from the late starts and more kicks
             late = comp.late
-            if sc.mode is Mode.THREE_WAY:
-                cap = max(cap, SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED // n**2)
-                late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST_3W, cap) - budget) if late else 0
-            else:
-                late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
+            late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
             budget += late_evaluations
+            if sc.mode is Mode.THREE_WAY:
+                # then more kicks, exchanges between the CPU and the GPU among them
+                cap = max(cap, SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED // n**2)
+                exchange_evaluations = max(0, min(budget + SCREEN_EXCHANGE_FIRST_3W, cap) - budget)
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
-                           late_starts=late, late_evaluations=late_evaluations)
+                           late_starts=late, late_evaluations=late_evaluations,
+                           exchange_evaluations=exchange_evaluations)
         if len(self._searches) > 64:
             self._searches.clear()
         self._searches[key] = res

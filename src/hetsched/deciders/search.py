@@ -113,9 +113,10 @@ the GPU (queued, or ``gpu_now`` where their tool is resident), together. On 100-
 whose round 0 ended 2-7% above the best known, the better mappings differ from round 0's in 30-60 nodes
 that shift work between the devices (the CPU saturated: E2E equal to its work over its cores, the better
 mapping with 6-10% less CPU work and the same GPU work), every move toward them alone a loss or neutral.
-Tuning seeds 103-112, five families, round 0 alone: within 3% of the lowest any variant found 40 -> 42 of 50,
-and 44 -> 46 with twice round 0's late kicks (``hetsched.deciders.rules.SCREEN_LATE_FIRST_3W``); the other
-kicks as before, their shares the rest."""
+They are drawn only in the last phase of a search that has one (``local_search``'s ``exchange_evaluations``:
+round 0 of the ``rules`` decider, ``hetsched.deciders.rules.SCREEN_EXCHANGE_FIRST_3W``) and in its continuations,
+so the estimates before are those of the search without them; the other kicks as before, their shares the
+rest."""
 EXCHANGE_FEW_IN_3W = 0.5
 """The share of a three-way search's exchange kicks whose counts are the other way round: ``EXCHANGE_OUT`` CPU
 nodes (the heavy ones, drawn by speedup) to the GPU and ``EXCHANGE_IN`` GPU nodes to the CPU (a queued node's
@@ -196,9 +197,9 @@ class _Search:
         self.groups = [g for g in groups.values() if len(g) > 1]
         self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
         """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
-        self.exchange_3w = screen and not self.eject
+        self.exchange_3w = False
         """Whether :meth:`kick` may exchange work between the CPU and the GPU in a screened three-way search
-        (``EXCHANGE_KICK_SHARE_3W``)."""
+        (``EXCHANGE_KICK_SHARE_3W``): from :func:`local_search`'s exchange phase on, and in its continuations."""
         # GPU benefit per MB of each tool (cards): what making room gives up first
         benefit: dict[int, float] = {}
         for i in range(n):
@@ -520,6 +521,7 @@ def local_search(
     race_evaluations: int | None = None,
     late_starts: Sequence[Codes] = (),
     late_evaluations: int = 0,
+    exchange_evaluations: int = 0,
 ) -> SearchResult:
     """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
     ``screen``, the descents try only the moves of the nodes :func:`focus` names, and the race of
@@ -527,7 +529,10 @@ def local_search(
     rest. A fixed race makes a larger budget only lengthen the kicks: the same mapping or a lower one.
     With ``late_starts`` and ``late_evaluations``, the kicks stop ``late_evaluations`` before the budget
     ends; then a descent from each late start not yet seen, and kicks from the best until the budget
-    ends: the search without them makes the same estimates first, so they can only lower the result."""
+    ends: the search without them makes the same estimates first, so they can only lower the result.
+    With ``exchange_evaluations`` (a screened three-way search), after all that the kicks go on for that many
+    more estimates with the exchange kicks among them (``EXCHANGE_KICK_SHARE_3W``): again the same estimates
+    first, so the result is never higher than without them."""
     budget = max(1, max_evaluations)
     race = budget // 2 if race_evaluations is None else max(1, min(race_evaluations, budget))
     search = _Search(estimator, allowed, budget, seed, screen)
@@ -563,6 +568,12 @@ def local_search(
             search.limit = math.inf
             if e < best_e * (1 - 1e-12):
                 best, best_e = cand, e
+        best, best_e = _kick(search, best, best_e, budget)
+    if exchange_evaluations > 0 and screen and not search.eject:
+        # three-way: more kicks, exchanges between the CPU and the GPU among them
+        search.exchange_3w = True
+        budget += exchange_evaluations
+        search.budget = budget
         best, best_e = _kick(search, best, best_e, budget)
     return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search)
 
