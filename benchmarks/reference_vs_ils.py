@@ -68,11 +68,15 @@ print(json.dumps({"e2e_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms, "cpu_s":
 
 
 def old_reference(checkout: Path, family: str, n: int, seed: int, seconds: float, evals: int | None) -> dict[str, Any]:
-    """``best_known`` of the checkout in ``checkout`` (its ``src`` first on the path), in a child process."""
+    """``best_known`` of the checkout in ``checkout`` (its ``src`` first on the path), in a child process;
+    ``cpu_s`` is the child's CPU with its race's worker processes (and its imports), as the new side counts them."""
     env = {**os.environ, "PYTHONPATH": f"{checkout / 'src'}{os.pathsep}{checkout}"}
+    c0 = _children_cpu_s()
     out = subprocess.run([sys.executable, "-c", _OLD_CHILD, family, str(n), str(seed), str(seconds), str(evals or 0)],
                          env=env, check=True, capture_output=True, text=True, cwd=checkout)
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    result = dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    result["cpu_s"] = _children_cpu_s() - c0  # the child's own process_time misses its worker processes
+    return result
 
 
 def _children_cpu_s() -> float:
