@@ -135,7 +135,7 @@ late) is very unlikely to be finishing at that very moment."""
 CLEANUP_WAIT_S = 30.0
 """How long a round's cleanup waits for its cancelled tasks, then for its leases to return (each)."""
 
-CLEANUP_AT_MOST_S = CANCEL_GRACE_S + 2 * CLEANUP_WAIT_S + 5.0
+CLEANUP_AT_MOST_S = 2 * CANCEL_GRACE_S + 2 * CLEANUP_WAIT_S + 5.0
 """How long a round's cleanup lasts at most (its waits, and a margin for Ray's calls), seconds."""
 CLEANUP_TEXT = "stopping the round's Ray tasks and actors"
 """What a round's cleanup does, in the line a Ctrl-C during it prints (:func:`_ctrl_c_deferred`)."""
@@ -1292,7 +1292,13 @@ class _Round:
         if self.failure is not None or self.interrupted:
             for tool in self.used:  # a failed round keeps none of its actors, released or not
                 self.drop(tool)
-            for ref in self.leases.values():  # a lease Ray has not granted yet is never started
+            # a lease Ray has not granted yet is never started; a granted one ends as its actor dies, just now:
+            # cancelling it as it ends aborts Ray's driver (seen in CI), so those ending let go first
+            waiting = list(self.leases.values())
+            if waiting:
+                with contextlib.suppress(Exception):
+                    _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=CANCEL_GRACE_S)
+            for ref in waiting:
                 with contextlib.suppress(Exception):
                     ray.cancel(ref)
         for tool in self.used:  # an actor the next execution cannot keep goes now
