@@ -820,6 +820,18 @@ def _ctrl_c_deferred(doing: str | None = None, at_most_s: float = 0.0) -> contex
     return ctrl_c_deferred(doing, at_most_s, leave_hint=_what_kill_leaves)
 
 
+def _cancel_after_grace(refs: list[Any], force: bool) -> None:
+    """Cancel the tasks of ``refs`` still pending after ``CANCEL_GRACE_S``: those finishing now finish first,
+    because ``ray.cancel`` landing as a task finishes aborts Ray's driver (seen for a CPU node and for a lease
+    whose actor had just been killed)."""
+    if refs:
+        with contextlib.suppress(Exception):
+            _, refs = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=force)
+
+
 def _what_kill_leaves() -> str:
     """What stops the Ray work of a driver killed by ``kill -9`` (the line of :func:`_ctrl_c_deferred`)."""
     if _CONN["started"]:
@@ -1280,27 +1292,15 @@ class _Round:
 
     def cleanup(self) -> None:
         """Cancel what still runs or waits, kill every actor, and wait until Ray has let go of them."""
-        running = [self.out_refs[n] for n in self.pending.values() if self.plan.mapping[n] is not Placement.GPU_NOW]
-        if running:  # let those finishing now finish: cancelling one as it finishes aborts Ray's driver
-            with contextlib.suppress(Exception):
-                _, running = ray.wait(running, num_returns=len(running), timeout=CANCEL_GRACE_S)
-        for ref in running:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
+        _cancel_after_grace([self.out_refs[n] for n in self.pending.values()
+                             if self.plan.mapping[n] is not Placement.GPU_NOW], force=True)
         for tool in list(self.actors):
             self.release(tool, force=True)
         if self.failure is not None or self.interrupted:
             for tool in self.used:  # a failed round keeps none of its actors, released or not
                 self.drop(tool)
-            # a lease Ray has not granted yet is never started; a granted one ends as its actor dies, just now:
-            # cancelling it as it ends aborts Ray's driver (seen in CI), so those ending let go first
-            waiting = list(self.leases.values())
-            if waiting:
-                with contextlib.suppress(Exception):
-                    _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=CANCEL_GRACE_S)
-            for ref in waiting:
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
+            # a lease Ray has not granted yet is never started; a granted one ends as its actor dies, just now
+            _cancel_after_grace(list(self.leases.values()), force=False)
         for tool in self.used:  # an actor the next execution cannot keep goes now
             key, actor = self.used[tool]
             if self.ex._kept.get(key) is None or self.ex._kept[key].actor is not actor:
