@@ -82,6 +82,11 @@ EVALS_WALL_FACTOR = 25.0
 time, so its bound, and with it the result, is the same for a seed on every machine unless a process gets under
 1/25 of a core: the relaxation's default cap (four times) bound at a load of 15-20 on two cores, and two identical
 calls gave lower bounds 163 and 179 ms."""
+RELAXATION_WALL_SHARE = 0.5
+"""With a time budget, the relaxation's wall-clock cap is this share of what is left of the budget (at least its
+solver time, at most ``EVALS_WALL_FACTOR`` times it). Its limits are deterministic solver time, its probes included,
+so a loaded machine proves the same bound as a quiet one, later (the search then gets less of the budget) unless the
+cap binds: a 1 s wall-clock cap, the share before, ended it before its probes at 50 tools, at a load of 2 already."""
 MIN_PARALLEL_SECONDS = 1.0
 """Least budget (seconds, or ``max_evals / EVALS_PER_SECOND``) for which a race starts worker processes: below it
 starting them would cost a noticeable share (the result does not depend on it)."""
@@ -316,7 +321,7 @@ def best_known(
         relax_s = max(0.2, relax_s)
     if max_seconds is None or relax_s >= MIN_RELAXATION_SECONDS:
         relaxed = relaxation_bound_ms(scenario, first.e2e_ms, max_seconds=relax_s,
-                                      wall_seconds=EVALS_WALL_FACTOR * relax_s if max_seconds is None else relax_s)
+                                      wall_seconds=_relaxation_wall(relax_s, left()))
     if relaxed is not None and relaxed.codes is not None:
         starts.append(relaxed.codes)
     # the best-first bound search's probe: does its share buy anything beside the relaxation?
@@ -347,10 +352,11 @@ def best_known(
         # stopped by its limit: again with the better upper bound (a smaller T to prove), half the rest
         # (all of it when the bound search is not to run)
         rest = left()
-        again_s = max(0.2, 0.5 * relax_s) if rest is None else (0.5 if promising else 1.0) * rest
+        again_s = max(0.2, 0.5 * relax_s) if rest is None else (0.5 if promising else 1.0) * relax_s
         if rest is None or again_s >= MIN_RELAXATION_SECONDS:
             again = relaxation_bound_ms(scenario, found.e2e_ms, max_seconds=again_s,
-                                        wall_seconds=EVALS_WALL_FACTOR * again_s if rest is None else again_s)
+                                        wall_seconds=_relaxation_wall(again_s, None) if rest is None
+                                        else max(again_s, rest))
             if again is not None and again.lower_ms > relaxed.lower_ms:
                 relaxed = again
     proved = probe
@@ -366,6 +372,14 @@ def best_known(
     kind = ReferenceKind.ORACLE if prove and (optimal or lower >= e2e) else ReferenceKind.BEST_KNOWN
     note = "" if kind is ReferenceKind.ORACLE or relaxed is not None or relaxation_available() else NO_RELAXATION_NOTE
     return Reference(kind, _mapping(scenario, codes), e2e, lower, time.perf_counter() - t0, bound_note=note)
+
+
+def _relaxation_wall(solver_s: float, left_s: float | None) -> float:
+    """The relaxation's wall-clock cap for ``solver_s`` of deterministic solver time (its rounds share twice that
+    and its probes get as much again): ``EVALS_WALL_FACTOR`` times it, and with a time budget at most
+    ``RELAXATION_WALL_SHARE`` of what is left of it (``left_s``), never under ``solver_s``."""
+    cap = EVALS_WALL_FACTOR * solver_s
+    return cap if left_s is None else min(cap, max(solver_s, RELAXATION_WALL_SHARE * left_s))
 
 
 def reference(
