@@ -217,6 +217,32 @@ def test_a_budget_in_simulations_gives_the_relaxation_a_generous_wall_clock_cap(
     assert ref_mod.EVALS_WALL_FACTOR >= 25
 
 
+def test_a_time_budget_gives_the_relaxation_its_solver_time_and_probes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with a time budget the relaxation's first call is limited by its deterministic solver time, its probes
+    # included: its wall-clock cap is at least its rounds' shared limit (twice its own), so a machine that gives it
+    # half a core proves what a quiet one does (its cap was its 1 s share of the default 10 s budget: that ended the
+    # rounds before the probes, and under load before the second round had proved much)
+    import hetsched.search.reference as ref_mod
+
+    real = ref_mod.relaxation_bound_ms
+    caps: list[tuple[float, float | None]] = []
+
+    def spy(scenario: Scenario, upper_ms: float, *, max_seconds: float, wall_seconds: float | None) -> object:
+        caps.append((max_seconds, wall_seconds))
+        return real(scenario, upper_ms, max_seconds=max_seconds, wall_seconds=wall_seconds)
+
+    monkeypatch.setattr(ref_mod, "relaxation_bound_ms", spy)
+    budget = 2.0
+    best_known(random_search_scenario(8, 11, family="layered"), seed=3, max_seconds=budget, workers=1)
+    assert caps, "the relaxation was not asked"
+    solver, wall = caps[0]
+    assert solver == pytest.approx(ref_mod.RELAXATION_SHARE * ref_mod.BOUND_SHARE * budget)
+    assert wall is not None and wall >= 2 * solver
+    # the default budget too, with a tenth of it gone to the first search at most
+    solver = ref_mod.RELAXATION_SHARE * ref_mod.BOUND_SHARE * ref_mod.DEFAULT_SEARCH_SECONDS
+    assert ref_mod._relaxation_wall(solver, 0.9 * ref_mod.DEFAULT_SEARCH_SECONDS) >= 2 * solver
+
+
 def test_auto_is_exact_when_it_fits_and_best_known_with_a_bound_when_not() -> None:
     small = random_search_scenario(7, 2, family="dag")
     ref = reference(small)

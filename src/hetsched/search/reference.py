@@ -82,11 +82,13 @@ EVALS_WALL_FACTOR = 25.0
 time, so its bound, and with it the result, is the same for a seed on every machine unless a process gets under
 1/25 of a core: the relaxation's default cap (four times) bound at a load of 15-20 on two cores, and two identical
 calls gave lower bounds 163 and 179 ms."""
-RELAXATION_WALL_SHARE = 0.5
+RELAXATION_WALL_SHARE = 0.25
 """With a time budget, the relaxation's wall-clock cap is this share of what is left of the budget (at least its
 solver time, at most ``EVALS_WALL_FACTOR`` times it). Its limits are deterministic solver time, its probes included,
-so a loaded machine proves the same bound as a quiet one, later (the search then gets less of the budget) unless the
-cap binds: a 1 s wall-clock cap, the share before, ended it before its probes at 50 tools, at a load of 2 already."""
+so a machine that gives it half a core proves the bound a quiet one does (1.2 s of CPU at 50 tools for most workflows
+with the default budget) unless the cap binds; its cap was its 1 s share, which ended it before its probes even on
+a quiet machine. The cap keeps the search's share on a very loaded one (at a load of 11 on two cores, half of the
+budget left, 5 s, let it take 5.5 s of a 10 s budget and the search's mapping came out 1.4% worse)."""
 MIN_PARALLEL_SECONDS = 1.0
 """Least budget (seconds, or ``max_evals / EVALS_PER_SECOND``) for which a race starts worker processes: below it
 starting them would cost a noticeable share (the result does not depend on it)."""
