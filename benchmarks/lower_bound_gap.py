@@ -20,7 +20,9 @@ With ``--exact`` (small sizes) the upper bound is the optimum itself
 median and worst gap before and after, and the relaxation's CPU time. The best-first bound
 search of the reference is left out (its bound depends on the time it gets); ``--reference``
 adds, per side, the gap ``best_known`` itself reports with its default budget (wall-clock:
-machine-dependent), which is the combined figure a user sees. ``--ceiling`` adds, with this
+machine-dependent), which is the combined figure a user sees, and how it splits: its lower bound
+against the best E2E any side found, its E2E (after / before: what the search lost or gained), the
+wall seconds its relaxation calls took and its own seconds. ``--ceiling`` adds, with this
 checkout's code, the relaxation with its placements fixed to one good mapping (a 3,000-simulation
 local search's, seed 0) against that mapping's E2E: how far the bound is below a good mapping's
 own E2E even when the placements are known. What the relaxation loses to mapping choice (it picks
