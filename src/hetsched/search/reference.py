@@ -91,7 +91,7 @@ a quiet machine. The cap keeps the search's share on a very loaded one (at a loa
 budget left, 5 s, let it take 5.5 s of a 10 s budget and the search's mapping came out 1.4% worse). The repeat
 after the search gets what is left of twice the share once the first call is done, so the search keeps its time
 unless the first call takes more than that. The wall-clock cap stays needed: on some models CP-SAT's deterministic
-time hardly moves while it works (0.12 deterministic s in 93 s on a fixed 11-node layered mapping)."""
+time hardly moves while it works (0.12 deterministic s in 47 s of CPU on a fixed 11-node layered mapping)."""
 MIN_PARALLEL_SECONDS = 1.0
 """Least budget (seconds, or ``max_evals / EVALS_PER_SECOND``) for which a race starts worker processes: below it
 starting them would cost a noticeable share (the result does not depend on it)."""
