@@ -157,8 +157,8 @@ def test_the_relaxation_never_exceeds_the_e2e_of_a_mapping_it_is_fixed_to(sc: Sc
     assume(e2e < float("inf"))
     upper = e2e * loose
     # a wall-clock cap too: on some models CP-SAT's deterministic time hardly moves (a fixed 11-node layered
-    # workflow: 40,000 literals made and refuted one at a time, 0.12 deterministic s in 47 s of CPU, most of
-    # this test's 340 s at a load of 12); a proven bound holds wherever it stops, so the property stays the same
+    # workflow: 40,000 literals made and refuted one at a time, 0.12 deterministic s in 47 s of CPU; this
+    # test took 340 s at a load of 12); a proven bound holds wherever it stops, so the property stays the same
     got = relaxation._solve(sc, upper, strong, 2.0, 5.0, 0, None, fixed=codes)
     proven_ms = got.lower_ms
     assert proven_ms <= e2e * (1 + 1e-9) + 1e-6, (proven_ms, e2e, codes)
