@@ -49,6 +49,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+from itertools import compress
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -195,6 +196,10 @@ class _Search:
         for i, t in enumerate(self.tool):
             groups.setdefault(t, []).append(i)
         self.groups = [g for g in groups.values() if len(g) > 1]
+        self.group_common = [sorted(set(allowed[g[0]]).intersection(*(allowed[j] for j in g[1:]))) for g in self.groups]
+        """Per multi-node tool, the placements all its nodes allow (ascending)."""
+        self.members = groups
+        """Per tool, its nodes (ascending): what making room moves off ``gpu_now``."""
         self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
         """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
         self.exchange_3w = False
@@ -207,6 +212,8 @@ class _Search:
             saved = est.cpu_ms[i] - est.gpu_ms[i] if math.isfinite(est.gpu_ms[i]) else 0.0
             benefit[t] = benefit.get(t, 0.0) + saved
         self.per_mb = {t: b / max(self.tool_vram[t], 1e-9) for t, b in benefit.items()}
+        self.by_per_mb = sorted(self.per_mb, key=lambda t: (self.per_mb[t], t))
+        """Every tool by GPU benefit per MB, least first (making room's order, filtered to the residents)."""
         # a topological order (Kahn's), for run_loss's backward pass
         c = est.compiled
         left = list(c.npreds)
@@ -297,44 +304,62 @@ class _Search:
         """``cand`` (node ``i`` promoted, over budget) with resident tools moved off ``gpu_now`` until
         the set fits: once to ``gpu_queue`` where allowed, once to the CPU; the tools of least GPU
         benefit per MB first and, when screened, also those whose eviction costs the current run
-        least per MB (:meth:`run_loss`)."""
+        least per MB (:meth:`run_loss`). The orders are those of every tool, sorted once (per search,
+        and per descent step for the run's losses) and filtered to the residents: the keys end in the
+        tool, so a filtered order is the residents' own sort."""
         tool, vram = self.tool, self.tool_vram
-        residents = {tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]}
-        need = sum(vram[t] for t in {tool[j] for j in range(self.n) if cand[j] == NOW_CODE})
-        orders: list[tuple[int, list[int]]] = []
+        on_now = set(compress(tool, map(NOW_CODE.__eq__, cand)))  # added in node order: a comprehension's set
+        need = sum(vram[t] for t in on_now)
+        moved = tool[i]
         if self._loss_of is not None:  # the current run's losses, computed when first needed
             self.run_loss(*self._loss_of)
             self._loss_of = None
+        orders: list[tuple[int, list[int]]] = []
+        by_loss = self._loss_orders() if self.loss is not None else None
         for target in (QUEUE_CODE, CPU_CODE):
-            if self.loss is not None:
-                loss = self.loss[target]
-                orders.append((target, sorted(residents, key=lambda t: (loss.get(t, math.inf) / max(vram[t], 1e-9),
-                                                                         self.per_mb[t], t))))
-            orders.append((target, sorted(residents, key=lambda t: (self.per_mb[t], t))))
+            if by_loss is not None:
+                orders.append((target, by_loss[target]))
+            orders.append((target, self.by_per_mb))
         out: list[Codes] = []
-        for target, resident in orders:
+        budget, allowed, members = self.est.budget, self.allowed, self.members
+        for target, order in orders:
             codes = list(cand)
             left = need
-            for t in resident:
-                if left <= self.est.budget:
+            for t in order:  # the residents but the promoted node's tool, in this order
+                if left <= budget:
                     break
-                for j in range(self.n):
-                    if tool[j] == t and codes[j] == NOW_CODE:
-                        codes[j] = target if target in self.allowed[j] else CPU_CODE
+                if t == moved or t not in on_now:
+                    continue
+                for j in members[t]:
+                    if codes[j] == NOW_CODE:
+                        codes[j] = target if target in allowed[j] else CPU_CODE
                 left -= vram[t]
-            if left <= self.est.budget and tuple(codes) not in out:
+            if left <= budget and tuple(codes) not in out:
                 out.append(tuple(codes))
         return out
+
+    _by_loss: tuple[dict[int, dict[int, float]], dict[int, list[int]]] | None = None
+    """:meth:`run_loss`'s losses and, per eviction target, every tool by its loss per MB (then its benefit per
+    MB), least first: sorted once per descent step."""
+
+    def _loss_orders(self) -> dict[int, list[int]]:
+        loss = self.loss
+        assert loss is not None
+        if self._by_loss is None or self._by_loss[0] is not loss:
+            vram, per_mb = self.tool_vram, self.per_mb
+            self._by_loss = (loss, {target: sorted(per_mb, key=lambda t: (loss[target].get(t, math.inf)
+                                                                          / max(vram[t], 1e-9), per_mb[t], t))
+                                    for target in (QUEUE_CODE, CPU_CODE)})
+        return self._by_loss[1]
 
     def group_moves(self, cur: Codes, among: set[int] | None = None) -> list[Codes]:
         """Every multi-node tool's nodes moved together to each placement they all allow (only tools
         with a node ``among`` these, when given)."""
         out: list[Codes] = []
-        for g in self.groups:
+        for g, common in zip(self.groups, self.group_common, strict=True):
             if among is not None and not among.intersection(g):
                 continue
-            common = set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:]))
-            for p in sorted(common):
+            for p in common:
                 if all(cur[j] == p for j in g):
                     continue
                 codes = list(cur)
