@@ -527,8 +527,9 @@ def _simulate(
                 cpu_v, cpu_w = _per_task_step(cpu_v, cpu_w, threads, cpu_slow, dt)
             elif len(cpu_w) == 1:
                 cpu_w[0] -= dt / cpu_slow
-            else:
-                cpu_w = _less(cpu_w, dt / cpu_slow)
+            else:  # inline, not a call: the hot loop of every estimate (rounding as w - step, per task)
+                step = dt / cpu_slow
+                cpu_w = [w - step for w in cpu_w]
             while cpu_w and cpu_w[0] <= EPS:
                 finished.append(cpu_v.pop(0))
                 del cpu_w[0]
@@ -536,7 +537,8 @@ def _simulate(
             if len(gpu_w) == 1:
                 gpu_w[0] -= dt / gpu_slow
             else:
-                gpu_w = _less(gpu_w, dt / gpu_slow)
+                step = dt / gpu_slow
+                gpu_w = [w - step for w in gpu_w]
             while gpu_w and gpu_w[0] <= EPS:
                 finished.append(gpu_v.pop(0))
                 del gpu_w[0]
@@ -708,12 +710,6 @@ def cpu_slowdown(demand: float, cores_asked: float) -> float:
     together demand ``cores_asked`` times the machine's cores (no slowdown up to 1), for callers
     that reason about one task outside :func:`simulate` (the rules decider's ratio test)."""
     return _slowed(demand, cores_asked) if cores_asked > 1.0 else 1.0
-
-
-def _less(work: list[float], step: float) -> list[float]:
-    """Every running task's work left after ``step`` of isolated work (rounding is monotone, so
-    ascending work stays ascending)."""
-    return [w - step for w in work]
 
 
 def _per_task_dt(nodes: list[int], work: list[float], demand: Sequence[float], cpu_slow: float) -> float:
