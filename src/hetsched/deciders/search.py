@@ -49,7 +49,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from itertools import compress
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -308,7 +307,7 @@ class _Search:
         and per descent step for the run's losses) and filtered to the residents: the keys end in the
         tool, so a filtered order is the residents' own sort."""
         tool, vram = self.tool, self.tool_vram
-        on_now = set(compress(tool, map(NOW_CODE.__eq__, cand)))  # added in node order: a comprehension's set
+        on_now = set(itertools.compress(tool, map(NOW_CODE.__eq__, cand)))  # added in node order: a comprehension's set
         need = sum(vram[t] for t in on_now)
         moved = tool[i]
         if self._loss_of is not None:  # the current run's losses, computed when first needed
