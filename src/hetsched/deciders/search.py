@@ -199,8 +199,13 @@ class _Search:
         """Per multi-node tool, the placements all its nodes allow (ascending)."""
         self.members = groups
         """Per tool, its nodes (ascending): what making room moves off ``gpu_now``."""
-        self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
+        queue = any(QUEUE_CODE in a for a in allowed)
+        self.eject = screen and not queue
         """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
+        self.room_targets = (QUEUE_CODE, CPU_CODE) if queue else (QUEUE_CODE,)
+        """Where making room sends the evicted nodes: to ``gpu_queue`` where allowed, else the CPU, then to the CPU.
+        Where no node may queue (binary) the first pass is the second's, with the same losses (:meth:`run_loss`
+        charges the CPU's where the queue is not allowed): its candidates would all be repeats."""
         self.exchange_3w = False
         """Whether :meth:`kick` may exchange work between the CPU and the GPU in a screened three-way search
         (``EXCHANGE_KICK_SHARE_3W``): from :func:`local_search`'s exchange phase on, and in its continuations."""
@@ -303,53 +308,58 @@ class _Search:
         """``cand`` (node ``i`` promoted, over budget) with resident tools moved off ``gpu_now`` until
         the set fits: once to ``gpu_queue`` where allowed, once to the CPU; the tools of least GPU
         benefit per MB first and, when screened, also those whose eviction costs the current run
-        least per MB (:meth:`run_loss`). The orders are those of every tool, sorted once (per search,
-        and per descent step for the run's losses) and filtered to the residents: the keys end in the
-        tool, so a filtered order is the residents' own sort."""
+        least per MB (:meth:`run_loss`)."""
         tool, vram = self.tool, self.tool_vram
-        on_now = set(itertools.compress(tool, map(NOW_CODE.__eq__, cand)))  # added in node order: a comprehension's set
+        on_now = {t for t, p in zip(tool, cand, strict=True) if p == NOW_CODE}
         need = sum(vram[t] for t in on_now)
-        moved = tool[i]
         if self._loss_of is not None:  # the current run's losses, computed when first needed
             self.run_loss(*self._loss_of)
             self._loss_of = None
-        orders: list[tuple[int, list[int]]] = []
-        by_loss = self._loss_orders() if self.loss is not None else None
-        for target in (QUEUE_CODE, CPU_CODE):
-            if by_loss is not None:
-                orders.append((target, by_loss[target]))
-            orders.append((target, self.by_per_mb))
         out: list[Codes] = []
         budget, allowed, members = self.est.budget, self.allowed, self.members
-        for target, order in orders:
+        for target, resident in self._room_orders(frozenset(on_now.difference((tool[i],)))):
             codes = list(cand)
             left = need
-            for t in order:  # the residents but the promoted node's tool, in this order
+            for t in resident:
                 if left <= budget:
                     break
-                if t == moved or t not in on_now:
-                    continue
                 for j in members[t]:
                     if codes[j] == NOW_CODE:
                         codes[j] = target if target in allowed[j] else CPU_CODE
                 left -= vram[t]
-            if left <= budget and tuple(codes) not in out:
-                out.append(tuple(codes))
+            if left <= budget:
+                room = tuple(codes)
+                if room not in out:
+                    out.append(room)
         return out
 
-    _by_loss: tuple[dict[int, dict[int, float]], dict[int, list[int]]] | None = None
-    """:meth:`run_loss`'s losses and, per eviction target, every tool by its loss per MB (then its benefit per
-    MB), least first: sorted once per descent step."""
+    _orders: tuple[dict[int, dict[int, float]] | None, dict[frozenset[int], list[tuple[int, list[int]]]]] | None = None
+    """:meth:`make_room`'s eviction orders, per set of residents, and the losses they were sorted by (the
+    residents of one descent step's candidates are mostly the same set)."""
 
-    def _loss_orders(self) -> dict[int, list[int]]:
-        loss = self.loss
-        assert loss is not None
-        if self._by_loss is None or self._by_loss[0] is not loss:
-            vram, per_mb = self.tool_vram, self.per_mb
-            self._by_loss = (loss, {target: sorted(per_mb, key=lambda t: (loss[target].get(t, math.inf)
-                                                                          / max(vram[t], 1e-9), per_mb[t], t))
-                                    for target in (QUEUE_CODE, CPU_CODE)})
-        return self._by_loss[1]
+    def _room_orders(self, residents: frozenset[int]) -> list[tuple[int, list[int]]]:
+        """Per pass of :meth:`make_room`, where it sends the evicted nodes and the ``residents`` in the order it
+        evicts them: by :meth:`run_loss`'s loss per MB when there is one, then by the cards' benefit per MB. The
+        orders of every tool, sorted once (per search; per descent step for the losses), filtered to the
+        residents: the keys end in the tool, so a filtered order is the residents' own sort."""
+        if self._orders is None or self._orders[0] is not self.loss or len(self._orders[1]) >= 256:
+            self._orders = (self.loss, {})
+        loss, kept = self._orders
+        got = kept.get(residents)
+        if got is None:
+            by_per_mb = [t for t in self.by_per_mb if t in residents]
+            by_loss = None
+            if loss is not None:
+                vram, per_mb = self.tool_vram, self.per_mb
+                by_loss = {target: sorted(residents, key=lambda t: (loss[target].get(t, math.inf)
+                                                                    / max(vram[t], 1e-9), per_mb[t], t))
+                           for target in self.room_targets}
+            got = kept[residents] = []
+            for target in self.room_targets:
+                if by_loss is not None:
+                    got.append((target, by_loss[target]))
+                got.append((target, by_per_mb))
+        return got
 
     def group_moves(self, cur: Codes, among: set[int] | None = None) -> list[Codes]:
         """Every multi-node tool's nodes moved together to each placement they all allow (only tools
