@@ -408,6 +408,7 @@ def _simulate(
     sharing = c.load_sharing
     device_loads = sharing == _DEVICE
     cross = c.cross
+    plain = not (cross or waits or sharing)
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
@@ -491,35 +492,50 @@ def _simulate(
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
                            start, end, _loads(pl, load_now if warm_ms else load_of) if timings else [], vram_tl)
         # the rates: a device's slowdown from its running set, and the time to the next event
-        dt = _INF
-        crossed = cross and cpu_v and (gpu_v or load_run)
-        if crossed:  # cross-core interference: while both sides run, each slows the other
-            cpu_x, dev_x = _cross(cross, threads_sum / cores, util_sum if device_loads else util_sum + len(load_run))
-        if cpu_v:
-            cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-            if crossed:
-                cpu_slow *= cpu_x
-            per_task = waits and cpu_slow > 1.0
-            # a task waiting part of the time slows only on its busy part
-            dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
-        if gpu_v or load_run:
-            k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
-            gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
-            if crossed:
-                gpu_slow *= dev_x
+        if plain:  # the same arithmetic, fewer steps: no cross-core interference, per-task slowdown or shared loads
+            dt = events[0][0] - t if events else _INF
+            if cpu_v:
+                cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+                due = cpu_w[0] * cpu_slow
+                if due < dt:
+                    dt = due
             if gpu_v:
+                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (len(gpu_v) - 1))
                 due = gpu_w[0] * gpu_slow
                 if due < dt:
                     dt = due
-            if load_run:
-                load_slow = gpu_slow if device_loads else float(len(load_run))
-                if crossed and not device_loads:
-                    load_slow *= dev_x
-                dt = min(dt, min(load_run.values()) * load_slow)
-        if events:
-            due = events[0][0] - t
-            if due < dt:
-                dt = due
+            per_task = False
+        else:
+            dt = _INF
+            crossed = cross and cpu_v and (gpu_v or load_run)
+            if crossed:  # cross-core interference: while both sides run, each slows the other
+                cpu_x, dev_x = _cross(cross, threads_sum / cores,
+                                      util_sum if device_loads else util_sum + len(load_run))
+            if cpu_v:
+                cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+                if crossed:
+                    cpu_slow *= cpu_x
+                per_task = waits and cpu_slow > 1.0
+                # a task waiting part of the time slows only on its busy part
+                dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
+            if gpu_v or load_run:
+                k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
+                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+                if crossed:
+                    gpu_slow *= dev_x
+                if gpu_v:
+                    due = gpu_w[0] * gpu_slow
+                    if due < dt:
+                        dt = due
+                if load_run:
+                    load_slow = gpu_slow if device_loads else float(len(load_run))
+                    if crossed and not device_loads:
+                        load_slow *= dev_x
+                    dt = min(dt, min(load_run.values()) * load_slow)
+            if events:
+                due = events[0][0] - t
+                if due < dt:
+                    dt = due
         t += dt
         finished: list[int] = []
         if cpu_v:
