@@ -346,7 +346,7 @@ def best_known(
     if promising:
         keep_s = None if bf_s is None else (1 - BOUND_PROBE_SHARE) * bf_s
     elif relaxed is not None and not relaxed.optimal:
-        # what the relaxation had before its limits were solver time: its share twice, its first call included
+        # the relaxation gets twice its share in wall-clock time, its first call included: the repeat has the rest
         keep_s = None if max_seconds is None else max(0.0, 2 * relax_s - relaxed.seconds)
     else:
         keep_s = 0.0
