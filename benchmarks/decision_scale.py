@@ -6,7 +6,11 @@ decider on the simulator for ``--rounds`` rounds (rounds 0..5 by default) and re
 
 - the decider's process time per round (``RulesDecider.decide``, the model search and the
   calibration; the monitor and the simulator are not in it), median and max over the rounds;
-- the noise-free E2E of the best mapping played in those rounds (best of rounds 0..5).
+- the noise-free E2E of the best mapping played in those rounds (best of rounds 0..5);
+- whether the two checkouts decided the same (``same decisions``): every round's mapping, rationale and
+  reasoning (the estimates it quotes with it) equal, and, where both checkouts have the search's
+  ``local_search`` / ``resume``, every estimate each search made, in order. A change meant only to be faster
+  must read ``yes, every estimate`` on every row.
 
 The best known mapping of a workflow is the lowest noise-free E2E among the search room's
 ``best_known`` (a seeded iterated local search of ``--reference-evals`` simulations plus its lower
@@ -34,7 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
-import json, sys, time
+import hashlib, json, sys, time
 from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.loop import LoopConfig, run_rounds
 from hetsched.model import Mode
@@ -56,11 +60,25 @@ def timed(self, ctx):
     finally:
         ms.append((time.process_time() - t0) * 1000.0)
 rules.RulesDecider.decide = timed
+searches = []
+if hasattr(rules, "local_search") and hasattr(rules, "resume"):  # each search's every estimate, in order
+    def digested(search):
+        def run(*args, **kwargs):
+            res = search(*args, **kwargs)
+            searches.append(repr((res.best, res.e2e_ms, list(res.seen.items()))))
+            return res
+        return run
+    rules.local_search, rules.resume = digested(rules.local_search), digested(rules.resume)
 result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=rounds, seed=0))
 exact = Simulator(sc, noise=False)
 played = [(exact.run(r.mapping).e2e_ms, r.mapping.to_dict()) for r in result.rounds]
 best = min(played, key=lambda p: p[0])
-print(json.dumps({"ms": ms, "best_ms": best[0], "best_mapping": best[1]}))
+proposals = [(r.mapping.to_dict(), r.proposal.rationale,
+              [(a.reply, a.reasoning) for a in r.proposal.decision.attempts] if r.proposal.decision else [])
+             for r in result.rounds]
+print(json.dumps({"ms": ms, "best_ms": best[0], "best_mapping": best[1],
+                  "proposals": hashlib.sha256(repr(proposals).encode()).hexdigest(),
+                  "searches": hashlib.sha256("\n".join(searches).encode()).hexdigest() if searches else None}))
 """
 
 
@@ -69,6 +87,19 @@ def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: 
     res = subprocess.run([sys.executable, "-c", CHILD, family, str(n), mode, str(seed), str(rounds)],
                          env=env, capture_output=True, text=True, check=True, cwd=checkout)
     return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def same_decisions(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """Whether both checkouts proposed the same thing every round: ``yes`` (and ``, every estimate`` when
+    both searches made the same estimates in the same order, where both checkouts have that search), or
+    ``NO`` (``-`` when a checkout does not report its proposals)."""
+    if old.get("proposals") is None or new.get("proposals") is None:
+        return "-"
+    if old["proposals"] != new["proposals"]:
+        return "NO"
+    if old.get("searches") is None or new.get("searches") is None:
+        return "yes"
+    return "yes, every estimate" if old["searches"] == new["searches"] else "yes, other estimates"
 
 
 def best_known_ms(family: str, n: int, mode: str, seed: int, evals: int) -> float:
@@ -97,8 +128,8 @@ def main() -> None:
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"agentic:rules, {args.rounds} rounds, decision = process time of RulesDecider.decide")
     print("| n | workflow | old ms/round median (max) | new ms/round median (max) | old / new "
-          "| old best / best known | new best / best known |")
-    print("|---|---|---|---|---|---|---|")
+          "| old best / best known | new best / best known | same decisions |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for family in args.families:
             for mode in args.modes:
@@ -113,12 +144,13 @@ def main() -> None:
                         row[side] = {"median_ms": statistics.median(got[side]["ms"]), "max_ms": max(got[side]["ms"]),
                                      "ms": got[side]["ms"], "best_ms": got[side]["best_ms"],
                                      "ratio": got[side]["best_ms"] / known}
+                    row["same"] = same_decisions(got["old"], got["new"])
                     rows.append(row)
                     o, w = row["old"], row["new"]
                     tag = "3w" if mode == "three_way" else "bin"
                     print(f"| {n} | {family}-{tag}-s{seed} | {o['median_ms']:.0f} ({o['max_ms']:.0f}) "
                           f"| {w['median_ms']:.0f} ({w['max_ms']:.0f}) | {o['median_ms'] / w['median_ms']:.1f}x "
-                          f"| {o['ratio']:.4f} | {w['ratio']:.4f} |", flush=True)
+                          f"| {o['ratio']:.4f} | {w['ratio']:.4f} | {row['same']} |", flush=True)
     print("\nper size: median decision ms per round (median over workflows) and worst best / best known")
     print("| n | old ms | new ms | old worst ratio | new worst ratio | new median ratio |")
     print("|---|---|---|---|---|---|")
@@ -128,6 +160,9 @@ def main() -> None:
               f"| {statistics.median(r['new']['median_ms'] for r in sub):.0f} "
               f"| {max(r['old']['ratio'] for r in sub):.4f} | {max(r['new']['ratio'] for r in sub):.4f} "
               f"| {statistics.median(r['new']['ratio'] for r in sub):.4f} |")
+    same = sum(r["same"].startswith("yes") for r in rows)
+    print(f"\nsame decisions (every round's mapping, rationale and reasoning, its estimates with it): {same} of "
+          f"{len(rows)} workflows")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 

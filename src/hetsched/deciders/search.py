@@ -195,8 +195,17 @@ class _Search:
         for i, t in enumerate(self.tool):
             groups.setdefault(t, []).append(i)
         self.groups = [g for g in groups.values() if len(g) > 1]
-        self.eject = screen and not any(QUEUE_CODE in a for a in allowed)
+        self.group_common = [sorted(set(allowed[g[0]]).intersection(*(allowed[j] for j in g[1:]))) for g in self.groups]
+        """Per multi-node tool, the placements all its nodes allow (ascending)."""
+        self.members = groups
+        """Per tool, its nodes (ascending): what making room moves off ``gpu_now``."""
+        queue = any(QUEUE_CODE in a for a in allowed)
+        self.eject = screen and not queue
         """Whether :meth:`kick` may evict a resident tool whole (screened binary searches)."""
+        self.room_targets = (QUEUE_CODE, CPU_CODE) if queue else (QUEUE_CODE,)
+        """Where making room sends the evicted nodes: to ``gpu_queue`` where allowed, else the CPU, then to the CPU.
+        Where no node may queue (binary) the first pass is the second's, with the same losses (:meth:`run_loss`
+        charges the CPU's where the queue is not allowed): its candidates would all be repeats."""
         self.exchange_3w = False
         """Whether :meth:`kick` may exchange work between the CPU and the GPU in a screened three-way search
         (``EXCHANGE_KICK_SHARE_3W``): from :func:`local_search`'s exchange phase on, and in its continuations."""
@@ -207,6 +216,8 @@ class _Search:
             saved = est.cpu_ms[i] - est.gpu_ms[i] if math.isfinite(est.gpu_ms[i]) else 0.0
             benefit[t] = benefit.get(t, 0.0) + saved
         self.per_mb = {t: b / max(self.tool_vram[t], 1e-9) for t, b in benefit.items()}
+        self.by_per_mb = sorted(self.per_mb, key=lambda t: (self.per_mb[t], t))
+        """Every tool by GPU benefit per MB, least first (making room's order, filtered to the residents)."""
         # a topological order (Kahn's), for run_loss's backward pass
         c = est.compiled
         left = list(c.npreds)
@@ -299,42 +310,65 @@ class _Search:
         benefit per MB first and, when screened, also those whose eviction costs the current run
         least per MB (:meth:`run_loss`)."""
         tool, vram = self.tool, self.tool_vram
-        residents = {tool[j] for j in range(self.n) if cand[j] == NOW_CODE and tool[j] != tool[i]}
-        need = sum(vram[t] for t in {tool[j] for j in range(self.n) if cand[j] == NOW_CODE})
-        orders: list[tuple[int, list[int]]] = []
+        on_now = {t for t, p in zip(tool, cand, strict=True) if p == NOW_CODE}
+        need = sum(vram[t] for t in on_now)
         if self._loss_of is not None:  # the current run's losses, computed when first needed
             self.run_loss(*self._loss_of)
             self._loss_of = None
-        for target in (QUEUE_CODE, CPU_CODE):
-            if self.loss is not None:
-                loss = self.loss[target]
-                orders.append((target, sorted(residents, key=lambda t: (loss.get(t, math.inf) / max(vram[t], 1e-9),
-                                                                         self.per_mb[t], t))))
-            orders.append((target, sorted(residents, key=lambda t: (self.per_mb[t], t))))
         out: list[Codes] = []
-        for target, resident in orders:
+        budget, allowed, members = self.est.budget, self.allowed, self.members
+        for target, resident in self._room_orders(frozenset(on_now.difference((tool[i],)))):
             codes = list(cand)
             left = need
             for t in resident:
-                if left <= self.est.budget:
+                if left <= budget:
                     break
-                for j in range(self.n):
-                    if tool[j] == t and codes[j] == NOW_CODE:
-                        codes[j] = target if target in self.allowed[j] else CPU_CODE
+                for j in members[t]:
+                    if codes[j] == NOW_CODE:
+                        codes[j] = target if target in allowed[j] else CPU_CODE
                 left -= vram[t]
-            if left <= self.est.budget and tuple(codes) not in out:
-                out.append(tuple(codes))
+            if left <= budget:
+                room = tuple(codes)
+                if room not in out:
+                    out.append(room)
         return out
+
+    _orders: tuple[dict[int, dict[int, float]] | None, dict[frozenset[int], list[tuple[int, list[int]]]]] | None = None
+    """:meth:`make_room`'s eviction orders, per set of residents, and the losses they were sorted by (the
+    residents of one descent step's candidates are mostly the same set)."""
+
+    def _room_orders(self, residents: frozenset[int]) -> list[tuple[int, list[int]]]:
+        """Per pass of :meth:`make_room`, where it sends the evicted nodes and the ``residents`` in the order it
+        evicts them: by :meth:`run_loss`'s loss per MB when there is one, then by the cards' benefit per MB. The
+        orders of every tool, sorted once (per search; per descent step for the losses), filtered to the
+        residents: the keys end in the tool, so a filtered order is the residents' own sort."""
+        if self._orders is None or self._orders[0] is not self.loss or len(self._orders[1]) >= 256:
+            self._orders = (self.loss, {})
+        loss, kept = self._orders
+        got = kept.get(residents)
+        if got is None:
+            by_per_mb = [t for t in self.by_per_mb if t in residents]
+            by_loss = None
+            if loss is not None:
+                vram, per_mb = self.tool_vram, self.per_mb
+                by_loss = {target: sorted(residents, key=lambda t: (loss[target].get(t, math.inf)
+                                                                    / max(vram[t], 1e-9), per_mb[t], t))
+                           for target in self.room_targets}
+            got = kept[residents] = []
+            for target in self.room_targets:
+                if by_loss is not None:
+                    got.append((target, by_loss[target]))
+                got.append((target, by_per_mb))
+        return got
 
     def group_moves(self, cur: Codes, among: set[int] | None = None) -> list[Codes]:
         """Every multi-node tool's nodes moved together to each placement they all allow (only tools
         with a node ``among`` these, when given)."""
         out: list[Codes] = []
-        for g in self.groups:
+        for g, common in zip(self.groups, self.group_common, strict=True):
             if among is not None and not among.intersection(g):
                 continue
-            common = set(self.allowed[g[0]]).intersection(*(self.allowed[j] for j in g[1:]))
-            for p in sorted(common):
+            for p in common:
                 if all(cur[j] == p for j in g):
                     continue
                 codes = list(cur)

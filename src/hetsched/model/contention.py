@@ -408,6 +408,7 @@ def _simulate(
     sharing = c.load_sharing
     device_loads = sharing == _DEVICE
     cross = c.cross
+    plain = not (cross or waits or sharing)
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
@@ -491,35 +492,50 @@ def _simulate(
             return Timings(_INF, [_INF] * copies, queue[0] if queue else -1, used, now_left, ready, admitted,
                            start, end, _loads(pl, load_now if warm_ms else load_of) if timings else [], vram_tl)
         # the rates: a device's slowdown from its running set, and the time to the next event
-        dt = _INF
-        crossed = cross and cpu_v and (gpu_v or load_run)
-        if crossed:  # cross-core interference: while both sides run, each slows the other
-            cpu_x, dev_x = _cross(cross, threads_sum / cores, util_sum if device_loads else util_sum + len(load_run))
-        if cpu_v:
-            cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-            if crossed:
-                cpu_slow *= cpu_x
-            per_task = waits and cpu_slow > 1.0
-            # a task waiting part of the time slows only on its busy part
-            dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
-        if gpu_v or load_run:
-            k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
-            gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
-            if crossed:
-                gpu_slow *= dev_x
+        if plain:  # the same arithmetic, fewer steps: no cross-core interference, per-task slowdown or shared loads
+            dt = events[0][0] - t if events else _INF
+            if cpu_v:
+                cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+                due = cpu_w[0] * cpu_slow
+                if due < dt:
+                    dt = due
             if gpu_v:
+                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (len(gpu_v) - 1))
                 due = gpu_w[0] * gpu_slow
                 if due < dt:
                     dt = due
-            if load_run:
-                load_slow = gpu_slow if device_loads else float(len(load_run))
-                if crossed and not device_loads:
-                    load_slow *= dev_x
-                dt = min(dt, min(load_run.values()) * load_slow)
-        if events:
-            due = events[0][0] - t
-            if due < dt:
-                dt = due
+            per_task = False
+        else:
+            dt = _INF
+            crossed = cross and cpu_v and (gpu_v or load_run)
+            if crossed:  # cross-core interference: while both sides run, each slows the other
+                cpu_x, dev_x = _cross(cross, threads_sum / cores,
+                                      util_sum if device_loads else util_sum + len(load_run))
+            if cpu_v:
+                cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
+                if crossed:
+                    cpu_slow *= cpu_x
+                per_task = waits and cpu_slow > 1.0
+                # a task waiting part of the time slows only on its busy part
+                dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
+            if gpu_v or load_run:
+                k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
+                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
+                if crossed:
+                    gpu_slow *= dev_x
+                if gpu_v:
+                    due = gpu_w[0] * gpu_slow
+                    if due < dt:
+                        dt = due
+                if load_run:
+                    load_slow = gpu_slow if device_loads else float(len(load_run))
+                    if crossed and not device_loads:
+                        load_slow *= dev_x
+                    dt = min(dt, min(load_run.values()) * load_slow)
+            if events:
+                due = events[0][0] - t
+                if due < dt:
+                    dt = due
         t += dt
         finished: list[int] = []
         if cpu_v:
@@ -527,8 +543,9 @@ def _simulate(
                 cpu_v, cpu_w = _per_task_step(cpu_v, cpu_w, threads, cpu_slow, dt)
             elif len(cpu_w) == 1:
                 cpu_w[0] -= dt / cpu_slow
-            else:
-                cpu_w = _less(cpu_w, dt / cpu_slow)
+            else:  # inline, not a call: the hot loop of every estimate (rounding as w - step, per task)
+                step = dt / cpu_slow
+                cpu_w = [w - step for w in cpu_w]
             while cpu_w and cpu_w[0] <= EPS:
                 finished.append(cpu_v.pop(0))
                 del cpu_w[0]
@@ -536,7 +553,8 @@ def _simulate(
             if len(gpu_w) == 1:
                 gpu_w[0] -= dt / gpu_slow
             else:
-                gpu_w = _less(gpu_w, dt / gpu_slow)
+                step = dt / gpu_slow
+                gpu_w = [w - step for w in gpu_w]
             while gpu_w and gpu_w[0] <= EPS:
                 finished.append(gpu_v.pop(0))
                 del gpu_w[0]
@@ -708,12 +726,6 @@ def cpu_slowdown(demand: float, cores_asked: float) -> float:
     together demand ``cores_asked`` times the machine's cores (no slowdown up to 1), for callers
     that reason about one task outside :func:`simulate` (the rules decider's ratio test)."""
     return _slowed(demand, cores_asked) if cores_asked > 1.0 else 1.0
-
-
-def _less(work: list[float], step: float) -> list[float]:
-    """Every running task's work left after ``step`` of isolated work (rounding is monotone, so
-    ascending work stays ascending)."""
-    return [w - step for w in work]
 
 
 def _per_task_dt(nodes: list[int], work: list[float], demand: Sequence[float], cpu_slow: float) -> float:
