@@ -746,11 +746,11 @@ def test_an_exchange_kick_moves_work_between_the_devices_within_the_vram_budget(
 
 
 @pytest.mark.parametrize(("mode", "drawn"), [(Mode.THREE_WAY, True), (Mode.BINARY, False)])
-def test_the_race_draws_exchange_kicks_on_three_way_workflows_only(monkeypatch: pytest.MonkeyPatch, mode: Mode,
+def test_the_race_draws_exchange_kicks_when_asked_on_three_way_workflows_only(monkeypatch: pytest.MonkeyPatch, mode: Mode,
                                                                     drawn: bool) -> None:
-    """The best-known race's trajectories kick with exchanges between the CPU and the GPU on three-way
-    workflows (``RACE_EXCHANGE``); a plain ``local_search`` (the exact search's incumbent, the ILS) and binary
-    workflows never draw them."""
+    """With ``RACE_EXCHANGE`` the best-known race's trajectories kick with exchanges between the CPU and the GPU
+    on three-way workflows; without it (the default), a plain ``local_search`` (the exact search's incumbent, the
+    ILS) and binary workflows never draw them."""
     import hetsched.search.local_search as ls
     import hetsched.search.reference as ref_mod
 
@@ -765,7 +765,10 @@ def test_the_race_draws_exchange_kicks_on_three_way_workflows_only(monkeypatch: 
     monkeypatch.setattr(ls, "PATIENCE", 1)
     sc = random_search_scenario(24, 41, family="layered", mode=mode)
     local_search(sc, seed=0, max_evals=3_000)
+    ev = ls.Evaluator(sc)
+    ref_mod.race(sc, ev, ls.start_mappings(sc, ev), seed=0, max_seconds=None, max_evals=3_000, workers=1)
     assert calls["n"] == 0
+    monkeypatch.setattr(ref_mod, "RACE_EXCHANGE", True)
     ev = ls.Evaluator(sc)
     ref_mod.race(sc, ev, ls.start_mappings(sc, ev), seed=0, max_seconds=None, max_evals=3_000, workers=1)
     assert (calls["n"] > 0) == drawn

@@ -25,9 +25,10 @@ One iteration:
    ``WINDOW_SIMULATIONS`` have been simulated (the first improvement is taken).
 3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
    tool made resident, one tool moved or a few random nodes moved, then resident tools moved out
-   at random until the ``gpu_now`` set fits. With ``exchange`` (the best-known race's trajectories on
-   three-way workflows), ``EXCHANGE_KICK_SHARE`` of the kicks exchange work between the CPU and the GPU
-   instead: a few nodes one way and several the other, drawn by their speedup (:meth:`_Search.exchange`).
+   at random until the ``gpu_now`` set fits. With ``exchange`` (three-way workflows; off by default and
+   in the best-known race, ``hetsched.search.reference.RACE_EXCHANGE``), ``EXCHANGE_KICK_SHARE`` of the
+   kicks exchange work between the CPU and the GPU instead: a few nodes one way and several the other,
+   drawn by their speedup (:meth:`_Search.exchange`).
 
 Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
 a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
@@ -78,8 +79,8 @@ STALL_STEPS = 1000
 converged, every move it tries is already known (a small workflow, a large ``max_evals``), and would
 otherwise keep bounding cached moves until its budget ends."""
 EXCHANGE_KICK_SHARE = 0.3
-"""With ``exchange`` (the best-known race's trajectories on three-way workflows), the share of kicks that exchange
-work between the CPU and the GPU (:meth:`_Search.exchange`), as the ``rules`` decider's search does in its last
+"""With ``exchange`` (three-way workflows; ``hetsched.search.reference.RACE_EXCHANGE``), the share of kicks that
+exchange work between the CPU and the GPU (:meth:`_Search.exchange`), as the ``rules`` decider's search does in its last
 phase (``hetsched.deciders.search.EXCHANGE_KICK_SHARE_3W``; the move is the same, reimplemented here: the searches
 may not import the deciders). The other kicks as before, their shares the rest."""
 EXCHANGE_FEW = (1, 3)
