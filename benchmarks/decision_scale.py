@@ -5,7 +5,9 @@ on the command line) each checkout runs, in a fresh subprocess, ``agentic`` with
 decider on the simulator for ``--rounds`` rounds (rounds 0..5 by default) and reports:
 
 - the decider's process time per round (``RulesDecider.decide``, the model search and the
-  calibration; the monitor and the simulator are not in it), median and max over the rounds;
+  calibration; the monitor and the simulator are not in it), median and max over the rounds; with
+  ``--repeat R``, each checkout runs R times (alternating) and each round counts its least time (a
+  loaded machine's extra time is noise added to the decision's own);
 - the noise-free E2E of the best mapping played in those rounds (best of rounds 0..5);
 - whether the two checkouts decided the same (``same decisions``): every round's mapping, rationale and
   reasoning (the estimates it quotes with it) equal, and, where both checkouts have the search's
@@ -19,7 +21,8 @@ each checkout's best of the rounds over it. Checkouts alternate (old, new) per w
 machine's load hits both alike.
 
 Run: python benchmarks/decision_scale.py --old /path/to/old/checkout [--new .] [--sizes 10 50 100]
-     [--families layered random forkjoin] [--seeds 11] [--rounds 6] [--reference-evals 20000] [--out F.json]
+     [--families layered random forkjoin] [--seeds 11] [--rounds 6] [--reference-evals 20000] [--repeat 1]
+     [--out F.json]
 (an old checkout: ``git worktree add --detach /tmp/base COMMIT``).
 """
 
@@ -121,6 +124,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[11])
     ap.add_argument("--rounds", type=int, default=6, help="rounds per run (6: rounds 0..5)")
     ap.add_argument("--reference-evals", type=int, default=20000)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per checkout and workflow, alternating; per round the least process time (load)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     sys.path.insert(0, str(args.new.resolve() / "src"))
@@ -134,8 +139,14 @@ def main() -> None:
         for family in args.families:
             for mode in args.modes:
                 for seed in args.seeds:
-                    got = {side: run_side(path.resolve(), family, n, mode, seed, args.rounds)
-                           for side, path in (("old", args.old), ("new", args.new))}
+                    got: dict[str, dict[str, Any]] = {}
+                    for _ in range(args.repeat):  # alternating; each round's least process time over the repeats
+                        for side, path in (("old", args.old), ("new", args.new)):
+                            run = run_side(path.resolve(), family, n, mode, seed, args.rounds)
+                            if side in got:
+                                run["ms"] = [min(a, b) for a, b in zip(got[side]["ms"], run["ms"], strict=True)]
+                                assert run["proposals"] == got[side]["proposals"], "a checkout decided otherwise"
+                            got[side] = run
                     ref = best_known_ms(family, n, mode, seed, args.reference_evals)
                     known = min(ref, got["old"]["best_ms"], got["new"]["best_ms"])
                     row: dict[str, Any] = {"n": n, "family": family, "mode": mode, "seed": seed,

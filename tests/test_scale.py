@@ -47,6 +47,7 @@ from hetsched.deciders.rules import (
     SCREEN_KICKS_FIRST,
     SCREEN_LATE_FIRST,
     SCREEN_MIN_NODES,
+    SCREEN_MORE_KICKS_FIRST_BIN,
     SCREEN_NODES_PER_EVALUATION_ROOT,
     RulesDecider,
 )
@@ -560,22 +561,56 @@ def test_screened_three_way_kicks_exchange_work_between_the_cpu_and_the_gpu(fami
        seed=st.integers(0, 10_000), kicks=st.integers(40, 200), extra=st.integers(1, 300))
 def test_screened_search_with_an_exchange_phase_only_gains(family: str, n: int, three_way: bool, seed: int,
                                                            kicks: int, extra: int) -> None:
-    """The exchange phase (three-way: ``extra`` more estimates of kicks, exchanges among them) makes first the
-    estimates the search without it makes, so it never ends higher; it stays within its budget and returns a
-    valid mapping; a binary search has no such phase (the same result as without it)."""
+    """The last phase (``extra`` more estimates of kicks; three-way: exchanges among them from there on, binary: the
+    kicks as before, exchanges among them from the first) makes first the estimates the search without it makes,
+    in the same order, so it never ends higher; it stays within its budget, returns a valid mapping and is the
+    same for the same seed."""
     sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
     comp = RulesDecider()._compile(sc)
     est = comp.estimator.with_interference(sc.machine.gpu_kappa)
     plain = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True)
     more = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True,
                         exchange_evaluations=extra)
+    again = local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True,
+                         exchange_evaluations=extra)
     assert more.e2e_ms <= plain.e2e_ms
-    assert all(more.seen.get(c) == e for c, e in plain.seen.items())  # the same estimates first
+    assert list(more.seen)[: len(plain.seen)] == list(plain.seen)  # the same estimates first, in the same order
+    assert all(more.seen[c] == e for c, e in plain.seen.items())
     assert sc.compiled.static_ok(more.best) and more.seen[more.best] == more.e2e_ms
-    if three_way:
-        assert len(more.seen) <= kicks + extra + n * 3  # a descent begun may end past the budget by one step
-    else:
-        assert more.best == plain.best and more.seen == plain.seen
+    assert len(more.seen) <= kicks + extra + n * 3  # a descent begun may end past the budget by one step
+    assert (again.best, again.e2e_ms, list(again.seen)) == (more.best, more.e2e_ms, list(more.seen))
+    assert more.state is not None and more.state.exchange_3w == three_way  # binary: no three-way exchanges
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 24), seed=st.integers(0, 10_000))
+def test_binary_round_0_with_more_kicks_is_never_worse_fits_and_repeats(family: str, n: int, seed: int) -> None:
+    """Round 0 of a binary workflow (the decider's own search, as it runs it) with its last phase of more kicks
+    (``SCREEN_MORE_KICKS_FIRST_BIN``) never ends above round 0 without it (the same estimates first); its
+    mapping fits the VRAM budget, uses allowed placements only and is the same for a fresh decider."""
+    import hetsched.deciders.rules as rules
+
+    sc = random_scenario(WorkflowSpec(family, n, Mode.BINARY, seed))
+
+    def round_0(more: int) -> tuple[tuple[int, ...], float, list[tuple[int, ...]]]:
+        old = rules.SCREEN_MORE_KICKS_FIRST_BIN
+        rules.SCREEN_MORE_KICKS_FIRST_BIN = more
+        try:
+            d = RulesDecider()
+            comp = d._compile(sc)
+            res = d._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
+        finally:
+            rules.SCREEN_MORE_KICKS_FIRST_BIN = old
+        return res.best, res.e2e_ms, list(res.seen)
+
+    without = round_0(0)
+    best, e2e, seen = round_0(SCREEN_MORE_KICKS_FIRST_BIN)
+    assert e2e <= without[1]
+    size = math.prod(len(a) for a in sc.compiled.allowed)
+    if len(seen) < size:  # not exhaustive (every mapping estimated: the optimum, in another order)
+        assert seen[: len(without[2])] == without[2] and len(seen) > len(without[2])
+    assert sc.compiled.static_ok(best) and all(p in a for p, a in zip(best, sc.compiled.allowed, strict=True))
+    assert round_0(SCREEN_MORE_KICKS_FIRST_BIN) == (best, e2e, seen)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -772,7 +807,9 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     binary = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.BINARY, 21))
     once = run_rounds(binary, make_policy("agentic"), LoopConfig(rounds=1, seed=1)).rounds[0]
     reasoning = once.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
-    assert f"of a budget of {first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST}; descents screened" in reasoning
+    # binary: round 0's last phase, more kicks (SCREEN_MORE_KICKS_FIRST_BIN)
+    total_bin = first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST + SCREEN_MORE_KICKS_FIRST_BIN
+    assert f"of a budget of {total_bin}; descents screened" in reasoning
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
 

@@ -741,3 +741,60 @@ def test_the_race_ends_once_it_reaches_a_proven_lower_bound_and_keeps_its_steps(
         mp.setattr(BoundModel, "bound_full", count)
         local_search(sc, seed=seed, max_evals=100_000, max_steps=40)
     assert steps["n"] <= 41
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.integers(3, 24), st.integers(0, 50))
+def test_an_exchange_kick_moves_work_between_the_devices_within_the_vram_budget(sc_seed: int, family: str, n: int,
+                                                                              seed: int) -> None:
+    """An exchange kick (three-way, ``local_search(exchange=True)``) from a feasible mapping sends GPU nodes
+    (``gpu_now`` or queued) to the CPU and CPU nodes onto the GPU, each to a placement it allows, evicts
+    resident tools whole (to the queue or the CPU) only to make the ``gpu_now`` set fit, and ends within the
+    VRAM budget."""
+    import random
+
+    import hetsched.search.local_search as ls
+
+    sc = random_search_scenario(n, sc_seed, family=family, mode=Mode.THREE_WAY)
+    ev = ls.Evaluator(sc)
+    search = ls._Search(sc, ev, random.Random(seed), math.inf, None, 1, exchange=True)
+    c = sc.compiled
+    rng = random.Random(seed)
+    cur = next((m for m in (tuple(rng.choice(a) for a in c.allowed) for _ in range(50)) if c.static_ok(m)),
+               ls.start_mappings(sc, ev)[0])
+    kicked = search.exchange(cur)
+    assert c.static_ok(kicked)
+    resident_before = {c.tool_idx[i] for i in range(c.n) if cur[i] == ls.NOW}
+    for i, (a, b) in enumerate(zip(cur, kicked, strict=True)):
+        assert b in c.allowed[i]
+        if a != b and not (a == ls.NOW and c.tool_idx[i] in resident_before and b in (ls.QUEUE, ls.CPU)):
+            assert (a == ls.CPU) != (b == ls.CPU)  # across the devices (an eviction aside)
+
+
+@pytest.mark.parametrize(("mode", "drawn"), [(Mode.THREE_WAY, True), (Mode.BINARY, False)])
+def test_the_race_draws_exchange_kicks_when_asked_on_three_way_workflows_only(monkeypatch: pytest.MonkeyPatch, mode: Mode,
+                                                                    drawn: bool) -> None:
+    """With ``RACE_EXCHANGE`` the best-known race's trajectories kick with exchanges between the CPU and the GPU
+    on three-way workflows; without it (the default), a plain ``local_search`` (the exact search's incumbent, the
+    ILS) and binary workflows never draw them."""
+    import hetsched.search.local_search as ls
+    import hetsched.search.reference as ref_mod
+
+    calls = {"n": 0}
+    real = ls._Search.exchange
+
+    def spied(self: ls._Search, cur: tuple[int, ...]) -> tuple[int, ...]:
+        calls["n"] += 1
+        return real(self, cur)
+
+    monkeypatch.setattr(ls._Search, "exchange", spied)
+    monkeypatch.setattr(ls, "PATIENCE", 1)
+    sc = random_search_scenario(24, 41, family="layered", mode=mode)
+    local_search(sc, seed=0, max_evals=3_000)
+    ev = ls.Evaluator(sc)
+    ref_mod.race(sc, ev, ls.start_mappings(sc, ev), seed=0, max_seconds=None, max_evals=3_000, workers=1)
+    assert calls["n"] == 0
+    monkeypatch.setattr(ref_mod, "RACE_EXCHANGE", True)
+    ev = ls.Evaluator(sc)
+    ref_mod.race(sc, ev, ls.start_mappings(sc, ev), seed=0, max_seconds=None, max_evals=3_000, workers=1)
+    assert (calls["n"] > 0) == drawn

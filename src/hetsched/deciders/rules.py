@@ -320,6 +320,21 @@ SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 100_000_000
 """The cap of round 0's estimates in three-way workflows, over n^2 (10,000 estimates at 100 nodes), where it is
 above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 200 nodes on round 0 spends what it did, so the decision stays
 linear in n (round 0's first part keeps its cap)."""
+SCREEN_MORE_KICKS_FIRST_BIN = 2500
+"""In binary workflows, the estimates round 0's screened search spends after all those on more kicks from the
+best mapping (its exchange kicks among them, as from the first kick on): the binary counterpart of
+``SCREEN_EXCHANGE_FIRST_3W`` (7,500 in all at 100 nodes, 8,900 at 50, capped by
+``SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED``). The first estimates are those round 0 made without them, so its
+estimate is never higher. Round 0 of a 100-tool binary workflow ended 1-4% above the best known where its
+kicks had not yet reached the better basin; measured on tuning seeds 130-133, round 0 alone, against the lowest
+of the variants tried, these kicks reached it more often than the same estimates spent on independent restarts
+(from the race's other local optima, from its winner with another random stream, or from the best mapping
+kicked four times over; BENCHMARKS.md, issue 17). Round 0 costs about 1.5 times as long at 100 tools (later
+rounds, the median decision, unchanged); three-way workflows are unchanged."""
+SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED = 75_000_000
+"""The cap of round 0's estimates in binary workflows, over n^2 (7,500 estimates at 100 nodes), where it is above
+``SEARCH_NODE_ESTIMATES_MAX``'s: from 150 nodes on round 0 spends what it did, so the decision stays linear in
+n."""
 SCREEN_EVALUATIONS_LATER = 40
 """Estimates of the screened search once something was measured, on the calibrated model (it starts from the
 best measured mappings, the model's earlier optima). Both shrink past ``SEARCH_NODE_ESTIMATES_MAX``
@@ -580,10 +595,13 @@ class RulesDecider(Decider):
             late = comp.late
             late_evaluations = max(0, min(budget + SCREEN_LATE_FIRST, cap) - budget) if late else 0
             budget += late_evaluations
+            # then more kicks (three-way: exchanges between the CPU and the GPU among them from there on)
             if sc.mode is Mode.THREE_WAY:
-                # then more kicks, exchanges between the CPU and the GPU among them
                 cap = max(cap, SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED // n**2)
                 exchange_evaluations = max(0, min(budget + SCREEN_EXCHANGE_FIRST_3W, cap) - budget)
+            else:
+                cap = max(cap, SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED // n**2)
+                exchange_evaluations = max(0, min(budget + SCREEN_MORE_KICKS_FIRST_BIN, cap) - budget)
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
                            late_starts=late, late_evaluations=late_evaluations,

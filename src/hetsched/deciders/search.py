@@ -8,8 +8,9 @@ rank lowest, within a budget of estimates.
   tool, to other placements; in a screened binary search also, one time in five, one resident tool,
   drawn by its VRAM, evicted whole to the CPU: ``EJECT_KICK_SHARE``; and, before those, three in ten
   exchange work between the devices, a few ``gpu_now`` nodes that gain least there to the CPU and several
-  CPU nodes that gain most to ``gpu_now``: ``EXCHANGE_KICK_SHARE``; in a screened three-way search such
-  exchanges between the CPU and both GPU placements, either way round, ``EXCHANGE_KICK_SHARE_3W``) of the
+  CPU nodes that gain most to ``gpu_now``: ``EXCHANGE_KICK_SHARE``; in a screened three-way search, in its
+  last phase (``local_search``'s ``exchange_evaluations``), such exchanges between the CPU and both GPU
+  placements, either way round, ``EXCHANGE_KICK_SHARE_3W``) of the
   best mapping so far and a descent from there, kept when it is better (Lourenco, Martin, Stuetzle,
   "Iterated Local Search", Handbook of Metaheuristics, 2003).
 - The descent's neighbourhood: every one-node move; every tool's nodes moved together (a tool is
@@ -564,9 +565,10 @@ def local_search(
     With ``late_starts`` and ``late_evaluations``, the kicks stop ``late_evaluations`` before the budget
     ends; then a descent from each late start not yet seen, and kicks from the best until the budget
     ends: the search without them makes the same estimates first, so they can only lower the result.
-    With ``exchange_evaluations`` (a screened three-way search), after all that the kicks go on for that many
-    more estimates with the exchange kicks among them (``EXCHANGE_KICK_SHARE_3W``): again the same estimates
-    first, so the result is never higher than without them."""
+    With ``exchange_evaluations`` (a screened search), after all that the kicks go on for that many more
+    estimates, in a three-way search with the exchange kicks among them from then on
+    (``EXCHANGE_KICK_SHARE_3W``; a binary search's kicks go on as they were, its exchanges drawn from the first
+    kick on): again the same estimates first, so the result is never higher than without them."""
     budget = max(1, max_evaluations)
     race = budget // 2 if race_evaluations is None else max(1, min(race_evaluations, budget))
     search = _Search(estimator, allowed, budget, seed, screen)
@@ -603,9 +605,10 @@ def local_search(
             if e < best_e * (1 - 1e-12):
                 best, best_e = cand, e
         best, best_e = _kick(search, best, best_e, budget)
-    if exchange_evaluations > 0 and screen and not search.eject:
-        # three-way: more kicks, exchanges between the CPU and the GPU among them
-        search.exchange_3w = True
+    if exchange_evaluations > 0 and screen:
+        # more kicks from the best; three-way: exchanges between the CPU and the GPU among them from here on
+        # (a screened binary search draws its exchanges from the first kick on: the same kicks, continued)
+        search.exchange_3w = not search.eject
         budget += exchange_evaluations
         search.budget = budget
         best, best_e = _kick(search, best, best_e, budget)

@@ -25,7 +25,10 @@ One iteration:
    ``WINDOW_SIMULATIONS`` have been simulated (the first improvement is taken).
 3. **Kick.** After ``PATIENCE`` windows without improvement, restart from the best mapping with a
    tool made resident, one tool moved or a few random nodes moved, then resident tools moved out
-   at random until the ``gpu_now`` set fits.
+   at random until the ``gpu_now`` set fits. With ``exchange`` (three-way workflows; off by default and
+   in the best-known race, ``hetsched.search.reference.RACE_EXCHANGE``), ``EXCHANGE_KICK_SHARE`` of the
+   kicks exchange work between the CPU and the GPU instead: a few nodes one way and several the other,
+   drawn by their speedup (:meth:`_Search.exchange`).
 
 Starts: all-CPU (always feasible), all ``gpu_now`` and all ``gpu_queue`` where they can run, and
 a greedy start (each node on its faster isolated device, then ``gpu_now`` tools moved to the
@@ -75,6 +78,16 @@ STALL_STEPS = 1000
 """Search steps (bounded neighbourhoods) in a row that simulate nothing new before the search stops: it has
 converged, every move it tries is already known (a small workflow, a large ``max_evals``), and would
 otherwise keep bounding cached moves until its budget ends."""
+EXCHANGE_KICK_SHARE = 0.3
+"""With ``exchange`` (three-way workflows; ``hetsched.search.reference.RACE_EXCHANGE``), the share of kicks that
+exchange work between the CPU and the GPU (:meth:`_Search.exchange`), as the ``rules`` decider's search does in its last
+phase (``hetsched.deciders.search.EXCHANGE_KICK_SHARE_3W``; the move is the same, reimplemented here: the searches
+may not import the deciders). The other kicks as before, their shares the rest."""
+EXCHANGE_FEW = (1, 3)
+"""How many nodes an exchange kick moves one way (drawn uniformly in this range)..."""
+EXCHANGE_MANY = (2, 8)
+"""...and how many the other way: in half of them ``EXCHANGE_FEW`` GPU nodes go to the CPU and ``EXCHANGE_MANY``
+CPU nodes onto the GPU, in the other half the counts are the other way round."""
 _STARTS_SEED = 0x5EED  # the start descents' own move order (``descend_starts``)
 _IMPROVE = 1e-9  # relative: a move must beat the current E2E by more than this
 _CACHE_MAX = 200_000
@@ -164,8 +177,10 @@ class _Search:
         origin: tuple[int, ...] | None = None,
         target_ms: float = -math.inf,
         max_steps: int | None = None,
+        exchange: bool = False,
     ) -> None:
         self.sc = scenario
+        self.exchange_kicks = exchange and any(QUEUE in a for a in ev.compiled.allowed)
         self.target_ms = target_ms
         self.descend_starts = descend_starts
         self.origin = origin
@@ -415,6 +430,8 @@ class _Search:
         """A perturbation of ``cur``: a tool made resident (``gpu_now``), a tool moved, or a few random
         nodes moved; then resident tools leave at random until the ``gpu_now`` set fits (a kick
         that breaks the budget would be wasted)."""
+        if self.exchange_kicks and self.rng.random() < EXCHANGE_KICK_SHARE:
+            return self.exchange(cur)
         lst = list(cur)
         r = self.rng.random()
         keep = -1
@@ -434,6 +451,47 @@ class _Search:
                 lst[i] = self.rng.choice([c for c in self.allowed[i] if c != lst[i]])
         self.evict(lst, keep)
         return tuple(lst)
+
+    def exchange(self, cur: tuple[int, ...]) -> tuple[int, ...]:
+        """An exchange kick (``EXCHANGE_KICK_SHARE``): GPU nodes (``gpu_now`` or ``gpu_queue``) drawn with weight
+        their GPU time (a queued one's with its load) over their CPU time go to the CPU, and CPU nodes that may run
+        on the GPU, drawn with weight their speedup, go to the GPU (``gpu_now`` where their tool is resident or
+        the queue is not allowed, else ``gpu_queue``); few one way and several the other (``EXCHANGE_FEW``,
+        ``EXCHANGE_MANY``, either way round); then resident tools leave at random until the ``gpu_now`` set fits.
+        Where the CPU is saturated (E2E its work over its cores), the better basins shift work between the
+        devices in several nodes at once, each move alone a loss; a random kick rarely draws such a set."""
+        c = self.ev.compiled
+        cpu_ms, gpu_ms, load_ms = c.cpu_ms, c.gpu_ms, c.load_ms
+        on_gpu = [i for i in range(self.n) if cur[i] != CPU and CPU in self.allowed[i]]
+        on_cpu = [i for i in range(self.n) if cur[i] == CPU and math.isfinite(gpu_ms[i])
+                  and (NOW in self.allowed[i] or QUEUE in self.allowed[i])]
+        k_out, k_in = self.rng.randint(*EXCHANGE_FEW), self.rng.randint(*EXCHANGE_MANY)
+        if self.rng.random() < 0.5:
+            k_out, k_in = k_in, k_out
+        out = self._draw(on_gpu, [max(gpu_ms[i] + (load_ms[i] if cur[i] == QUEUE else 0.0), 1e-9)
+                                  / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
+        into = self._draw(on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
+        lst = list(cur)
+        for i in out:
+            lst[i] = CPU
+        resident = {c.tool_idx[j] for j in range(self.n) if lst[j] == NOW}
+        for i in into:
+            now = NOW in self.allowed[i] and (QUEUE not in self.allowed[i] or c.tool_idx[i] in resident)
+            if now or c.vram[i] <= self.budget:  # a queued node must fit the budget alone
+                lst[i] = NOW if now else QUEUE
+        self.evict(lst, -1)
+        return tuple(lst)
+
+    def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
+        """``k`` of ``items`` (fewer when there are fewer) drawn without replacement, each with probability
+        proportional to its weight among those left."""
+        items, weights = list(items), list(weights)
+        out: list[int] = []
+        while items and len(out) < k:
+            j = self.rng.choices(range(len(items)), weights=weights)[0]
+            out.append(items.pop(j))
+            weights.pop(j)
+        return out
 
     def evict(self, lst: list[int], keep: int) -> None:
         """Move random resident tools (not ``keep``) to the queue or the CPU until the ``gpu_now`` set fits."""
@@ -561,6 +619,7 @@ def local_search(
     origin: Sequence[int] | None = None,
     target_ms: float | None = None,
     max_steps: int | None = None,
+    exchange: bool = False,
 ) -> SearchResult:
     """Iterated local search for the lowest noise-free E2E (see the module docstring).
 
@@ -585,6 +644,8 @@ def local_search(
         max_steps: with ``max_evals``, at most this many search steps (bounded neighbourhoods) as well (by
             default twice the simulations): on small workflows a step bounds a neighbourhood of mostly known
             mappings and costs tens of simulations' time.
+        exchange: on three-way workflows, ``EXCHANGE_KICK_SHARE`` of the kicks exchange work between the CPU
+            and the GPU (:meth:`_Search.exchange`); off by default (the exact search's incumbent, a plain ILS).
     """
     t0 = time.perf_counter()
     if max_evals is None and max_seconds is None:
@@ -597,7 +658,7 @@ def local_search(
         raise ValueError("local_search: origin excludes starts and descend_starts")
     search = _Search(scenario, ev, random.Random(seed), deadline, budget, keep, descend_starts,
                      None if origin is None else tuple(int(c) for c in origin),
-                     -math.inf if target_ms is None else target_ms, max_steps)
+                     -math.inf if target_ms is None else target_ms, max_steps, exchange)
     on_budget = search.run(given)
     elite = sorted(((e, c) for c, e in search.elite.items()), key=lambda x: (x[0], x[1]))[:keep]
     return SearchResult(
@@ -612,5 +673,6 @@ def start_mappings(scenario: Scenario, evaluator: Evaluator | None = None) -> li
     return _Search(scenario, ev, random.Random(0), math.inf, None, 1).starts()
 
 
-__all__ = ["MAX_NEIGHBOURS", "PATIENCE", "STALL_STEPS", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult",
+__all__ = ["EXCHANGE_FEW", "EXCHANGE_KICK_SHARE", "EXCHANGE_MANY",
+           "MAX_NEIGHBOURS", "PATIENCE", "STALL_STEPS", "WINDOW", "WINDOW_SIMULATIONS", "Evaluator", "SearchResult",
            "local_search", "start_mappings"]

@@ -72,6 +72,11 @@ MIN_RELAXATION_SECONDS = 0.1
 a time budget whose share is below this skips it, and the Lagrangian bound (0.1-0.2 s at 50 nodes) with it: the
 lower bound is then the bound search's, at least the empty mapping's."""
 _TARGET_TOLERANCE = 1e-9
+RACE_EXCHANGE = False
+"""Whether the race's trajectories draw exchange kicks on three-way workflows (``local_search``'s ``exchange``:
+a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
+simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
+0.02-0.4%), equal on one and worse on two (fan-out s141 by 2.2%: another basin), so the race is as before."""
 RACE_STEPS_PER_SIMULATION = 0.25
 """With ``max_evals``, the race's trajectories take at most this many search steps (bounded neighbourhoods) per
 simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
@@ -175,7 +180,8 @@ class _Trajectories:
         seconds = None if leg.deadline is None else max(0.0, leg.deadline - time.perf_counter())
         return local_search(self.scenario, seed=leg.seed, origin=leg.origin, evaluator=ev, max_seconds=seconds,
                             max_evals=None if leg.evals is None else max(1, leg.evals), target_ms=self.target,
-                            max_steps=None if leg.evals is None else int(RACE_STEPS_PER_SIMULATION * leg.evals) + 20)
+                            max_steps=None if leg.evals is None else int(RACE_STEPS_PER_SIMULATION * leg.evals) + 20,
+                            exchange=RACE_EXCHANGE)
 
 
 _RACE: dict[str, _Trajectories] = {}
@@ -506,6 +512,7 @@ __all__ = [
     "MIN_PARALLEL_SECONDS",
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
+    "RACE_EXCHANGE",
     "RACE_SHARE",
     "RACE_STEPS_PER_SIMULATION",
     "RACE_TRAJECTORIES",
