@@ -129,3 +129,43 @@ def test_a_second_ctrl_c_while_the_cli_says_what_it_kept_still_says_it_and_exits
     assert "rounds done (2):" in out
     with RunStore(store, read_only=True) as st:
         assert st.run(m[1]).status == "interrupted" and len(st.rounds(m[1])) == 2
+
+
+@pytest.mark.parametrize("suite", [None, "random"])
+def test_a_second_ctrl_c_while_the_bench_says_what_it_kept_still_says_it_and_exits_130(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suite: str | None) -> None:
+    """``hetsched bench`` (the S1-S13 form and a ``--suite``) interrupted as its third run is created, then a
+    second Ctrl-C as it writes the store's path into its "kept" line: it still says what was kept and how to
+    resume, and exits 130."""
+    import hetsched.cli.bench as bench_cli
+
+    real_create = RunStore.create_run
+    calls = [0]
+    armed: list[bool] = []
+
+    def create_run(self: RunStore, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            armed.append(True)
+            raise KeyboardInterrupt
+        return real_create(self, *args, **kwargs)
+
+    real_safe_path = bench_cli.safe_path
+    sent: list[str] = []
+
+    def safe_path(path: Any) -> str:
+        if armed and not sent:
+            sent.append("safe_path")
+            signal.raise_signal(signal.SIGINT)
+        return real_safe_path(path)
+
+    monkeypatch.setattr(RunStore, "create_run", create_run)
+    monkeypatch.setattr(bench_cli, "safe_path", safe_path)
+    out_dir = tmp_path / "out"
+    what = (["--scenario", "chain", "-p", "all-gpu", "--seeds", "5", "-r", "2"] if suite is None
+            else ["--suite", "random", "--quick", "-p", "all-gpu", "-r", "2"])
+    code, _, err = cli(capsys, "bench", *what, "-j", "1", "--no-progress", "-o", str(out_dir))
+    assert sent == ["safe_path"]
+    assert code == 130, err
+    text = " ".join(err.split())
+    assert re.search(r"interrupted: .*kept in .*resume with (hetsched bench|the same hetsched bench)", text), err

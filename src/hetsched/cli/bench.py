@@ -54,6 +54,7 @@ from hetsched.exec import executor_class, executor_names
 from hetsched.exec.options import check_options
 from hetsched.model import ExecutorSpec, InputError
 from hetsched.model.errors import path_text
+from hetsched.model.interrupts import ctrl_c_deferred
 from hetsched.model.limits import MAX_ROUNDS
 from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, parse_reference_choice
 from hetsched.store import RunStore, resolve_store_path
@@ -207,11 +208,12 @@ def bench(
             else:
                 result = run_bench(config, count)
     except KeyboardInterrupt:
-        again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
-                 else "the same hetsched bench command")
-        err.print(f"interrupted: {finished[0]} of {total} runs finished and are kept in {safe_path(store_path)}, "
-                  f"and the runs in progress keep their stored rounds; resume with {safe(again)} (finished runs are "
-                  "reused, interrupted ones continued)", soft_wrap=True)
+        with ctrl_c_deferred(raise_after=False):  # a second Ctrl-C: the command is stopping already
+            again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
+                     else "the same hetsched bench command")
+            err.print(f"interrupted: {finished[0]} of {total} runs finished and are kept in "
+                      f"{safe_path(store_path)}, and the runs in progress keep their stored rounds; resume with "
+                      f"{safe(again)} (finished runs are reused, interrupted ones continued)", soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     meta = {
         "policies": [s.label for s in specs],
@@ -275,11 +277,12 @@ def _run_suite(
             else:
                 result = run_suite(config)
     except KeyboardInterrupt:
-        again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
-                 else f"the same hetsched bench --suite {name} command")
-        err.print(f"interrupted: every finished run and every recorded round is kept in "
-                  f"{safe_path(config.store_path)}; resume with {safe(again)} (finished runs are reused, interrupted "
-                  "ones continued)", soft_wrap=True)
+        with ctrl_c_deferred(raise_after=False):  # a second Ctrl-C: the command is stopping already
+            again = (shlex.join(["hetsched", *sys.argv[1:]]) if sys.argv[1:2] == ["bench"]
+                     else f"the same hetsched bench --suite {name} command")
+            err.print(f"interrupted: every finished run and every recorded round is kept in "
+                      f"{safe_path(config.store_path)}; resume with {safe(again)} (finished runs are reused, "
+                      "interrupted ones continued)", soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     paths = write_suite_report(result)
     for table in scale_tables(result) if name == "scale" else [random_table(result)]:
