@@ -40,6 +40,7 @@ from hetsched.deciders.estimate import (
 )
 from hetsched.deciders.evidence import Evidence
 from hetsched.deciders.rules import (
+    CONTINUE_STRONGER_KICKS,
     SCREEN_CONTINUE_LATER,
     SCREEN_EVALUATIONS_FIRST,
     SCREEN_EVALUATIONS_LATER,
@@ -611,6 +612,93 @@ def test_binary_round_0_with_more_kicks_is_never_worse_fits_and_repeats(family: 
         assert seen[: len(without[2])] == without[2] and len(seen) > len(without[2])
     assert sc.compiled.static_ok(best) and all(p in a for p, a in zip(best, sc.compiled.allowed, strict=True))
     assert round_0(SCREEN_MORE_KICKS_FIRST_BIN) == (best, e2e, seen)
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), three_way=st.booleans(), seed=st.integers(0, 10_000))
+def test_round_0s_longer_last_phase_is_never_worse_fits_and_repeats(family: str, three_way: bool, seed: int) -> None:
+    """Round 0's last phase at 100 tools is longer than session 29's (three-way: 8,000 estimates, not 5,000, capped at
+    1.3 x 10^8 / n^2, not 10^8; binary: 5,000 and 10^8, not 2,500 and 7.5 x 10^7): round 0 makes session 29's
+    estimates first, in the same order, then more, so it never ends higher; its mapping fits the VRAM budget and is
+    the same for a fresh decider."""
+    import hetsched.deciders.rules as rules
+
+    sc = random_scenario(WorkflowSpec(family, 100, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    names = ("SCREEN_EXCHANGE_FIRST_3W", "SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED") if three_way \
+        else ("SCREEN_MORE_KICKS_FIRST_BIN", "SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED")
+
+    def round_0(values: tuple[int, int] | None) -> tuple[tuple[int, ...], float, list[tuple[int, ...]]]:
+        kept = tuple(getattr(rules, name) for name in names)
+        try:
+            for name, value in zip(names, values or kept, strict=True):
+                setattr(rules, name, value)
+            d = RulesDecider()
+            comp = d._compile(sc)
+            res = d._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
+        finally:
+            for name, value in zip(names, kept, strict=True):
+                setattr(rules, name, value)
+        return res.best, res.e2e_ms, list(res.seen)
+
+    before = round_0((5000, 100_000_000) if three_way else (2500, 75_000_000))
+    best, e2e, seen = round_0(None)
+    assert e2e <= before[1]
+    assert seen[: len(before[2])] == before[2] and len(seen) > len(before[2])
+    assert sc.compiled.static_ok(best) and all(p in a for p, a in zip(best, sc.compiled.allowed, strict=True))
+    assert round_0(None) == (best, e2e, seen)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 40), three_way=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_continuation_kicks_grow_after_chunks_that_found_nothing(family: str, n: int, three_way: bool,
+                                                                 seed: int) -> None:
+    """The later rounds' continuation of round 0's search: each chunk's kicks compose one kick more per chunk in a
+    row before it that found nothing lower (up to ``CONTINUE_STRONGER_KICKS`` more); the chain's estimate never
+    rises, every chunk keeps the estimates before it and adds at most ``SCREEN_CONTINUE_LATER`` simulations, its
+    best fits the VRAM budget, and a fresh decider replays the same chain."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    d = RulesDecider()
+    comp = d._compile(sc)
+    d._continued(sc, comp, 6)
+    chain = comp.chain
+    assert len(chain) == 7
+    for k in range(1, len(chain)):
+        prev, res = chain[k - 1], chain[k]
+        assert res.e2e_ms <= prev.e2e_ms and list(res.seen)[: len(prev.seen)] == list(prev.seen)
+        assert len(res.seen) <= len(prev.seen) + SCREEN_CONTINUE_LATER
+        assert sc.compiled.static_ok(res.best)
+        stale = 0
+        while stale + 1 < k and chain[k - 1 - stale].e2e_ms >= chain[k - 2 - stale].e2e_ms:
+            stale += 1
+        assert res.state is not None and res.state.strength == 1 + min(stale, CONTINUE_STRONGER_KICKS)
+    fresh = RulesDecider()
+    comp2 = fresh._compile(sc)
+    fresh._continued(sc, comp2, 6)
+    assert [(r.best, r.e2e_ms, list(r.seen)) for r in comp2.chain] == [(r.best, r.e2e_ms, list(r.seen)) for r in chain]
+
+
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 26), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), more=st.integers(1, 300), strength=st.integers(2, 4))
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_resume_with_stronger_kicks_never_ends_worse_and_repeats(family: str, n: int, three_way: bool, seed: int,
+                                                                    more: int, strength: int) -> None:
+    """``resume`` with ``strength`` k (each kick k kicks composed) never ends above the search it resumed, keeps its
+    estimates first and adds at most ``more``, fits the VRAM budget, repeats for the same seed and leaves the
+    resumed result as it was."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+    start = local_search(est, comp.starts, comp.allowed, max_evaluations=120, seed=5, screen=True,
+                         race_evaluations=60)
+    before = (start.best, start.e2e_ms, list(start.seen))
+    one = resume(start, more, seed=9, strength=strength)
+    again = resume(start, more, seed=9, strength=strength)
+    assert (start.best, start.e2e_ms, list(start.seen)) == before
+    assert (one.best, one.e2e_ms, list(one.seen)) == (again.best, again.e2e_ms, list(again.seen))
+    assert one.e2e_ms <= start.e2e_ms and list(one.seen)[: len(start.seen)] == list(start.seen)
+    assert len(one.seen) <= len(start.seen) + more
+    assert sc.compiled.static_ok(one.best) and one.e2e_ms == one.seen[one.best] == est.e2e(one.best)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])

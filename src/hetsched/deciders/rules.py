@@ -304,10 +304,10 @@ estimates are the same as without them, so round 0 can only gain. Tuning seeds 4
 three-way, round 0 alone: 50 nodes 25 -> 30 of 30 within 1% of the best found, 100 nodes 28 -> 29 within
 3% (the same estimates spent on more kicks instead: 27 and 29); round 0 costs about twice as long
 (later rounds, the median decision, unchanged)."""
-SCREEN_EXCHANGE_FIRST_3W = 5000
+SCREEN_EXCHANGE_FIRST_3W = 8000
 """In three-way workflows, the estimates round 0's screened search spends after all those on more kicks from
 the best mapping, exchanges between the CPU and the GPU among them (``hetsched.deciders.search``'s
-``EXCHANGE_KICK_SHARE_3W``): 10,000 in all at 100 nodes, capped by ``SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED``.
+``EXCHANGE_KICK_SHARE_3W``): 13,000 in all at 100 nodes, capped by ``SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED``.
 The first 5,000 estimates are those round 0 made without them, so its estimate is never higher. Round 0 of a
 100-tool three-way workflow ends in one of many basins a few % apart, which one depending on its kicks' random
 stream; more kicks, and exchanges that shift work between the devices where the CPU is saturated, reach the
@@ -315,25 +315,29 @@ better ones more often. Round 0 alone (against the lowest of the variants tried)
 families: within 3% 40 -> 43 of 50; seeds 113-115 (not tuned on) 14 -> 15 of 15 (the exchange kicks from the
 first kick on with as many estimates: 46 of 50 and 13 of 15, and round 0 worse than before on 13 of 65). Round 0
 costs about twice as long at 100 tools (later rounds, the median decision, unchanged); binary workflows are
-unchanged."""
-SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 100_000_000
+unchanged. 8,000 instead of 5,000 (quality30, tuning seeds 160-163, five families, round 0 and its five later
+chunks, against the lowest found): never higher (the same estimates first), lower on 10 of 18 100-tool workflows
+(a layered one 2.6% -> 0), round 0 about 1.25x the process time."""
+SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 130_000_000
 """The cap of round 0's estimates in three-way workflows, over n^2 (10,000 estimates at 100 nodes), where it is
-above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 200 nodes on round 0 spends what it did, so the decision stays
+above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 260 nodes on round 0 spends what it did, so the decision stays
 linear in n (round 0's first part keeps its cap)."""
-SCREEN_MORE_KICKS_FIRST_BIN = 2500
+SCREEN_MORE_KICKS_FIRST_BIN = 5000
 """In binary workflows, the estimates round 0's screened search spends after all those on more kicks from the
 best mapping (its exchange kicks among them, as from the first kick on): the binary counterpart of
-``SCREEN_EXCHANGE_FIRST_3W`` (7,500 in all at 100 nodes, 8,900 at 50, capped by
+``SCREEN_EXCHANGE_FIRST_3W`` (10,000 in all at 100 nodes, 11,400 at 50, capped by
 ``SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED``). The first estimates are those round 0 made without them, so its
 estimate is never higher. Round 0 of a 100-tool binary workflow ended 1-4% above the best known where its
 kicks had not yet reached the better basin; measured on tuning seeds 130-133, round 0 alone, against the lowest
 of the variants tried, these kicks reached it more often than the same estimates spent on independent restarts
 (from the race's other local optima, from its winner with another random stream, or from the best mapping
-kicked four times over; BENCHMARKS.md, issue 17). Round 0 costs about 1.5 times as long at 100 tools (later
-rounds, the median decision, unchanged); three-way workflows are unchanged."""
-SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED = 75_000_000
-"""The cap of round 0's estimates in binary workflows, over n^2 (7,500 estimates at 100 nodes), where it is above
-``SEARCH_NODE_ESTIMATES_MAX``'s: from 150 nodes on round 0 spends what it did, so the decision stays linear in
+kicked four times over; BENCHMARKS.md, issue 17). 5,000 instead of 2,500 (quality30, tuning seeds 160-163, five
+families, round 0 and its five later chunks, against the lowest found): never higher (the same estimates first),
+a 100-tool random workflow 2.6% -> 0 (layered-s130, 3.8% above the best known, 3.2%). Round 0 costs about twice
+as long at 100 tools as without the phase (later rounds, the median decision, unchanged)."""
+SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED = 100_000_000
+"""The cap of round 0's estimates in binary workflows, over n^2 (10,000 estimates at 100 nodes), where it is above
+``SEARCH_NODE_ESTIMATES_MAX``'s: from 200 nodes on round 0 spends what it did, so the decision stays linear in
 n."""
 SCREEN_EVALUATIONS_LATER = 40
 """Estimates of the screened search once something was measured, on the calibrated model (it starts from the
@@ -353,6 +357,13 @@ is a candidate of the round, re-scored on the calibrated model like the calibrat
 round 0's search swings with its kicks' random stream (one 100-tool fork-join 1.003-1.065 of the best known
 across six seeds), so kicks spread over the later rounds reach basins round 0 missed; with
 ``SCREEN_EVALUATIONS_LATER`` cut to 40 the round costs about what it did."""
+CONTINUE_STRONGER_KICKS = 2
+"""Per chunk of the continuation that found nothing lower than the chunk before (in a row, from the last one
+back), each kick of the next chunk composes one kick more, up to this many more (``hetsched.deciders.search.resume``'s
+``strength``): a chunk whose kicks of 2-4 nodes all fell back into the basin they left jumps farther. The same
+simulations a round. Tuning seeds 160-163, five families, 100 tools, both modes (quality30), the best of round 0 and
+five chunks: the same on 36 of 38 workflows, lower on one (a random binary workflow 2.6% -> 0.45% above the best
+found), 0.03% higher on one; a weak gain, at no cost (BENCHMARKS.md, issue 17)."""
 CONTINUE_MAX_CHUNKS = 20
 """Rounds after which the continuation of round 0's search stops growing (a decider built afresh
 replays the chain to the round's chunk)."""
@@ -620,7 +631,12 @@ class RulesDecider(Decider):
         chunk = min(chunk, CONTINUE_MAX_CHUNKS)
         while len(chain) <= chunk:
             seed = zlib.crc32(f"{sc.name}:continue:{len(chain)}".encode())
-            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed))
+            # chunks in a row that found nothing lower: each makes the next one's kicks one kick stronger
+            stale = 0
+            while stale + 1 < len(chain) and chain[-1 - stale].e2e_ms >= chain[-2 - stale].e2e_ms:
+                stale += 1
+            strength = 1 + min(stale, CONTINUE_STRONGER_KICKS)
+            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed, strength))
         return chain[chunk]
 
     def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:

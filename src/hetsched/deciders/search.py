@@ -38,7 +38,8 @@ rank lowest, within a budget of estimates.
   descent by its first steps); after the kicks they cost the first starts nothing.
 - Anytime (:func:`resume`, the ``rules`` decider's later rounds from 17 nodes on): a search goes on from
   its best mapping with more kicks and descents of a new seed, every estimate kept; it counts the
-  descents' timings too, since its kicks often land on known ground.
+  descents' timings too, since its kicks often land on known ground; with ``strength`` k, each kick is k
+  kicks composed.
 
 The budget counts distinct mappings estimated, never time, so the result is the same on any
 machine. Deterministic for its arguments (the kicks come from ``seed``). Imports only
@@ -232,6 +233,10 @@ class _Search:
     @property
     def spent(self) -> bool:
         return len(self.seen) + self.timed >= self.budget or len(self.seen) >= self.limit
+
+    strength: int = 1
+    """Kicks composed into each kick of :func:`_kick` (each drawn from the last one's mapping): 1 but in a
+    continuation that asked for stronger ones (:func:`resume`'s ``strength``)."""
 
     timed: int = 0
     """Simulations with timings (a screened descent's step) that count against the budget: none in a first
@@ -615,12 +620,13 @@ def local_search(
     return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search)
 
 
-def resume(result: SearchResult, more_evaluations: int, seed: int) -> SearchResult:
+def resume(result: SearchResult, more_evaluations: int, seed: int, strength: int = 1) -> SearchResult:
     """``result``'s search continued (anytime): its iterated local search goes on from its best mapping with
     kicks drawn from ``seed`` and descents, ``more_evaluations`` more simulations of the same model (new
     estimates and the screened descents' timings), every estimate already made kept (none is made twice).
     Its estimate is never higher than ``result``'s; ``result`` is left as it was. An exhaustive result comes
-    back unchanged."""
+    back unchanged. With ``strength`` k > 1 each kick is k kicks composed (a farther jump from the best
+    mapping: the ``rules`` decider's chunks after chunks that found nothing lower)."""
     if result.state is None or result.exhaustive:
         return result
     search = copy.copy(result.state)
@@ -630,6 +636,7 @@ def resume(result: SearchResult, more_evaluations: int, seed: int) -> SearchResu
     search.count_timings, search.timed = True, 0
     search.limit = math.inf
     search.loss, search._loss_of = None, None
+    search.strength = strength
     best, best_e = _kick(search, result.best, result.e2e_ms, search.budget)
     return SearchResult(best, best_e, search.seen, budget=search.budget, screened=result.screened, state=search)
 
@@ -640,7 +647,10 @@ def _kick(search: _Search, best: Codes, best_e: float, until: int) -> tuple[Code
     stale = 0
     while not search.spent and stale < 50 and len(search.seen) < until:
         before = len(search.seen)
-        cand, e = search.descend(search.kick(best))
+        kicked = search.kick(best)
+        for _ in range(search.strength - 1):
+            kicked = search.kick(kicked)
+        cand, e = search.descend(kicked)
         if e < best_e * (1 - 1e-12):
             best, best_e = cand, e
         stale = stale + 1 if len(search.seen) == before else 0  # every kick lands on known ground
