@@ -648,8 +648,8 @@ def test_round_0s_longer_last_phase_is_never_worse_fits_and_repeats(family: str,
     assert round_0(None) == (best, e2e, seen)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 40), three_way=st.booleans(),
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(SCREEN_MIN_NODES, 30), three_way=st.booleans(),
        seed=st.integers(0, 10_000))
 def test_continuation_kicks_grow_after_chunks_that_found_nothing(family: str, n: int, three_way: bool,
                                                                  seed: int) -> None:
@@ -671,7 +671,8 @@ def test_continuation_kicks_grow_after_chunks_that_found_nothing(family: str, n:
         stale = 0
         while stale + 1 < k and chain[k - 1 - stale].e2e_ms >= chain[k - 2 - stale].e2e_ms:
             stale += 1
-        assert res.state is not None and res.state.strength == 1 + min(stale, CONTINUE_STRONGER_KICKS)
+        if not res.exhaustive:  # every mapping estimated in round 0: nothing to continue
+            assert res.state is not None and res.state.strength == 1 + min(stale, CONTINUE_STRONGER_KICKS)
     fresh = RulesDecider()
     comp2 = fresh._compile(sc)
     fresh._continued(sc, comp2, 6)
