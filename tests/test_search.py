@@ -831,10 +831,10 @@ def test_the_screened_lanes_exact_estimates_are_the_simulators(sc_seed: int, fam
                           (55, "random", Mode.THREE_WAY, 3)])
 def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lane_with_the_screened_search(
         monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, mode: Mode, lanes: int) -> None:
-    """With two lanes or more, on a three-way workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more, the last
-    lane's continuation runs the ``rules`` decider's screened search on the exact model from the first round's best
-    (``RACE_SCREENED_LANES``), the other lanes the iterated local search as before; one lane, a binary workflow and
-    a smaller one are unchanged. The screened leg ends no worse than its origin, within its simulations, on
+    """With ``RACE_SCREENED_LANES = 1`` (off by default: then no leg is screened), two lanes or more and a three-way
+    workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lane's continuation runs the ``rules`` decider's
+    screened search on the exact model from the first round's best, the other lanes the iterated local search as
+    before; one lane, a binary workflow and a smaller one are unchanged. The screened leg ends no worse than its origin, within its simulations, on
     a feasible mapping whose E2E is the simulator's, the same for a seed with one process or two."""
     import hetsched.search.local_search as ls
     import hetsched.search.reference as ref_mod
@@ -852,6 +852,11 @@ def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lane_with_the_screened_
     monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 54 else 23)  # s54: one node short
     sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
     evals = 1_500
+    ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=4, max_seconds=None, max_evals=evals, workers=1,
+                 lanes=lanes)
+    assert legs and not any(leg[0] for leg in legs)  # off by default
+    legs.clear()
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_LANES", 1)
     found = [ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=4, max_seconds=None,
                           max_evals=evals, workers=w, lanes=lanes) for w in (1, 2)]
     assert len({(f.codes, f.e2e_ms, f.evaluations) for f in found}) == 1

@@ -79,14 +79,16 @@ a time budget whose share is below this skips it, and the Lagrangian bound (0.1-
 lower bound is then the bound search's, at least the empty mapping's."""
 _TARGET_TOLERANCE = 1e-9
 RACE_EXCHANGE = False
-RACE_SCREENED_LANES = 1
+RACE_SCREENED_LANES = 0
 """Lanes of a race with two or more (the last ones) whose continuation from the first round's best runs the
 ``rules`` decider's search on the exact model instead of the iterated local search (:mod:`hetsched.model.descent`:
 descents that try only the moves of the current run's critical chain and what shared its devices, a kick after
-every descent; 0: none), on three-way workflows of ``RACE_SCREENED_MIN_NODES`` nodes or more. The plain ILS
-kicks after ``PATIENCE`` windows without improvement, about 20 kicks in 16,000 simulations at 50 tools; the
-screened search kicks after every short descent. With one lane, on binary workflows and on smaller ones the race
-is unchanged (measured only on 50-node three-way workflows: docs/reference.md)."""
+every descent), on three-way workflows of ``RACE_SCREENED_MIN_NODES`` nodes or more. The plain ILS kicks after
+``PATIENCE`` windows without improvement, about 20 kicks in 16,000 simulations at 50 tools; the screened search
+kicks after every short descent. **Off by default** (0): with one screened lane of two, on twelve 50-node three-way
+tuning workflows the race was better on six (fan-out by 1.7%), equal on three and worse on three (layered by 1.4%,
+fork-join by 0.7%), geometric mean 0.9998: a different basin, not a better search (docs/reference.md). With one
+lane, on binary workflows and on smaller ones the race is unchanged whatever it says."""
 RACE_SCREENED_MIN_NODES = 40
 """Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``)."""
 RACE_SCREENED_EXCHANGE = False
@@ -305,9 +307,9 @@ def race(
     iterated local search by 1.6% on a 50-tool layered workflow where every short trajectory's first descent
     had fallen in a worse basin). A lane's budget is ``max_seconds`` of wall time, or ``max_evals`` simulations
     (``lanes`` times ``max_evals`` in all). The result's ``evaluations`` are the race's simulations in all
-    processes. With two lanes or more on a three-way workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more, the
-    last lane's continuation is the ``rules`` decider's screened search on the exact model instead
-    (``RACE_SCREENED_LANES``, :meth:`_Trajectories._screened`), with the same budget."""
+    processes. With ``RACE_SCREENED_LANES`` (off by default), two lanes or more and a three-way workflow of
+    ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lanes' continuation is the ``rules`` decider's screened
+    search on the exact model instead (:meth:`_Trajectories._screened`), with the same budget."""
     target = None if lower_ms is None else lower_ms * (1 + _TARGET_TOLERANCE)
     t0, ev0 = time.perf_counter(), ev.evaluations
     known = {s: ev(s) for s in starts}
