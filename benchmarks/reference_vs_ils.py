@@ -59,20 +59,24 @@ from hetsched.bench.generate import WorkflowSpec, random_scenario
 from hetsched.model import Mode
 from hetsched.search.reference import best_known
 family, n, seed, seconds, evals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+lanes, jobs = int(sys.argv[6]) or None, int(sys.argv[7]) or None
 sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
 t0 = time.process_time()
-ref = (best_known(sc, seed=0, max_seconds=None, max_evals=evals) if evals
-       else best_known(sc, seed=0, max_seconds=seconds))
+ref = (best_known(sc, seed=0, max_seconds=None, max_evals=evals, lanes=lanes, workers=jobs) if evals
+       else best_known(sc, seed=0, max_seconds=seconds, workers=jobs))
 print(json.dumps({"e2e_ms": ref.e2e_ms, "lower_ms": ref.lower_bound_ms, "cpu_s": time.process_time() - t0}))
 """
 
 
-def old_reference(checkout: Path, family: str, n: int, seed: int, seconds: float, evals: int | None) -> dict[str, Any]:
-    """``best_known`` of the checkout in ``checkout`` (its ``src`` first on the path), in a child process;
-    ``cpu_s`` is the child's CPU with its race's worker processes (and its imports), as the new side counts them."""
+def old_reference(checkout: Path, family: str, n: int, seed: int, seconds: float, evals: int | None,
+                  lanes: int | None = None, jobs: int | None = None) -> dict[str, Any]:
+    """``best_known`` of the checkout in ``checkout`` (its ``src`` first on the path), in a child process, with the
+    same ``lanes`` and processes as this checkout's; ``cpu_s`` is the child's CPU with its race's worker processes
+    (and its imports), as the new side counts them."""
     env = {**os.environ, "PYTHONPATH": f"{checkout / 'src'}{os.pathsep}{checkout}"}
     c0 = _children_cpu_s()
-    out = subprocess.run([sys.executable, "-c", _OLD_CHILD, family, str(n), str(seed), str(seconds), str(evals or 0)],
+    out = subprocess.run([sys.executable, "-c", _OLD_CHILD, family, str(n), str(seed), str(seconds), str(evals or 0),
+                          str(lanes or 0), str(jobs or 0)],
                          env=env, check=True, capture_output=True, text=True, cwd=checkout)
     result = dict(json.loads(out.stdout.strip().splitlines()[-1]))
     result["cpu_s"] = _children_cpu_s() - c0  # the child's own process_time misses its worker processes
@@ -109,8 +113,8 @@ def main() -> None:
     for seed in args.seeds:
         for family in args.families:
             sc = random_scenario(WorkflowSpec(family, args.n, Mode.THREE_WAY, seed))
-            old = (old_reference(args.old.resolve(), family, args.n, seed, args.reference_seconds, args.evals)
-                   if args.old else None)
+            old = (old_reference(args.old.resolve(), family, args.n, seed, args.reference_seconds, args.evals,
+                                 args.lanes, args.jobs) if args.old else None)
             t0, c0 = time.process_time(), _children_cpu_s()
             if args.evals:
                 ref = best_known(sc, seed=0, max_seconds=None, max_evals=args.evals, workers=args.jobs,

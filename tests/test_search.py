@@ -798,3 +798,92 @@ def test_the_race_draws_exchange_kicks_when_asked_on_three_way_workflows_only(mo
     ev = ls.Evaluator(sc)
     ref_mod.race(sc, ev, ls.start_mappings(sc, ev), seed=0, max_seconds=None, max_evals=3_000, workers=1)
     assert (calls["n"] > 0) == drawn
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(FAMILIES), st.sampled_from(list(Mode)), st.integers(0, 2**31))
+def test_the_screened_lanes_exact_estimates_are_the_simulators(sc_seed: int, family: str, mode: Mode,
+                                                               draw: int) -> None:
+    """The screened lane reads the exact model as the ``rules`` decider's search reads its estimator: the same
+    estimates and timings as the decider's ``Estimator`` under the machine's interference, and the E2E the
+    noise-free simulator gives (inf where it cannot run), each counted."""
+    import random
+
+    from hetsched.deciders.estimate import Estimator
+    from hetsched.search.reference import _ExactEstimates
+
+    sc = random_search_scenario(12, sc_seed, family=family, mode=mode)
+    exact, est = _ExactEstimates(sc), Estimator(sc, sc.machine.gpu_kappa)
+    rng = random.Random(draw)
+    rows = np.array([[rng.choice(a) for a in sc.compiled.allowed] for _ in range(6)], dtype=np.int8)
+    for row, want in zip(rows.tolist(), exact_e2e(sc, rows), strict=True):
+        assert exact.e2e(row) == est.e2e(row) == want
+        got, ref = exact.timings(row), est.timings(row)
+        assert (got is None) == (ref is None) == (want == math.inf)
+        if got is not None and ref is not None:
+            assert (got.e2e_ms, got.end, got.admitted) == (ref.e2e_ms, ref.end, ref.admitted)
+    assert exact.evaluations == est.evaluations == 12
+
+
+@pytest.mark.parametrize(("sc_seed", "family", "mode", "lanes"),
+                         [(51, "fanout", Mode.THREE_WAY, 1), (52, "forkjoin", Mode.THREE_WAY, 2),
+                          (53, "layered", Mode.BINARY, 2), (54, "random", Mode.THREE_WAY, 3),
+                          (55, "random", Mode.THREE_WAY, 3)])
+def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lane_with_the_screened_search(
+        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, mode: Mode, lanes: int) -> None:
+    """With ``RACE_SCREENED_LANES = 1`` (off by default: then no leg is screened), two lanes or more and a three-way
+    workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lane's continuation runs the ``rules`` decider's
+    screened search on the exact model from the first round's best, the other lanes the iterated local search as
+    before; one lane, a binary workflow and a smaller one are unchanged. The screened leg ends no worse than its origin, within its simulations, on
+    a feasible mapping whose E2E is the simulator's, the same for a seed with one process or two."""
+    import hetsched.search.local_search as ls
+    import hetsched.search.reference as ref_mod
+
+    legs: list[tuple[bool, tuple[int, ...], int | None, ls.SearchResult, float]] = []
+    real = ref_mod._Trajectories.__call__
+
+    def spied(self: ref_mod._Trajectories, leg: ref_mod._Leg) -> ls.SearchResult:
+        found = real(self, leg)
+        legs.append((leg.screened, leg.origin, leg.evals, found, ls.Evaluator(self.scenario)(leg.origin)))
+        return found
+
+    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
+    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 54 else 23)  # s54: one node short
+    sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
+    evals = 1_500
+    ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=4, max_seconds=None, max_evals=evals, workers=1,
+                 lanes=lanes)
+    assert legs and not any(leg[0] for leg in legs)  # off by default
+    legs.clear()
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_LANES", 1)
+    found = [ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=4, max_seconds=None,
+                          max_evals=evals, workers=w, lanes=lanes) for w in (1, 2)]
+    assert len({(f.codes, f.e2e_ms, f.evaluations) for f in found}) == 1
+    first = legs[: lanes * ref_mod.RACE_TRAJECTORIES + lanes]  # the run in this process (the spy sees it)
+    screened = [leg for leg in first if leg[0]]
+    assert len(screened) == (1 if lanes > 1 and mode is Mode.THREE_WAY and sc_seed != 54 else 0)
+    assert all(not leg[0] for leg in first[:-1])  # the first round and every other lane: the plain search
+    sim = Simulator(sc, noise=False)
+    for _, _, budget, got, origin_e in screened:
+        assert got.e2e_ms <= origin_e
+        assert budget is not None and got.evaluations <= budget + len(sc.workflow.nodes) * 3
+        mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in got.codes), strict=True))
+        assert sc.infeasibility(mapping) is None and sim.e2e(mapping) == got.e2e_ms
+    assert found[0].e2e_ms <= min(leg[3].e2e_ms for leg in first)
+
+
+def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:
+    """``resume``'s ``deadline`` (the screened lane's time budget): past it no kick starts, the result is the one
+    resumed; without it the search goes on as the decider's does."""
+    from hetsched.model.descent import local_search as descent_search
+    from hetsched.model.descent import resume
+    from hetsched.search.reference import _ExactEstimates
+
+    sc = random_search_scenario(20, 61, family="fanout", mode=Mode.THREE_WAY)
+    allowed = [tuple(p.code for p in sc.allowed(n)) for n in sc.workflow.node_ids]
+    first = descent_search(_ExactEstimates(sc), [tuple(0 for _ in allowed)], allowed, max_evaluations=200, seed=1,
+                           screen=True)
+    late = resume(first, 2_000, seed=2, deadline=0.0)
+    assert (late.best, late.e2e_ms, len(late.seen)) == (first.best, first.e2e_ms, len(first.seen))
+    assert len(resume(first, 2_000, seed=2).seen) > len(first.seen)

@@ -636,7 +636,7 @@ class RulesDecider(Decider):
             while stale + 1 < len(chain) and chain[-1 - stale].e2e_ms >= chain[-2 - stale].e2e_ms:
                 stale += 1
             strength = 1 + min(stale, CONTINUE_STRONGER_KICKS)
-            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed, strength))
+            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed, strength=strength))
         return chain[chunk]
 
     def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:

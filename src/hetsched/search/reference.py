@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -24,12 +25,17 @@ from hetsched.model import (
     Infeasibility,
     InputError,
     Mapping,
+    Mode,
     Placement,
     Reference,
     ReferenceKind,
     Scenario,
 )
+from hetsched.model.contention import Timings, simulate, simulate_e2e
+from hetsched.model.descent import local_search as descent_search
+from hetsched.model.descent import resume
 from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
+from hetsched.model.mapping import QUEUE_CODE
 from hetsched.search.bounds import BoundModel
 from hetsched.search.local_search import Evaluator, SearchResult, local_search, start_mappings
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
@@ -73,6 +79,21 @@ a time budget whose share is below this skips it, and the Lagrangian bound (0.1-
 lower bound is then the bound search's, at least the empty mapping's."""
 _TARGET_TOLERANCE = 1e-9
 RACE_EXCHANGE = False
+RACE_SCREENED_LANES = 0
+"""Lanes of a race with two or more (the last ones) whose continuation from the first round's best runs the
+``rules`` decider's search on the exact model instead of the iterated local search (:mod:`hetsched.model.descent`:
+descents that try only the moves of the current run's critical chain and what shared its devices, a kick after
+every descent), on three-way workflows of ``RACE_SCREENED_MIN_NODES`` nodes or more. The plain ILS kicks after
+``PATIENCE`` windows without improvement, about 20 kicks in 16,000 simulations at 50 tools; the screened search
+kicks after every short descent. **Off by default** (0): with one screened lane of two, on twelve 50-node three-way
+tuning workflows the race was better on six (fan-out by 1.7%), equal on three and worse on three (layered by 1.4%,
+fork-join by 0.7%), geometric mean 0.9998: a different basin, not a better search (docs/reference.md). With one
+lane, on binary workflows and on smaller ones the race is unchanged whatever it says."""
+RACE_SCREENED_MIN_NODES = 40
+"""Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``)."""
+RACE_SCREENED_EXCHANGE = False
+"""Whether the screened lanes' kicks include the decider's exchanges between the CPU and the GPU on three-way
+workflows (``hetsched.model.descent.EXCHANGE_KICK_SHARE_3W``)."""
 """Whether the race's trajectories draw exchange kicks on three-way workflows (``local_search``'s ``exchange``:
 a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
 simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
@@ -160,6 +181,7 @@ class _Leg:
     deadline: float | None
     evals: int | None
     known: tuple[tuple[tuple[int, ...], float], ...] = ()
+    screened: bool = False
 
 
 class _Trajectories:
@@ -173,6 +195,8 @@ class _Trajectories:
         self.known, self.starts = known, starts
 
     def __call__(self, leg: _Leg) -> SearchResult:
+        if leg.screened:
+            return self._screened(leg)
         ev = Evaluator(self.scenario, self.bounds)
         ev.learn(self.known.items())
         ev.learn(leg.known)
@@ -182,6 +206,50 @@ class _Trajectories:
                             max_evals=None if leg.evals is None else max(1, leg.evals), target_ms=self.target,
                             max_steps=None if leg.evals is None else int(RACE_STEPS_PER_SIMULATION * leg.evals) + 20,
                             exchange=RACE_EXCHANGE)
+
+
+    def _screened(self, leg: _Leg) -> SearchResult:
+        """A screened lane's leg: the ``rules`` decider's search (:mod:`hetsched.model.descent`) on the exact model
+        from the leg's origin, its kicks and screened descents until ``leg.evals`` simulations (estimates and the
+        descents' timings) are spent."""
+        sc, t0 = self.scenario, time.perf_counter()
+        est = _ExactEstimates(sc)
+        allowed = [tuple(p.code for p in sc.allowed(n)) for n in sc.workflow.node_ids]
+        first = descent_search(est, [leg.origin], allowed, max_evaluations=1, seed=leg.seed, screen=True)
+        if first.state is not None:
+            first.state.exchange_3w = RACE_SCREENED_EXCHANGE and any(QUEUE_CODE in a for a in allowed)
+        more = _SCREENED_UNBOUNDED if leg.evals is None else max(0, leg.evals - est.evaluations)
+        found = resume(first, more, leg.seed, deadline=leg.deadline)
+        return SearchResult(found.best, found.e2e_ms, est.evaluations, time.perf_counter() - t0,
+                            ((found.e2e_ms, found.best),), False)
+
+
+_SCREENED_UNBOUNDED = 1 << 40
+"""A screened leg's simulations with a time budget alone (its deadline ends it)."""
+
+
+class _ExactEstimates:
+    """The exact model as the ``rules`` decider's search reads an estimator (:class:`hetsched.model.descent.Estimates`):
+    noise-free simulations of the compiled scenario (the machine's own interference), counted."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        c = self.compiled = scenario.compiled
+        self.budget, self.cpu_ms, self.gpu_ms = c.budget, c.cpu_ms, c.gpu_ms
+        self.evaluations = 0
+
+    def static_ok(self, place: Sequence[int]) -> bool:
+        return self.compiled.static_ok(tuple(place))
+
+    def e2e(self, place: Sequence[int]) -> float:
+        self.evaluations += 1
+        return simulate_e2e(self.compiled, place) if self.static_ok(place) else math.inf
+
+    def timings(self, place: Sequence[int]) -> Timings | None:
+        self.evaluations += 1
+        if not self.static_ok(place):
+            return None
+        out = simulate(self.compiled, place, timings=True)
+        return None if out.deadlock else out
 
 
 _RACE: dict[str, _Trajectories] = {}
@@ -239,7 +307,9 @@ def race(
     iterated local search by 1.6% on a 50-tool layered workflow where every short trajectory's first descent
     had fallen in a worse basin). A lane's budget is ``max_seconds`` of wall time, or ``max_evals`` simulations
     (``lanes`` times ``max_evals`` in all). The result's ``evaluations`` are the race's simulations in all
-    processes."""
+    processes. With ``RACE_SCREENED_LANES`` (off by default), two lanes or more and a three-way workflow of
+    ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lanes' continuation is the ``rules`` decider's screened
+    search on the exact model instead (:meth:`_Trajectories._screened`), with the same budget."""
     target = None if lower_ms is None else lower_ms * (1 + _TARGET_TOLERANCE)
     t0, ev0 = time.perf_counter(), ev.evaluations
     known = {s: ev(s) for s in starts}
@@ -250,6 +320,8 @@ def race(
     origins += [origins[0]] * (RACE_TRAJECTORIES * width - len(origins))
     run = _Trajectories(scenario, ev.bounds, known, start_mappings(scenario, ev), target)
     rounds = -(-len(origins) // width)
+    screened_lanes = (RACE_SCREENED_LANES if scenario.mode is Mode.THREE_WAY
+                      and len(scenario.workflow.nodes) >= RACE_SCREENED_MIN_NODES else 0)
     legs = [_Leg(seed + j, o,
                  None if max_seconds is None else t0 + (j // width + 1) * RACE_SHARE * max_seconds / rounds,
                  None if max_evals is None else int(RACE_SHARE * max_evals / rounds))
@@ -269,7 +341,8 @@ def race(
         if left_e is None or left_e > 0:
             best = ((runs[win].codes, runs[win].e2e_ms),)
             deadline = None if max_seconds is None else t0 + max_seconds
-            more = [_Leg(seed + len(origins) + win + 101 * k, runs[win].codes, deadline, left_e, best)
+            more = [_Leg(seed + len(origins) + win + 101 * k, runs[win].codes, deadline, left_e, best,
+                         screened=width > 1 and k >= width - screened_lanes)
                     for k in range(width)]
             runs += map(run, more) if pool is None or len(more) == 1 else pool.map(_race_leg, more)
         return replace(min(runs, key=lambda r: (r.e2e_ms, r.codes)),
@@ -513,6 +586,9 @@ __all__ = [
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
     "RACE_EXCHANGE",
+    "RACE_SCREENED_EXCHANGE",
+    "RACE_SCREENED_LANES",
+    "RACE_SCREENED_MIN_NODES",
     "RACE_SHARE",
     "RACE_STEPS_PER_SIMULATION",
     "RACE_TRAJECTORIES",
