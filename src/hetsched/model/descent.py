@@ -472,15 +472,7 @@ class _Search:
         return tuple(codes)
 
     def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
-        """``k`` of ``items`` (fewer when there are fewer) drawn without replacement, each with probability
-        proportional to its weight among those left."""
-        items, weights = list(items), list(weights)
-        out: list[int] = []
-        while items and len(out) < k:
-            j = self.rng.choices(range(len(items)), weights=weights)[0]
-            out.append(items.pop(j))
-            weights.pop(j)
-        return out
+        return draw_weighted(self.rng, items, weights, k)
 
     def kick(self, cur: Codes) -> Codes:
         codes = list(cur)
@@ -690,3 +682,16 @@ def _kick(search: _Search, best: Codes, best_e: float, until: int,
 
 
 __all__ = ["Codes", "Estimates", "SearchResult", "focus", "late_starts", "local_search", "resume"]
+
+
+def draw_weighted(rng: random.Random, items: list[int], weights: list[float], k: int) -> list[int]:
+    """``k`` of ``items`` (fewer when there are fewer) drawn with ``rng`` without replacement, each with
+    probability proportional to its weight among those left (the exchange kicks' draw, here and in the
+    search room's local search)."""
+    items, weights = list(items), list(weights)
+    out: list[int] = []
+    while items and len(out) < k:
+        j = rng.choices(range(len(items)), weights=weights)[0]
+        out.append(items.pop(j))
+        weights.pop(j)
+    return out

@@ -57,6 +57,7 @@ from numpy.typing import NDArray
 
 from hetsched.model import Placement, Scenario
 from hetsched.model.contention import queue_load_ms, simulate, simulate_e2e
+from hetsched.model.descent import draw_weighted
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
@@ -483,15 +484,7 @@ class _Search:
         return tuple(lst)
 
     def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
-        """``k`` of ``items`` (fewer when there are fewer) drawn without replacement, each with probability
-        proportional to its weight among those left."""
-        items, weights = list(items), list(weights)
-        out: list[int] = []
-        while items and len(out) < k:
-            j = self.rng.choices(range(len(items)), weights=weights)[0]
-            out.append(items.pop(j))
-            weights.pop(j)
-        return out
+        return draw_weighted(self.rng, items, weights, k)
 
     def evict(self, lst: list[int], keep: int) -> None:
         """Move random resident tools (not ``keep``) to the queue or the CPU until the ``gpu_now`` set fits."""
