@@ -487,15 +487,21 @@ def test_screened_binary_kicks_exchange_work_between_the_devices(family: str, n:
         assert set(up) <= set(movable_up) and set(down) <= set(movable_down)
         if down and len(up) >= 2:
             wide += 1
-    # the kicks as the search draws them: exchanges among them, wider than the other kinds
+    # the kicks as the search draws them: exchanges among them (nodes both ways, several tools; a share of
+    # EXCHANGE_KICK_SHARE of the kicks is drawn as above, so where a tenth of those exchanges is that wide,
+    # 300 kicks without one would be a one-in-ten-thousand event)
     mixed = 0
     for _ in range(300):
         kicked = search.kick(cur)
         moved = [j for j in range(n) if kicked[j] != cur[j]]
-        if len(moved) > 4 and len({tool[j] for j in moved}) > 1 and {kicked[j] for j in moved} == {CPU_CODE, NOW_CODE}:
+        down = [j for j in moved if cur[j] == NOW_CODE and kicked[j] == CPU_CODE]
+        up = [j for j in moved if cur[j] == CPU_CODE and kicked[j] == NOW_CODE]
+        if down and len(up) >= 2 and len({tool[j] for j in moved}) > 1:
             mixed += 1
     if len(movable_up) >= 4 and movable_down:
-        assert wide > 0 and mixed > 0
+        assert wide > 0
+    if wide >= 30:
+        assert mixed > 0
     three_way = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY, seed))
     comp3 = RulesDecider()._compile(three_way)
     other = _Search(Estimator(three_way), comp3.allowed, 100, seed, screen=False)
