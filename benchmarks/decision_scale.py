@@ -84,7 +84,7 @@ best = min(played, key=lambda p: p[0])
 proposals = [(r.mapping.to_dict(), r.proposal.rationale,
               [(a.reply, a.reasoning) for a in r.proposal.decision.attempts] if r.proposal.decision else [])
              for r in result.rounds]
-print(json.dumps({"ms": ms, "best_ms": best[0], "best_mapping": best[1],
+print(json.dumps({"ms": ms, "digest_ms": digesting[0] * 1000.0, "best_ms": best[0], "best_mapping": best[1],
                   "proposals": hashlib.sha256(repr(proposals).encode()).hexdigest(),
                   "searches": hashlib.sha256("\n".join(searches).encode()).hexdigest() if searches else None}))
 """
