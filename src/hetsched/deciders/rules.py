@@ -357,10 +357,10 @@ is a candidate of the round, re-scored on the calibrated model like the calibrat
 round 0's search swings with its kicks' random stream (one 100-tool fork-join 1.003-1.065 of the best known
 across six seeds), so kicks spread over the later rounds reach basins round 0 missed; with
 ``SCREEN_EVALUATIONS_LATER`` cut to 40 the round costs about what it did. 80 until session 31: half of a later round's
-simulations at 100 tools (the calibrated search about a third, the fit the rest); with 56, 16-20% fewer a round, and the
-best of rounds 0-5 the same on all 48 tuning workflows tried (seeds 160-163, 50 and 100 tools, five families, both modes;
-the one later-round gain among them, a round 5 0.2% below round 0, kept), while 24 estimates for the calibrated search
-instead lost that gain (BENCHMARKS.md, issue 17)."""
+simulations at 100 tools (the calibrated search about a third, the fit and the cards the rest: 135-165 a round); with
+56, 15-18% fewer, and the best of rounds 0-5 the same on all 52 tuning workflows tried (100 tools: seeds 160-163,
+five families, both modes; 50 tools: 160-161, three; the one later-round gain among them, a round 5 0.2% below
+round 0, kept), while 24 estimates for the calibrated search instead lost that gain (BENCHMARKS.md, issue 17)."""
 CONTINUE_STRONGER_KICKS = 2
 """Per chunk of the continuation that found nothing lower than the chunk before (in a row, from the last one
 back), each kick of the next chunk composes one kick more, up to this many more (``hetsched.deciders.search.resume``'s
