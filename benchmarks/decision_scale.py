@@ -5,7 +5,9 @@ on the command line) each checkout runs, in a fresh subprocess, ``agentic`` with
 decider on the simulator for ``--rounds`` rounds (rounds 0..5 by default) and reports:
 
 - the decider's process time per round (``RulesDecider.decide``, the model search and the
-  calibration; the monitor and the simulator are not in it), median and max over the rounds; with
+  calibration; the monitor and the simulator are not in it, nor the digest of the searches' estimates
+  this script takes for ``same decisions``: before session 31 it was in it: 0.1-0.2 s a later round at 100 tools,
+  growing with round 0's estimates), median and max over the rounds; with
   ``--repeat R``, each checkout runs R times (alternating) and each round counts its least time (a
   loaded machine's extra time is noise added to the decision's own);
 - the noise-free E2E of the best mapping played in those rounds (best of rounds 0..5);
@@ -55,20 +57,23 @@ except ImportError:
 family, n, mode, seed, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
 ms = []
+digesting = [0.0]  # process time spent digesting the searches (below), left out of the decision's
 decide = rules.RulesDecider.decide
 def timed(self, ctx):
-    t0 = time.process_time()
+    t0, d0 = time.process_time(), digesting[0]
     try:
         return decide(self, ctx)
     finally:
-        ms.append((time.process_time() - t0) * 1000.0)
+        ms.append((time.process_time() - t0 - (digesting[0] - d0)) * 1000.0)
 rules.RulesDecider.decide = timed
 searches = []
 if hasattr(rules, "local_search") and hasattr(rules, "resume"):  # each search's every estimate, in order
     def digested(search):
         def run(*args, **kwargs):
             res = search(*args, **kwargs)
-            searches.append(repr((res.best, res.e2e_ms, list(res.seen.items()))))
+            t0 = time.process_time()  # the repr of a continuation's every estimate: 0.1-0.2 s at 100 tools
+            searches.append(hashlib.sha256(repr((res.best, res.e2e_ms, list(res.seen.items()))).encode()).hexdigest())
+            digesting[0] += time.process_time() - t0
             return res
         return run
     rules.local_search, rules.resume = digested(rules.local_search), digested(rules.resume)
@@ -79,7 +84,7 @@ best = min(played, key=lambda p: p[0])
 proposals = [(r.mapping.to_dict(), r.proposal.rationale,
               [(a.reply, a.reasoning) for a in r.proposal.decision.attempts] if r.proposal.decision else [])
              for r in result.rounds]
-print(json.dumps({"ms": ms, "best_ms": best[0], "best_mapping": best[1],
+print(json.dumps({"ms": ms, "digest_ms": digesting[0] * 1000.0, "best_ms": best[0], "best_mapping": best[1],
                   "proposals": hashlib.sha256(repr(proposals).encode()).hexdigest(),
                   "searches": hashlib.sha256("\n".join(searches).encode()).hexdigest() if searches else None}))
 """

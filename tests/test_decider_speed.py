@@ -93,3 +93,20 @@ def test_group_moves_keep_the_placements_every_node_allows() -> None:
     assert search.groups
     for g, common in zip(search.groups, search.group_common, strict=True):
         assert common == sorted(set.intersection(*(set(sc.compiled.allowed[j]) for j in g)))
+
+
+def test_decision_scale_child_leaves_the_digest_out_of_the_decision_time() -> None:
+    """``benchmarks/decision_scale.py``'s child (a script in a string, which no linter reads) runs, reports a
+    decision time per round, and reports apart the time it spent digesting the searches' estimates for
+    ``same decisions``: that digest (the repr of a continuation's every estimate, 0.1-0.2 s a later round at 100
+    tools) is not the decider's, and it had been counted in it (session 31)."""
+    from pathlib import Path
+
+    from benchmarks import decision_scale
+
+    root = Path(__file__).resolve().parents[1]
+    run = decision_scale.run_side(root, "layered", 10, "binary", 13, 2)
+    assert len(run["ms"]) == 2 and all(ms >= 0 for ms in run["ms"])
+    assert run["digest_ms"] >= 0
+    assert run["searches"] is not None and len(run["searches"]) == 64
+    assert len(run["proposals"]) == 64

@@ -348,7 +348,7 @@ A close trade at a fixed time a round (BENCHMARKS.md, issue 17, seeds 101/102/12
 60 workflows, but on three 100-tool workflows the 150-estimate search's later gains (0.5-1.4%) are lost.
 (Twice to five times 150 at 20-50 nodes, tried: the same workflows within 1% of the best known by round 5,
 decisions 2-5x slower.)"""
-SCREEN_CONTINUE_LATER = 80
+SCREEN_CONTINUE_LATER = 56
 """Simulations each later round adds, from ``SCREEN_MIN_NODES`` nodes on, to round 0's search (anytime): its
 iterated local search goes on from its best mapping with kicks of a seed of the round's own, on the cards'
 model as round 0 searched it, every estimate it made kept (``hetsched.deciders.search.resume``; new estimates
@@ -356,7 +356,11 @@ and the descents' timings both count: kicks that land on known ground cost time 
 is a candidate of the round, re-scored on the calibrated model like the calibrated search's. The outcome of
 round 0's search swings with its kicks' random stream (one 100-tool fork-join 1.003-1.065 of the best known
 across six seeds), so kicks spread over the later rounds reach basins round 0 missed; with
-``SCREEN_EVALUATIONS_LATER`` cut to 40 the round costs about what it did."""
+``SCREEN_EVALUATIONS_LATER`` cut to 40 the round costs about what it did. 80 until session 31: half of a later round's
+simulations at 100 tools (the calibrated search about a third, the fit and the cards the rest: 135-165 a round); with
+56, 15-18% fewer, and the best of rounds 0-5 the same on all 52 tuning workflows tried (100 tools: seeds 160-163,
+five families, both modes; 50 tools: 160-161, three; the one later-round gain among them, a round 5 0.2% below
+round 0, kept), while 24 estimates for the calibrated search instead lost that gain (BENCHMARKS.md, issue 17)."""
 CONTINUE_STRONGER_KICKS = 2
 """Per chunk of the continuation that found nothing lower than the chunk before (in a row, from the last one
 back), each kick of the next chunk composes one kick more, up to this many more (``hetsched.deciders.search.resume``'s
