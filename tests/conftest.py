@@ -120,8 +120,7 @@ LONGEST_FIRST = (
     "tests/test_llm_integration.py::test_openai_decider_against_a_real_llama_cpp_server",
     "tests/test_cli_errors.py::test_close_names_are_suggested",  # short, as above
     "tests/test_llm_integration.py::test_local_decider_in_process",
-    # 465 s and 161 s of the serial run: at the end of the collection, one worker ran the first alone for minutes
-    "tests/test_search.py::test_descend_starts_descends_from_each_start_given_and_the_greedy_one",
+    # 161 s of the serial run: at the end of the collection, one worker ran it alone for minutes
     "tests/test_scale.py::test_binary_round_0_with_more_kicks_is_never_worse_fits_and_repeats",
 )
 """Node ids run first, in this order. CI runs ``pytest -n 2 --maxschedchunk 1``: each worker holds the test it

@@ -53,12 +53,12 @@ def test_openai_decider_against_a_real_llama_cpp_server(llama_server_url: str, t
                                                      timeout_s=TIMEOUT_S))
     with RunStore(tmp_path / "runs.sqlite") as store:  # the real SQLite store, as `hetsched run` uses it
         options = {"decider": "openai", "llm": {"base_url": llama_server_url, "max_tokens": MAX_TOKENS, "seed": 0}}
-        result = run_recorded(run_key(sc, "agentic", LoopConfig(rounds=3, seed=0), options=options), policy,
+        result = run_recorded(run_key(sc, "agentic", LoopConfig(rounds=2, seed=0), options=options), policy,
                               store=store)
         assert result.run_id is not None
         stored = store.transcript(result.run_id)
         assert store.run(result.run_id).status == "finished"
-    assert len(result.rounds) == 3
+    assert len(result.rounds) == 2
     check_run(result, "openai")
     # every attempt of every round is in the store, prompt, reply and error as the decider saw them
     sent = [(r.round, a["prompt"], a["reply"], a["error"]) for r in result.rounds for a in decision_info(r)["transcript"]]
