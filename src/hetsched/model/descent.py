@@ -56,7 +56,7 @@ import itertools
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -450,29 +450,14 @@ class _Search:
         drawn with weight their speedup (CPU over GPU time, the cards'), go to the GPU: to ``gpu_now`` in a
         binary search, or where their tool is resident already; else to ``gpu_queue`` where allowed. The last
         promotions drawn are undone while the ``gpu_now`` set does not fit the VRAM budget."""
-        cpu_ms, gpu_ms, load_ms = self.est.cpu_ms, self.est.gpu_ms, self.est.compiled.load_ms
-        on_gpu = [i for i in range(self.n) if cur[i] != CPU_CODE and CPU_CODE in self.allowed[i]]
-        on_cpu = [i for i in range(self.n) if cur[i] == CPU_CODE and math.isfinite(gpu_ms[i])
-                  and (NOW_CODE in self.allowed[i] or QUEUE_CODE in self.allowed[i])]
         k_out, k_in = self.rng.randint(*EXCHANGE_OUT), self.rng.randint(*EXCHANGE_IN)
         if self.exchange_3w and self.rng.random() < EXCHANGE_FEW_IN_3W:
             k_out, k_in = k_in, k_out  # a few heavy CPU nodes onto the GPU, several light GPU nodes off it
-        out = self._draw(on_gpu, [max(gpu_ms[i] + (load_ms[i] if cur[i] == QUEUE_CODE else 0.0), 1e-9)
-                                  / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
-        into = self._draw(on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
-        codes = list(cur)
-        for i in out:
-            codes[i] = CPU_CODE
-        resident = {self.tool[j] for j in range(self.n) if codes[j] == NOW_CODE}
-        for i in into:
-            now = NOW_CODE in self.allowed[i] and (QUEUE_CODE not in self.allowed[i] or self.tool[i] in resident)
-            codes[i] = NOW_CODE if now else QUEUE_CODE
+        codes, into = exchange_codes(self.rng, cur, self.allowed, self.tool, self.est.cpu_ms, self.est.gpu_ms,
+                                     self.est.compiled.load_ms, k_out, k_in)
         while into and not self.est.static_ok(tuple(codes)):
             codes[into.pop()] = CPU_CODE
         return tuple(codes)
-
-    def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
-        return draw_weighted(self.rng, items, weights, k)
 
     def kick(self, cur: Codes) -> Codes:
         codes = list(cur)
@@ -682,6 +667,35 @@ def _kick(search: _Search, best: Codes, best_e: float, until: int,
 
 
 __all__ = ["Codes", "Estimates", "SearchResult", "focus", "late_starts", "local_search", "resume"]
+
+
+def exchange_codes(rng: random.Random, cur: Sequence[int], allowed: Sequence[Sequence[int]], tool: Sequence[int],
+                   cpu_ms: Sequence[float], gpu_ms: Sequence[float], load_ms: Sequence[float], k_out: int, k_in: int,
+                   admit_queued: Callable[[int], bool] | None = None) -> tuple[list[int], list[int]]:
+    """The exchange kick's draw, shared by the decider's search and the search room's local search: ``k_out`` GPU
+    nodes (``gpu_now`` or ``gpu_queue``, that may run on the CPU) drawn with weight their GPU time (a queued one's
+    with its load) over their CPU time go to the CPU, then ``k_in`` CPU nodes that may run on the GPU, drawn with
+    weight their speedup (CPU over GPU time), go to ``gpu_now`` where their tool is resident already or the queue
+    is not allowed, else to ``gpu_queue`` (only where ``admit_queued(node)`` says so, when given). Returns the new
+    codes and the nodes moved onto the GPU in the order drawn; making the ``gpu_now`` set fit the VRAM budget is
+    the caller's (each search has its own rule)."""
+    on_gpu = [i for i in range(len(cur)) if cur[i] != CPU_CODE and CPU_CODE in allowed[i]]
+    on_cpu = [i for i in range(len(cur)) if cur[i] == CPU_CODE and math.isfinite(gpu_ms[i])
+              and (NOW_CODE in allowed[i] or QUEUE_CODE in allowed[i])]
+    out = draw_weighted(rng, on_gpu, [max(gpu_ms[i] + (load_ms[i] if cur[i] == QUEUE_CODE else 0.0), 1e-9)
+                                      / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
+    into = draw_weighted(rng, on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
+    codes = list(cur)
+    for i in out:
+        codes[i] = CPU_CODE
+    resident = {tool[j] for j in range(len(codes)) if codes[j] == NOW_CODE}
+    placed: list[int] = []
+    for i in into:
+        now = NOW_CODE in allowed[i] and (QUEUE_CODE not in allowed[i] or tool[i] in resident)
+        if now or admit_queued is None or admit_queued(i):
+            codes[i] = NOW_CODE if now else QUEUE_CODE
+            placed.append(i)
+    return codes, placed
 
 
 def draw_weighted(rng: random.Random, items: list[int], weights: list[float], k: int) -> list[int]:

@@ -57,7 +57,7 @@ from numpy.typing import NDArray
 
 from hetsched.model import Placement, Scenario
 from hetsched.model.contention import queue_load_ms, simulate, simulate_e2e
-from hetsched.model.descent import draw_weighted
+from hetsched.model.descent import exchange_codes
 from hetsched.model.mapping import CPU_CODE as CPU
 from hetsched.model.mapping import NOW_CODE as NOW
 from hetsched.model.mapping import QUEUE_CODE as QUEUE
@@ -462,29 +462,13 @@ class _Search:
         Where the CPU is saturated (E2E its work over its cores), the better basins shift work between the
         devices in several nodes at once, each move alone a loss; a random kick rarely draws such a set."""
         c = self.ev.compiled
-        cpu_ms, gpu_ms, load_ms = c.cpu_ms, c.gpu_ms, c.load_ms
-        on_gpu = [i for i in range(self.n) if cur[i] != CPU and CPU in self.allowed[i]]
-        on_cpu = [i for i in range(self.n) if cur[i] == CPU and math.isfinite(gpu_ms[i])
-                  and (NOW in self.allowed[i] or QUEUE in self.allowed[i])]
         k_out, k_in = self.rng.randint(*EXCHANGE_FEW), self.rng.randint(*EXCHANGE_MANY)
         if self.rng.random() < 0.5:
             k_out, k_in = k_in, k_out
-        out = self._draw(on_gpu, [max(gpu_ms[i] + (load_ms[i] if cur[i] == QUEUE else 0.0), 1e-9)
-                                  / max(cpu_ms[i], 1e-9) for i in on_gpu], k_out)
-        into = self._draw(on_cpu, [max(cpu_ms[i], 1e-9) / max(gpu_ms[i], 1e-9) for i in on_cpu], k_in)
-        lst = list(cur)
-        for i in out:
-            lst[i] = CPU
-        resident = {c.tool_idx[j] for j in range(self.n) if lst[j] == NOW}
-        for i in into:
-            now = NOW in self.allowed[i] and (QUEUE not in self.allowed[i] or c.tool_idx[i] in resident)
-            if now or c.vram[i] <= self.budget:  # a queued node must fit the budget alone
-                lst[i] = NOW if now else QUEUE
+        lst, _ = exchange_codes(self.rng, cur, self.allowed, c.tool_idx, c.cpu_ms, c.gpu_ms, c.load_ms, k_out, k_in,
+                                admit_queued=lambda i: c.vram[i] <= self.budget)  # a queued node must fit alone
         self.evict(lst, -1)
         return tuple(lst)
-
-    def _draw(self, items: list[int], weights: list[float], k: int) -> list[int]:
-        return draw_weighted(self.rng, items, weights, k)
 
     def evict(self, lst: list[int], keep: int) -> None:
         """Move random resident tools (not ``keep``) to the queue or the CPU until the ``gpu_now`` set fits."""
