@@ -79,16 +79,19 @@ a time budget whose share is below this skips it, and the Lagrangian bound (0.1-
 lower bound is then the bound search's, at least the empty mapping's."""
 _TARGET_TOLERANCE = 1e-9
 RACE_EXCHANGE = False
-RACE_SCREENED_LANES = 0
-"""Lanes of a race with two or more (the last ones) whose continuation from the first round's best runs the
-``rules`` decider's search on the exact model instead of the iterated local search (:mod:`hetsched.model.descent`:
-descents that try only the moves of the current run's critical chain and what shared its devices, a kick after
-every descent), on three-way workflows of ``RACE_SCREENED_MIN_NODES`` nodes or more. The plain ILS kicks after
-``PATIENCE`` windows without improvement, about 20 kicks in 16,000 simulations at 50 tools; the screened search
-kicks after every short descent. **Off by default** (0): with one screened lane of two, on twelve 50-node three-way
-tuning workflows the race was better on six (fan-out by 1.7%), equal on three and worse on three (layered by 1.4%,
-fork-join by 0.7%), geometric mean 0.9998: a different basin, not a better search (docs/reference.md). With one
-lane, on binary workflows and on smaller ones the race is unchanged whatever it says."""
+RACE_SCREENED_LANES = 2
+"""Lanes of a race with two or more (the last ones: with two, both) whose continuation from the first round's best
+runs the ``rules`` decider's search on the exact model instead of the iterated local search
+(:mod:`hetsched.model.descent`: descents that try only the moves of the current run's critical chain and what
+shared its devices, a kick after every descent), on three-way workflows of ``RACE_SCREENED_MIN_NODES`` nodes or
+more. The plain ILS kicks after ``PATIENCE`` windows without improvement, about 20 kicks in 16,000 simulations at
+50 tools; the screened search kicks after every short descent, and from the same origin with the same simulations
+it ended lower in 7 of 10 seed-matched continuations on 50-tool three-way tuning workflows (fan-out by up to 1.7%,
+where a 240,000-simulation ILS needed 82,000 simulations to pass the plain continuation). With both lanes screened
+(2) the race was better than with none (0) on 5 of 9 tuning workflows and worse on 2 (by 0.06-0.23%), on 8 unseen
+ones better on 4 and worse on 1 (by 0.10%; BENCHMARKS.md, "Both continuations screened"); one screened lane of
+two (1) had been better on 6 of 12 and worse on 3 (by up to 1.4%). One lane, binary workflows and smaller ones: the
+plain race whatever it says."""
 RACE_SCREENED_MIN_NODES = 40
 """Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``)."""
 RACE_SCREENED_EXCHANGE = False
@@ -307,8 +310,8 @@ def race(
     iterated local search by 1.6% on a 50-tool layered workflow where every short trajectory's first descent
     had fallen in a worse basin). A lane's budget is ``max_seconds`` of wall time, or ``max_evals`` simulations
     (``lanes`` times ``max_evals`` in all). The result's ``evaluations`` are the race's simulations in all
-    processes. With ``RACE_SCREENED_LANES`` (off by default), two lanes or more and a three-way workflow of
-    ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lanes' continuation is the ``rules`` decider's screened
+    processes. With ``RACE_SCREENED_LANES`` (2: with two lanes, both), two lanes or more and a three-way workflow of
+    ``RACE_SCREENED_MIN_NODES`` nodes or more, the last lanes' continuations are the ``rules`` decider's screened
     search on the exact model instead (:meth:`_Trajectories._screened`), with the same budget."""
     target = None if lower_ms is None else lower_ms * (1 + _TARGET_TOLERANCE)
     t0, ev0 = time.perf_counter(), ev.evaluations
