@@ -90,9 +90,11 @@ print(json.dumps({"ms": ms, "digest_ms": digesting[0] * 1000.0, "best_ms": best[
 """
 
 
-def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: int) -> dict[str, Any]:
+def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: int,
+             prelude: str = "") -> dict[str, Any]:
+    """One side's child process; ``prelude`` (code run before the child's, e.g. a test's clock) is empty here."""
     env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
-    res = subprocess.run([sys.executable, "-c", CHILD, family, str(n), mode, str(seed), str(rounds)],
+    res = subprocess.run([sys.executable, "-c", prelude + CHILD, family, str(n), mode, str(seed), str(rounds)],
                          env=env, capture_output=True, text=True, check=True, cwd=checkout)
     return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
