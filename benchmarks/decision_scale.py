@@ -24,7 +24,10 @@ machine's load hits both alike.
 
 Run: python benchmarks/decision_scale.py --old /path/to/old/checkout [--new .] [--sizes 10 50 100]
      [--families layered random forkjoin] [--seeds 11] [--rounds 6] [--reference-evals 20000] [--repeat 1]
-     [--out F.json]
+     [--new-max-decision-ms MS] [--out F.json]
+(``--new-max-decision-ms``: the new side's decider with that time budget per decision, ``max_decision_ms``; a
+budget in wall time, so that side's decisions depend on the load, and ``--repeat`` must then see the same
+decisions each time or it stops; use ``--repeat 1``).
 (an old checkout: ``git worktree add --detach /tmp/base COMMIT``).
 """
 
@@ -55,6 +58,7 @@ except ImportError:
     from hetsched.llm import rules
 
 family, n, mode, seed, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+options = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}  # the rules decider's options
 sc = random_scenario(WorkflowSpec(family, n, Mode(mode), seed))
 ms = []
 digesting = [0.0]  # process time spent digesting the searches (below), left out of the decision's
@@ -77,7 +81,7 @@ if hasattr(rules, "local_search") and hasattr(rules, "resume"):  # each search's
             return res
         return run
     rules.local_search, rules.resume = digested(rules.local_search), digested(rules.resume)
-result = run_rounds(sc, make_policy("agentic", decider="rules"), LoopConfig(rounds=rounds, seed=0))
+result = run_rounds(sc, make_policy("agentic", decider="rules", **options), LoopConfig(rounds=rounds, seed=0))
 exact = Simulator(sc, noise=False)
 played = [(exact.run(r.mapping).e2e_ms, r.mapping.to_dict()) for r in result.rounds]
 best = min(played, key=lambda p: p[0])
@@ -90,9 +94,13 @@ print(json.dumps({"ms": ms, "digest_ms": digesting[0] * 1000.0, "best_ms": best[
 """
 
 
-def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: int) -> dict[str, Any]:
+def run_side(checkout: Path, family: str, n: int, mode: str, seed: int, rounds: int,
+             prelude: str = "", options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One side's child process; ``prelude`` (code run before the child's, e.g. a test's clock) is empty here;
+    ``options``: the rules decider's (e.g. ``max_decision_ms``)."""
     env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
-    res = subprocess.run([sys.executable, "-c", CHILD, family, str(n), mode, str(seed), str(rounds)],
+    res = subprocess.run([sys.executable, "-c", prelude + CHILD, family, str(n), mode, str(seed), str(rounds),
+                          json.dumps(options or {})],
                          env=env, capture_output=True, text=True, check=True, cwd=checkout)
     return json.loads(res.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -131,8 +139,12 @@ def main() -> None:
     ap.add_argument("--reference-evals", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per checkout and workflow, alternating; per round the least process time (load)")
+    ap.add_argument("--new-max-decision-ms", type=float,
+                    help="the new side's decider gets this time budget per decision (RulesDecider's max_decision_ms); "
+                         "with --old and --new the same checkout: capped against uncapped")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    new_options = {} if args.new_max_decision_ms is None else {"max_decision_ms": args.new_max_decision_ms}
     sys.path.insert(0, str(args.new.resolve() / "src"))
     rows: list[dict[str, Any]] = []
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
@@ -147,7 +159,8 @@ def main() -> None:
                     got: dict[str, dict[str, Any]] = {}
                     for _ in range(args.repeat):  # alternating; each round's least process time over the repeats
                         for side, path in (("old", args.old), ("new", args.new)):
-                            run = run_side(path.resolve(), family, n, mode, seed, args.rounds)
+                            run = run_side(path.resolve(), family, n, mode, seed, args.rounds,
+                                           options=new_options if side == "new" else None)
                             if side in got:
                                 run["ms"] = [min(a, b) for a, b in zip(got[side]["ms"], run["ms"], strict=True)]
                                 assert run["proposals"] == got[side]["proposals"], "a checkout decided otherwise"

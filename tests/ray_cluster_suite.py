@@ -423,11 +423,28 @@ def _cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 40
                              f"{said[-3000:]}") from None
 
 
+LIGHT_YAML = """
+name: light
+mode: three_way
+machine: {cpu_cores: 1, vram_budget_mb: 30}
+cards:
+  lightcpu: {cpu_ms: 20, gpu_ms: null, load_ms: 0, vram_mb: 0, has_gpu: false}
+  lightgpu: {cpu_ms: 300, gpu_ms: 30, load_ms: 5, vram_mb: 4}
+nodes: [{id: A, tool: lightcpu}, {id: B, tool: lightgpu}]
+edges: [A -> B]
+"""
+"""The scenario of the CLI tests and of the killed driver (tests/raylight.py's tools): the oracle maps A to the
+CPU and B to ``gpu_now``."""
+
+
 def test_cli_ray_address_runs_on_this_cluster(cluster: Cluster, wide_ex: RayExecutor, tmp_path: Path) -> None:
     head, worker = hosts_by_kind(wide_ex)
     store = tmp_path / "runs.sqlite"
-    proc = _cli(["run", "rag_tiny", "--executor", "ray", "--ray-address", cluster.address, "--policy", "all-cpu",
-                 "--rounds", "1", "--json", "--store", str(store)])
+    path = tmp_path / "light.yaml"
+    path.write_text(LIGHT_YAML)
+    proc = _cli(["run", str(path), "--executor", "ray", "--ray-address", cluster.address, "-X",
+                 'tool_modules=["tests.raylight"]', "--policy", "all-cpu", "--rounds", "1", "--json", "--store",
+                 str(store)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["executor"] == "ray" and out["rounds"][0]["feasible"]
@@ -442,8 +459,11 @@ def test_cli_without_an_address_starts_and_stops_its_own_local_cluster(cluster: 
                                                                        tmp_path: Path) -> None:
     local = Path(NS_DIR) / "local-ray"
     out_trace, store = tmp_path / "trace.json", tmp_path / "runs.sqlite"
-    proc = _cli(["run", "rag_tiny", "--executor", "ray", "--policy", "oracle", "--rounds", "1", "--json",
-                 "--store", str(store), "--trace", str(out_trace), "-X", f"temp_dir={local}"])
+    path = tmp_path / "light.yaml"
+    path.write_text(LIGHT_YAML)
+    proc = _cli(["run", str(path), "--executor", "ray", "--policy", "oracle", "--rounds", "1", "--json",
+                 "--store", str(store), "--trace", str(out_trace), "-X", f"temp_dir={local}", "-X",
+                 'tool_modules=["tests.raylight"]'])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["executor"] == "ray" and out["rounds"][0]["feasible"], out
@@ -500,13 +520,15 @@ def test_kill_9_of_a_driver_that_started_its_own_cluster_leaves_no_process(clust
     """Also: the workers of a cluster the executor starts run at the driver's priority (Ray's default, nice
     15, starved them for minutes on a loaded machine)."""
     local = Path(NS_DIR) / "killed-ray"
+    path = tmp_path / "light.yaml"
+    path.write_text(LIGHT_YAML)
     code = ("import os, sys, time\n"
             "import ray\n"
             "from hetsched.exec.ray import RayExecutor\n"
             "from hetsched.model import Placement\n"
             "from hetsched.model.files import load_scenario\n"
-            "sc = load_scenario('rag_tiny')\n"
-            f"ex = RayExecutor(sc, temp_dir={str(local)!r})\n"
+            f"sc = load_scenario({str(path)!r})\n"
+            f"ex = RayExecutor(sc, temp_dir={str(local)!r}, tool_modules=['tests.raylight'])\n"
             "trace = ex.run(sc.uniform(Placement.CPU))\n"
             "assert trace.feasible, trace.reason\n"
             "worker_nice = ray.get(ray.remote(num_cpus=0)(lambda: os.nice(0)).remote())\n"

@@ -96,17 +96,32 @@ def test_group_moves_keep_the_placements_every_node_allows() -> None:
 
 
 def test_decision_scale_child_leaves_the_digest_out_of_the_decision_time() -> None:
-    """``benchmarks/decision_scale.py``'s child (a script in a string, which no linter reads) runs, reports a
-    decision time per round, and reports apart the time it spent digesting the searches' estimates for
-    ``same decisions``: that digest (the repr of a continuation's every estimate, 0.1-0.2 s a later round at 100
-    tools) is not the decider's, and it had been counted in it (session 31)."""
+    """``benchmarks/decision_scale.py``'s child (a script in a string, which no linter reads) reports a decision
+    time per round and, apart, the time it spent digesting the searches' estimates for ``same decisions``: that
+    digest (the repr of a continuation's every estimate, 0.1-0.2 s a later round at 100 tools) is not the
+    decider's, and it had been counted in it (session 31). Checked without a real clock: the child runs on a
+    process clock that only a digest (one ``hashlib.sha256`` call, one second) moves, so every round's decision
+    time is 0 ms exactly and the digests' seconds all show up in ``digest_ms``."""
     from pathlib import Path
 
     from benchmarks import decision_scale
 
+    prelude = (
+        "import hashlib, time\n"
+        "_clock = [0.0]\n"
+        "time.process_time = lambda: _clock[0]\n"
+        "_sha256 = hashlib.sha256\n"
+        "def _one_second(*args, **kwargs):\n"
+        "    _clock[0] += 1.0\n"
+        "    return _sha256(*args, **kwargs)\n"
+        "hashlib.sha256 = _one_second\n"
+    )
     root = Path(__file__).resolve().parents[1]
-    run = decision_scale.run_side(root, "layered", 10, "binary", 13, 2)
-    assert len(run["ms"]) == 2 and all(ms >= 0 for ms in run["ms"])
-    assert run["digest_ms"] >= 0
+    rounds = 3
+    run = decision_scale.run_side(root, "layered", 10, "binary", 13, rounds, prelude=prelude)
+    assert run["ms"] == [0.0] * rounds  # no digest second inside a round's decision time
+    # every round's search was digested (round 0's search, then each later round's continuation), and each
+    # digest's second is in digest_ms
+    assert run["digest_ms"] >= 1000.0 * rounds and run["digest_ms"] % 1000.0 == 0.0
     assert run["searches"] is not None and len(run["searches"]) == 64
     assert len(run["proposals"]) == 64

@@ -368,6 +368,10 @@ back), each kick of the next chunk composes one kick more, up to this many more 
 simulations a round. Tuning seeds 160-163, five families, 100 tools, both modes (quality30), the best of round 0 and
 five chunks: the same on 36 of 38 workflows, lower on one (a random binary workflow 2.6% -> 0.45% above the best
 found), 0.03% higher on one; a weak gain, at no cost (BENCHMARKS.md, issue 17)."""
+CAPPED_CONTINUE_LATER = 10_000
+"""With a time budget (``RulesDecider``'s ``max_decision_ms``), the simulations each later round may add to round 0's
+search instead of ``SCREEN_CONTINUE_LATER``: the chunk goes on until the decision's deadline, so a round 0 cut
+short by the budget is made up for over the next rounds (about round 0's whole budget at 100 nodes)."""
 CONTINUE_MAX_CHUNKS = 20
 """Rounds after which the continuation of round 0's search stops growing (a decider built afresh
 replays the chain to the round's chunk)."""
@@ -442,6 +446,12 @@ class RulesDecider(Decider):
         explore_gain: the least relative gain the model must expect from an unmeasured mapping
             over the best measured one before the decider spends a round measuring it.
         search_evaluations: estimates the search may make per decision (default: 200 + 30 x nodes).
+        max_decision_ms: a time budget for each decision's searches (wall clock, ms; default None: only the
+            budget of estimates bounds them, and a decision is the same on every machine). When it passes,
+            the searches stop with the lowest mapping found so far and the decision's record says so
+            (``stopped at its time budget``): a cap for a serving path (round 0 at 100 nodes makes about
+            10,000 estimates, seconds on a slow core), never an extension. Decisions then depend on the
+            machine's speed and load, so a resumed run may not replay them.
     """
 
     name = "rules"
@@ -451,6 +461,7 @@ class RulesDecider(Decider):
         margin: float = DEFAULT_MARGIN,
         explore_gain: float = DEFAULT_EXPLORE_GAIN,
         search_evaluations: int | None = None,
+        max_decision_ms: float | None = None,
     ) -> None:
         if not 0 <= margin < 1:
             raise ValueError(f"margin must be in [0, 1), got {margin}")
@@ -458,15 +469,21 @@ class RulesDecider(Decider):
             raise ValueError(f"explore_gain must be in [0, 1), got {explore_gain}")
         if search_evaluations is not None and search_evaluations < 1:
             raise ValueError(f"search_evaluations must be >= 1, got {search_evaluations}")
+        if max_decision_ms is not None and not (max_decision_ms > 0 and math.isfinite(max_decision_ms)):
+            raise ValueError(f"max_decision_ms must be a positive number of milliseconds, got {max_decision_ms}")
         self.margin = margin
         self.explore_gain = explore_gain
         self.search_evaluations = search_evaluations
+        self.max_decision_ms = max_decision_ms
+        self._deadline: float | None = None
+        """This decision's deadline (a ``time.perf_counter`` value) with ``max_decision_ms``, else None."""
         # caches only: every decision is a function of the scenario and the observations
         self._compiled: dict[int, tuple[Scenario, _Compiled]] = {}
         self._searches: dict[tuple[int, float, tuple[Codes, ...], tuple[float, ...]], SearchResult] = {}
 
     def decide(self, ctx: DecisionContext) -> Decision:
         t0 = time.perf_counter()
+        self._deadline = None if self.max_decision_ms is None else t0 + self.max_decision_ms / 1000.0
         sc = ctx.scenario
         attempts: list[Attempt] = []
         steps: list[str] = []
@@ -620,7 +637,7 @@ class RulesDecider(Decider):
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
                            late_starts=late, late_evaluations=late_evaluations,
-                           exchange_evaluations=exchange_evaluations)
+                           exchange_evaluations=exchange_evaluations, deadline=self._deadline)
         if len(self._searches) > 64:
             self._searches.clear()
         self._searches[key] = res
@@ -640,7 +657,8 @@ class RulesDecider(Decider):
             while stale + 1 < len(chain) and chain[-1 - stale].e2e_ms >= chain[-2 - stale].e2e_ms:
                 stale += 1
             strength = 1 + min(stale, CONTINUE_STRONGER_KICKS)
-            chain.append(resume(chain[-1], SCREEN_CONTINUE_LATER, seed, strength=strength))
+            more = SCREEN_CONTINUE_LATER if self._deadline is None else CAPPED_CONTINUE_LATER
+            chain.append(resume(chain[-1], more, seed, deadline=self._deadline, strength=strength))
         return chain[chunk]
 
     def _with_cards(self, ctx: DecisionContext) -> tuple[Mapping, str, list[str]]:
@@ -729,7 +747,8 @@ class RulesDecider(Decider):
             # anytime: round 0's search goes on a chunk more each round; its lowest, re-scored on this model
             chunk = max(1, ctx.round)
             cont = self._continued(sc, comp, chunk)
-            steps.append(f"round 0's search continued ({chunk} chunk(s) of {SCREEN_CONTINUE_LATER} estimates): "
+            size = f"{SCREEN_CONTINUE_LATER}" if self._deadline is None else f"up to {CAPPED_CONTINUE_LATER}"
+            steps.append(f"round 0's search continued ({chunk} chunk(s) of {size} estimates): "
                          f"{cont.spent()}; lowest {cont.e2e_ms:.1f} ms on the cards' model")
             known = cont.best in ev.measured or cont.best in ev.infeasible
             if not known and all(c != cont.best for c, _ in fresh):

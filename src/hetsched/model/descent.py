@@ -110,11 +110,14 @@ class SearchResult:
     """True when its descents tried only the moves of the nodes :func:`focus` names."""
     state: _Search | None = field(default=None, repr=False, compare=False)
     """The search itself, for :func:`resume` (None when exhaustive)."""
+    timed_out: bool = False
+    """True when its ``deadline`` passed before its budget of estimates was spent (it stopped there)."""
 
     def spent(self) -> str:
         """What the search spent, for a decision's record."""
         how = "; descents screened by each mapping's critical chain" if self.screened else ""
-        return f"{len(self.seen)} mappings estimated of a budget of {self.budget}{how}"
+        cut = "; stopped at its time budget" if self.timed_out else ""
+        return f"{len(self.seen)} mappings estimated of a budget of {self.budget}{how}{cut}"
 
     def ranked(self, k: int) -> list[tuple[Codes, float]]:
         """The ``k`` lowest estimates found (finite only), lowest first."""
@@ -259,7 +262,17 @@ class _Search:
 
     @property
     def spent(self) -> bool:
-        return len(self.seen) + self.timed >= self.budget or len(self.seen) >= self.limit
+        return (len(self.seen) + self.timed >= self.budget or len(self.seen) >= self.limit
+                or (self.deadline is not None and time.perf_counter() >= self.deadline))
+
+    deadline: float | None = None
+    """A ``time.perf_counter`` value past which the search makes no more estimates (None: only its budget of
+    estimates bounds it, and it is the same on every machine)."""
+
+    def timed_out(self) -> bool:
+        """Whether the deadline passed before the budget of estimates was spent."""
+        return (self.deadline is not None and time.perf_counter() >= self.deadline
+                and len(self.seen) + self.timed < self.budget)
 
     strength: int = 1
     """Kicks composed into each kick of :func:`_kick` (each drawn from the last one's mapping): 1 but in a
@@ -566,6 +579,7 @@ def local_search(
     late_starts: Sequence[Codes] = (),
     late_evaluations: int = 0,
     exchange_evaluations: int = 0,
+    deadline: float | None = None,
 ) -> SearchResult:
     """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
     ``screen``, the descents try only the moves of the nodes :func:`focus` names, and the race of
@@ -577,18 +591,26 @@ def local_search(
     With ``exchange_evaluations`` (a screened search), after all that the kicks go on for that many more
     estimates, in a three-way search with the exchange kicks among them from then on
     (``EXCHANGE_KICK_SHARE_3W``; a binary search's kicks go on as they were, its exchanges drawn from the first
-    kick on): again the same estimates first, so the result is never higher than without them."""
+    kick on): again the same estimates first, so the result is never higher than without them.
+    ``deadline`` (a ``time.perf_counter`` value; a decider given a time budget): no estimate is made after it
+    (but the starts'), and the result says so (``timed_out``): the same estimates as without it, cut short."""
     budget = max(1, max_evaluations)
     race = budget // 2 if race_evaluations is None else max(1, min(race_evaluations, budget))
     search = _Search(estimator, allowed, budget, seed, screen)
     size = math.prod(len(a) for a in allowed)
     if size <= budget:
-        for codes in itertools.product(*allowed):
-            search.value(codes)
         for s in starts:
             search.value(s)
+        complete = True
+        for codes in itertools.product(*allowed):
+            if deadline is not None and time.perf_counter() >= deadline:
+                complete = False
+                break
+            search.value(codes)
         best = min(search.seen, key=lambda c: (search.seen[c], c))
-        return SearchResult(best, search.seen[best], search.seen, exhaustive=True, budget=budget)
+        return SearchResult(best, search.seen[best], search.seen, exhaustive=complete, budget=budget,
+                            timed_out=not complete)
+    search.deadline = deadline
     for s in starts:
         search.value(s)
     ranked = sorted(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
@@ -621,7 +643,8 @@ def local_search(
         budget += exchange_evaluations
         search.budget = budget
         best, best_e = _kick(search, best, best_e, budget)
-    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search)
+    return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search,
+                        timed_out=search.timed_out())
 
 
 def resume(result: SearchResult, more_evaluations: int, seed: int, deadline: float | None = None,
@@ -630,9 +653,10 @@ def resume(result: SearchResult, more_evaluations: int, seed: int, deadline: flo
     kicks drawn from ``seed`` and descents, ``more_evaluations`` more simulations of the same model (new
     estimates and the screened descents' timings), every estimate already made kept (none is made twice).
     Its estimate is never higher than ``result``'s; ``result`` is left as it was. An exhaustive result comes
-    back unchanged. ``deadline`` (a ``time.perf_counter`` value; the best-known reference's screened lane with a
-    time budget, never the decider): no kick starts after it. With ``strength`` k > 1 each kick is k kicks composed
-    (a farther jump from the best mapping: the ``rules`` decider's chunks after chunks that found nothing lower)."""
+    back unchanged. ``deadline`` (a ``time.perf_counter`` value: the best-known reference's screened lane with a
+    time budget, a decider given one): no estimate is made after it. With ``strength`` k > 1 each kick is k
+    kicks composed (a farther jump from the best mapping: the ``rules`` decider's chunks after chunks that found
+    nothing lower)."""
     if result.state is None or result.exhaustive:
         return result
     search = copy.copy(result.state)
@@ -643,8 +667,10 @@ def resume(result: SearchResult, more_evaluations: int, seed: int, deadline: flo
     search.limit = math.inf
     search.loss, search._loss_of = None, None
     search.strength = strength
+    search.deadline = deadline
     best, best_e = _kick(search, result.best, result.e2e_ms, search.budget, deadline)
-    return SearchResult(best, best_e, search.seen, budget=search.budget, screened=result.screened, state=search)
+    return SearchResult(best, best_e, search.seen, budget=search.budget, screened=result.screened, state=search,
+                        timed_out=search.timed_out())
 
 
 def _kick(search: _Search, best: Codes, best_e: float, until: int,
