@@ -27,22 +27,16 @@ MAX_TOKENS = 160
 TIMEOUT_S = 900.0
 """Prompt processing on 2 shared CPU cores can take minutes; the default (60 s) is for real servers."""
 
-BINARY_YAML = """
-name: duo
-description: "Voice question answering: transcribe, then answer"
-mode: binary
-machine: {cpu_cores: 16, vram_budget_mb: 24000}
-nodes: [{id: A, tool: whisper_small}, {id: B, tool: llama_1b}]
-edges: [A -> B]
-"""
-THREE_WAY_YAML = """
-name: duo_3way
+DUO_YAML = """
+name: {name}
 description: "Spoken question: transcribe, then answer with a 1B LLM"
-mode: three_way
-machine: {cpu_cores: 16, vram_budget_mb: 3000}
-nodes: [{id: A, tool: whisper_small}, {id: B, tool: llama_1b}]
+mode: {mode}
+machine: {{cpu_cores: 16, vram_budget_mb: {vram_mb}}}
+nodes: [{{id: A, tool: whisper_small}}, {{id: B, tool: llama_1b}}]
 edges: [A -> B]
 """
+BINARY_YAML = DUO_YAML.format(name="duo", mode="binary", vram_mb=24000)
+THREE_WAY_YAML = DUO_YAML.format(name="duo_3way", mode="three_way", vram_mb=3000)
 """Two-node scenarios (cards from the bundled library; three-way: both resident would need 3,700 of 3,000 MB).
 Prompt processing is most of these tests' time (10-40 tokens a second on a loaded 2-core machine): round 0
 of two nodes asks about 1,200 tokens, of four (``chain``, ``vram_3way``) about 1,450; round 1 about 1,850 and
