@@ -56,6 +56,7 @@ from hetsched.deciders.search import (
     EXCHANGE_IN,
     EXCHANGE_OUT,
     LATE_QUEUE_RATIOS,
+    SearchResult,
     _race,
     _Search,
     focus,
@@ -587,6 +588,38 @@ def test_screened_search_with_an_exchange_phase_only_gains(family: str, n: int, 
     assert len(more.seen) <= kicks + extra + n * 3  # a descent begun may end past the budget by one step
     assert (again.best, again.e2e_ms, list(again.seen)) == (more.best, more.e2e_ms, list(more.seen))
     assert more.state is not None and more.state.exchange_3w == three_way  # binary: no three-way exchanges
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=st.sampled_from(FAMILIES), n=st.integers(30, 60), three_way=st.booleans(),
+       seed=st.integers(0, 10_000), kicks=st.integers(40, 200))
+def test_screened_search_polished_ends_in_a_full_neighbourhood_optimum(family: str, n: int, three_way: bool,
+                                                                       seed: int, kicks: int) -> None:
+    """The polish after the last phase (``polish_evaluations``: a descent from the best over every node's moves,
+    unscreened) makes first the estimates the search without it makes, in the same order, so it never ends
+    higher; given room enough it ends where no one-node move (making room included) and no tool's move lowers
+    the estimate, which the screened descents alone do not promise; with a small budget it stays within it; it
+    is the same for the same seed, and leaves the search screened for its continuations."""
+    sc = random_scenario(WorkflowSpec(family, n, Mode.THREE_WAY if three_way else Mode.BINARY, seed))
+    comp = RulesDecider()._compile(sc)
+    est = comp.estimator.with_interference(sc.machine.gpu_kappa)
+
+    def search(polish: int) -> SearchResult:
+        return local_search(est, comp.starts, comp.allowed, max_evaluations=kicks, seed=3, screen=True,
+                            exchange_evaluations=20, polish_evaluations=polish)
+
+    plain, polished, again, short = search(0), search(10**6), search(10**6), search(5)
+    assert polished.e2e_ms <= plain.e2e_ms and short.e2e_ms <= plain.e2e_ms
+    assert list(polished.seen)[: len(plain.seen)] == list(plain.seen)
+    assert list(short.seen)[: len(plain.seen)] == list(plain.seen)
+    assert len(short.seen) <= len(plain.seen) + 5
+    assert sc.compiled.static_ok(polished.best) and polished.seen[polished.best] == polished.e2e_ms
+    assert (again.best, again.e2e_ms, list(again.seen)) == (polished.best, polished.e2e_ms, list(polished.seen))
+    assert polished.state is not None and polished.state.screen
+    probe = _Search(est, comp.allowed, 10**9, 0, screen=False)
+    best = polished.best
+    moves = [cand for i in range(n) for cand in probe.neighbours(best, i)] + list(probe.group_moves(best, None))
+    assert all(est.e2e(cand) >= polished.e2e_ms * (1 - 1e-12) for cand in moves)
 
 
 MORE_KICKS = 1000

@@ -318,6 +318,16 @@ costs about twice as long at 100 tools (later rounds, the median decision, uncha
 unchanged. 8,000 instead of 5,000 (quality30, tuning seeds 160-163, five families, round 0 and its five later
 chunks, against the lowest found): never higher (the same estimates first), lower on 10 of 18 100-tool workflows
 (a layered one 2.6% -> 0), round 0 about 1.25x the process time."""
+SCREEN_POLISH_FIRST_SHARE = 0.1
+"""Round 0's screened search ends with a descent from its best mapping over every node's moves, unscreened
+(``hetsched.deciders.search.local_search``'s ``polish_evaluations``), of at most this share of its estimates
+more (1,300 at 100 nodes three-way, 1,000 binary; it usually needs 30-900, most of its neighbours estimated
+already). The screened descents try only the moves of the nodes on or beside the critical chain; at convergence
+a one-node move elsewhere can still lower the estimate (a node whose slack a kick's descent used up, a queued
+node whose load now waits on the chain). On a 100-tool layered three-way workflow (unseen seed 82) 16 of the
+31 one-node moves from round 0's best toward a mapping 2.9% lower each lowered it; the polish took round 0 and
+its five continuation chunks 0.7% lower there (BENCHMARKS.md, issue 17, session 33). The estimates before are
+the same, so round 0 never ends higher; the later rounds are unchanged."""
 SEARCH_ESTIMATES_FIRST_3W_NODES_SQUARED = 130_000_000
 """The cap of round 0's estimates in three-way workflows, over n^2 (10,000 estimates at 100 nodes), where it is
 above ``SEARCH_NODE_ESTIMATES_MAX``'s: from 260 nodes on round 0 spends what it did, so the decision stays
@@ -637,7 +647,10 @@ class RulesDecider(Decider):
         res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
                            late_starts=late, late_evaluations=late_evaluations,
-                           exchange_evaluations=exchange_evaluations, deadline=self._deadline)
+                           exchange_evaluations=exchange_evaluations,
+                           polish_evaluations=round(SCREEN_POLISH_FIRST_SHARE * (budget + exchange_evaluations))
+                           if race is not None else 0,
+                           deadline=self._deadline)
         if len(self._searches) > 64:
             self._searches.clear()
         self._searches[key] = res

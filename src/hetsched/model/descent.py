@@ -36,6 +36,9 @@ rank lowest, within a budget of estimates.
   :func:`late_starts`), then kicks from the best of all until the budget ends. Racing them with the
   other starts instead dropped the basin that wins on other workflows (successive halving judges a
   descent by its first steps); after the kicks they cost the first starts nothing.
+- Polish (round 0 of the ``rules`` decider from 17 nodes on: ``local_search``'s ``polish_evaluations``): last,
+  one descent from the best over every node's moves, unscreened (at convergence a one-node move off the
+  critical chain can still lower the estimate); the estimates before are the same, so it can only gain.
 - Anytime (:func:`resume`, the ``rules`` decider's later rounds from 17 nodes on): a search goes on from
   its best mapping with more kicks and descents of a new seed, every estimate kept; it counts the
   descents' timings too, since its kicks often land on known ground; with ``strength`` k, each kick is k
@@ -579,6 +582,7 @@ def local_search(
     late_starts: Sequence[Codes] = (),
     late_evaluations: int = 0,
     exchange_evaluations: int = 0,
+    polish_evaluations: int = 0,
     deadline: float | None = None,
 ) -> SearchResult:
     """The lowest-estimate mapping found within ``max_evaluations`` estimates (module docstring); with
@@ -592,6 +596,9 @@ def local_search(
     estimates, in a three-way search with the exchange kicks among them from then on
     (``EXCHANGE_KICK_SHARE_3W``; a binary search's kicks go on as they were, its exchanges drawn from the first
     kick on): again the same estimates first, so the result is never higher than without them.
+    With ``polish_evaluations`` (a screened search), last, a descent from the best over every node's moves
+    (unscreened) of at most that many more estimates (none past ``deadline``), the search screened again after it
+    (for :func:`resume`).
     ``deadline`` (a ``time.perf_counter`` value; a decider given a time budget): no estimate is made after it
     (but the starts'), and the result says so (``timed_out``): the same estimates as without it, cut short."""
     budget = max(1, max_evaluations)
@@ -643,6 +650,14 @@ def local_search(
         budget += exchange_evaluations
         search.budget = budget
         best, best_e = _kick(search, best, best_e, budget)
+    if polish_evaluations > 0 and screen:
+        # last, a descent from the best over every node's moves (the screened descents try only the moves
+        # :func:`focus` names, and at convergence one-node moves elsewhere can still lower the estimate)
+        budget = max(budget, len(search.seen)) + polish_evaluations  # a descent may have ended past the budget
+        search.budget = budget
+        search.screen = False
+        best, best_e = search.descend(best)
+        search.screen = True
     return SearchResult(best, best_e, search.seen, budget=budget, screened=screen, state=search,
                         timed_out=search.timed_out())
 
