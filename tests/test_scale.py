@@ -50,6 +50,7 @@ from hetsched.deciders.rules import (
     SCREEN_MIN_NODES,
     SCREEN_MORE_KICKS_FIRST_BIN,
     SCREEN_NODES_PER_EVALUATION_ROOT,
+    SCREEN_POLISH_FIRST_SHARE,
     RulesDecider,
 )
 from hetsched.deciders.search import (
@@ -640,14 +641,14 @@ def test_binary_round_0_with_more_kicks_is_never_worse_fits_and_repeats(family: 
     sc = random_scenario(WorkflowSpec(family, n, Mode.BINARY, seed))
 
     def round_0(more: int) -> tuple[tuple[int, ...], float, list[tuple[int, ...]]]:
-        old = rules.SCREEN_MORE_KICKS_FIRST_BIN
-        rules.SCREEN_MORE_KICKS_FIRST_BIN = more
+        old, polish = rules.SCREEN_MORE_KICKS_FIRST_BIN, rules.SCREEN_POLISH_FIRST_SHARE
+        rules.SCREEN_MORE_KICKS_FIRST_BIN, rules.SCREEN_POLISH_FIRST_SHARE = more, 0.0  # the polish comes after
         try:
             d = RulesDecider()
             comp = d._compile(sc)
             res = d._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
         finally:
-            rules.SCREEN_MORE_KICKS_FIRST_BIN = old
+            rules.SCREEN_MORE_KICKS_FIRST_BIN, rules.SCREEN_POLISH_FIRST_SHARE = old, polish
         return res.best, res.e2e_ms, list(res.seen)
 
     without = round_0(0)
@@ -675,15 +676,18 @@ def test_round_0s_longer_last_phase_is_never_worse_fits_and_repeats(family: str,
 
     def round_0(values: tuple[int, int] | None) -> tuple[tuple[int, ...], float, list[tuple[int, ...]]]:
         kept = tuple(getattr(rules, name) for name in names)
+        polish = rules.SCREEN_POLISH_FIRST_SHARE
         try:
             for name, value in zip(names, values or kept, strict=True):
                 setattr(rules, name, value)
+            rules.SCREEN_POLISH_FIRST_SHARE = 0.0  # the polish comes after (its own test)
             d = RulesDecider()
             comp = d._compile(sc)
             res = d._search(sc, comp, sc.machine.gpu_kappa, comp.starts)
         finally:
             for name, value in zip(names, kept, strict=True):
                 setattr(rules, name, value)
+            rules.SCREEN_POLISH_FIRST_SHARE = polish
         return res.best, res.e2e_ms, list(res.seen)
 
     before = round_0((5000, 100_000_000) if three_way else (2500, 75_000_000))
@@ -861,11 +865,14 @@ def test_later_rounds_continue_round_0s_search_and_replay() -> None:
     assert [r.mapping for r in resumed.rounds] == [r.mapping for r in first.rounds]
 
 
-def test_late_starts_reach_a_basin_the_first_starts_miss() -> None:
+def test_late_starts_reach_a_basin_the_first_starts_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     """On this fork-join (three-way, 50 tools) round 0's search with the late starts ends lower than the same
     search spending those estimates on more kicks: the best mappings queue few nodes and run the rest
     on the CPU, a basin the rules' and the uniform mappings do not lead to. Under 17 nodes there are none
     (the bundled and random suites' searches are unchanged)."""
+    import hetsched.deciders.rules as rules
+
+    monkeypatch.setattr(rules, "SCREEN_POLISH_FIRST_SHARE", 0.0)  # the polish comes after (its own test)
     sc = random_scenario(WorkflowSpec("forkjoin", 50, Mode.THREE_WAY, 13))
     d = RulesDecider()
     comp = d._compile(sc)
@@ -938,12 +945,14 @@ def test_rules_decider_on_a_large_workflow_spends_a_fixed_budget_and_replays() -
     first = max(SCREEN_EVALUATIONS_FIRST, round(((SCREEN_MIN_NODES + 3) / SCREEN_NODES_PER_EVALUATION_ROOT) ** 2))
     # three-way: round 0's exchange phase after the late starts (binary workflows have none)
     total = first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST + SCREEN_EXCHANGE_FIRST_3W
+    total += round(SCREEN_POLISH_FIRST_SHARE * total)  # and at most this many more for the polish
     assert f"of a budget of {total}; descents screened" in spent[0]
     binary = random_scenario(WorkflowSpec("random", SCREEN_MIN_NODES + 3, Mode.BINARY, 21))
     once = run_rounds(binary, make_policy("agentic"), LoopConfig(rounds=1, seed=1)).rounds[0]
     reasoning = once.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
     # binary: round 0's last phase, more kicks (SCREEN_MORE_KICKS_FIRST_BIN)
     total_bin = first + SCREEN_KICKS_FIRST + SCREEN_LATE_FIRST + SCREEN_MORE_KICKS_FIRST_BIN
+    total_bin += round(SCREEN_POLISH_FIRST_SHARE * total_bin)
     assert f"of a budget of {total_bin}; descents screened" in reasoning
     assert all(f"of a budget of {SCREEN_EVALUATIONS_LATER}; descents screened" in s for s in spent[1:])
 
