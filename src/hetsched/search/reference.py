@@ -94,16 +94,15 @@ two (1) had been better on 6 of 12 and worse on 3 (by up to 1.4%). One lane, bin
 plain race whatever it says."""
 RACE_SCREENED_MIN_NODES = 40
 """Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``): a workflow *at
-scale* (:func:`_at_scale`), where the race also runs distinct starts only (``RACE_DISTINCT_AT_SCALE``) and the
-best-first bound search is skipped (``BOUND_SEARCH_AT_SCALE``)."""
-RACE_DISTINCT_AT_SCALE = True
-"""At scale, the race's first round runs each distinct start once (the best start again only to fill its last
-round's lanes), each leg with its ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget, and the continuation gets
-what the rounds left: with five distinct starts on two lanes, three rounds instead of four (70% of the budget to
-the continuation instead of 60%). The best start again with other seeds had won none of 7 first rounds on 50-tool
-three-way workflows at 8,000 simulations x 2 lanes (each distinct start won one to three: BENCHMARKS.md, "More of
-the budget to the continuations"). The distinct legs and the continuation's seeds are those of the four rounds,
-so with ``max_evals`` the continuation from the same winner is the same search, only longer."""
+scale* (:func:`_at_scale`), where the best-first bound search is skipped (``BOUND_SEARCH_AT_SCALE``)."""
+RACE_DISTINCT_AT_SCALE = False
+"""Whether, at scale, the race's first round runs each distinct start once (the best start again only to fill its
+last round's lanes), each leg with its ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget and its seed of the four
+rounds, and the continuation gets what the rounds left (with five distinct starts on two lanes, three rounds: 70% of
+the budget to the continuation instead of 60%). Off: at ``max_evals=8000, lanes=2`` on 12 50-tool three-way
+workflows it was better on 3 (by 0.02-0.22%), equal on 8 and worse on 1 (fork-join s323 by 0.49%: the best start's
+repeats had tied the first round in E2E and START went on from another of them, with another seed); geometric mean
+1.0001 (BENCHMARKS.md, "More of the budget to the continuations")."""
 BOUND_SEARCH_AT_SCALE = False
 """Whether the best-first bound search runs (its probe, ``BOUND_PROBE_SHARE``) at scale. Off: at 50 tools it
 raised the empty mapping's bound by under 1% in 2 s on seven fresh workflows, 16-55% below the relaxation's, and
@@ -284,8 +283,7 @@ def _race_leg(leg: _Leg) -> SearchResult:
 
 def _at_scale(scenario: Scenario) -> bool:
     """A three-way workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more: where the race's continuations are
-    screened, its first round runs distinct starts only, and the bound search is skipped (the relaxation's bound
-    is the one that counts there)."""
+    screened and the bound search is skipped (the relaxation's bound is the one that counts there)."""
     return scenario.mode is Mode.THREE_WAY and len(scenario.workflow.nodes) >= RACE_SCREENED_MIN_NODES
 
 
@@ -342,8 +340,8 @@ def race(
     procs = race_processes(workers, max_seconds, max_evals)
     width = max(1, procs if max_seconds is not None else lanes or 1)
     origins = [s for _, s in ranked[:RACE_TRAJECTORIES * width]]
-    # at scale the first round races each distinct start once, in whole rounds (the best start again only to fill
-    # the last); otherwise, and always with fewer distinct starts than lanes, the best start again to four rounds
+    # with RACE_DISTINCT_AT_SCALE (off), at scale the first round races each distinct start once, in whole rounds
+    # (the best start again only to fill the last); otherwise the best start again to four rounds
     first = (max(width, -(-len(origins) // width) * width) if _at_scale(scenario) and RACE_DISTINCT_AT_SCALE
              else RACE_TRAJECTORIES * width)
     origins += [origins[0]] * (first - len(origins))
