@@ -586,7 +586,7 @@ def test_cli_agentic_flags_refused_for_other_policies(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exc:
         main(["run", "chain", "-p", "all-gpu", "--decider", "rules", "--no-store"])
     assert exc.value.code == 2
-    assert "--decider apply only to --policy agentic" in capsys.readouterr().err
+    assert "--decider applies only to --policy agentic" in capsys.readouterr().err
 
 
 def test_recorded_options_hold_no_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
