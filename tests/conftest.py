@@ -65,7 +65,7 @@ def llama_server_url() -> object:
     with log.open("wb") as sink:
         proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(port), "--n_ctx", "8192", "--n_threads", "1", "--seed", "0"],
+             "--port", str(port), "--n_ctx", "8192", "--n_threads", "1", "--seed", "0", "--flash_attn", "true"],
             stdout=sink, stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}/v1"

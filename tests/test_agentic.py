@@ -5,6 +5,7 @@ openai client's structured-output fallback (against an in-process fake server), 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import json
 import math
@@ -477,6 +478,37 @@ def test_llm_config_precedence_and_errors(tmp_path: Any) -> None:
         LLMConfig(response_format="xml")
 
 
+@pytest.mark.parametrize("text, expected", [("flash_attn = false\n", False), ("flash_attn = true\n", True), ("", True)])
+def test_flash_attention_setting_reaches_llama_cpp(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, text: str, expected: bool
+) -> None:
+    """The ``local`` decider builds llama.cpp with the setting from a config file (default on)."""
+    f = tmp_path / "llm.toml"
+    f.write_text(text)
+    cfg = resolve_llm_config(env={"HETSCHED_LLM_CONFIG": str(f)})
+    assert cfg.flash_attn is expected
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("the local decider needs llama-cpp-python (pip install 'hetsched[llm]')")
+    import llama_cpp
+
+    from hetsched.llm.local import LocalDecider
+
+    built: list[dict[str, Any]] = []
+    monkeypatch.setattr(llama_cpp, "Llama", lambda **kw: built.append(kw) or object())
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    LocalDecider(dataclasses.replace(cfg, model_path=str(model)))._load()
+    assert built and built[0]["flash_attn"] is expected
+
+
+@pytest.mark.parametrize("bad", ['"yes"', "1"])
+def test_flash_attention_setting_must_be_a_boolean(tmp_path: Any, bad: str) -> None:
+    f = tmp_path / "llm.toml"
+    f.write_text(f"flash_attn = {bad}\n")
+    with pytest.raises(DeciderConfigError, match=r"LLM setting flash_attn must be true or false, got"):
+        resolve_llm_config(env={"HETSCHED_LLM_CONFIG": str(f)})
+
+
 def test_unknown_decider_and_llm_options_on_a_rules_decider() -> None:
     with pytest.raises(Exception, match="Unknown decider: 'gpt'; valid deciders: rules, argmin"):
         make_decider("gpt")
@@ -554,7 +586,7 @@ def test_cli_agentic_flags_refused_for_other_policies(capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exc:
         main(["run", "chain", "-p", "all-gpu", "--decider", "rules", "--no-store"])
     assert exc.value.code == 2
-    assert "--decider apply only to --policy agentic" in capsys.readouterr().err
+    assert "--decider applies only to --policy agentic" in capsys.readouterr().err
 
 
 def test_recorded_options_hold_no_api_key(monkeypatch: pytest.MonkeyPatch) -> None:

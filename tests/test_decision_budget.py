@@ -6,14 +6,17 @@ during a test (a billion seconds away) pins down what the search does at either 
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
+from hetsched.cli import main
 from hetsched.deciders.base import DeciderConfigError, check_mapping
 from hetsched.deciders.estimate import Estimator
 from hetsched.deciders.rules import SCREEN_MIN_NODES, RulesDecider
@@ -22,6 +25,7 @@ from hetsched.model import Mode
 from hetsched.model.descent import local_search, resume
 from hetsched.policies import make_policy
 from hetsched.policies.decider_registry import make_decider
+from hetsched.store import RunStore
 
 FAR = 1e9
 """Seconds to a deadline no test reaches."""
@@ -88,3 +92,40 @@ def test_the_decider_registry_names_the_budget_among_the_rules_options() -> None
     with pytest.raises(DeciderConfigError, match=r"max_decision_ms"):
         make_decider("rules", max_decision_s=1.0)
     assert make_decider("rules", max_decision_ms=50.0).max_decision_ms == 50.0  # type: ignore[attr-defined]
+
+
+def test_the_cli_caps_a_run_and_records_the_budget_with_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``hetsched run --max-decision-ms``: the smallest budget stops every decision's searches (the stored
+    decisions say so), and the budget is one of the run's recorded options, so ``--resume`` keeps it."""
+    store = tmp_path / "runs.sqlite"
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "S13", "-p", "agentic", "--max-decision-ms", "1e-9", "-r", "2", "--store", str(store),
+              "--reference", "none", "--json"])
+    assert exc.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    with RunStore(store) as db:
+        (info,) = db.runs()
+        assert info.options["max_decision_ms"] == 1e-9
+        rounds = db.rounds(data["run_id"])
+    assert len(rounds) == 2
+    assert all("stopped at its time budget" in r.proposal.decision.attempts[-1].reasoning  # type: ignore[union-attr]
+               for r in rounds)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["-p", "agentic", "--max-decision-ms", "inf"], "--max-decision-ms must be a positive number of milliseconds"),
+    (["-p", "agentic", "--max-decision-ms", "0"], "--max-decision-ms must be a positive number of milliseconds"),
+    (["-p", "agentic", "--max-decision-ms", "nan"], "got nan"),
+    (["-p", "agentic", "--max-decision-ms", "-5"], "got -5"),
+    (["-p", "agentic", "--max-decision-ms", "abc"], "got 'abc', not a number"),
+    (["-p", "agentic", "--decider", "argmin", "--max-decision-ms", "5"], "decider 'argmin' has no such budget"),
+    (["-p", "heft", "--max-decision-ms", "5"], "--max-decision-ms applies only to --policy agentic"),
+])
+def test_the_cli_refuses_a_budget_it_cannot_apply_naming_it(
+        capsys: pytest.CaptureFixture[str], args: list[str], expected: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "chain", *args, "-r", "1", "--no-store"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err

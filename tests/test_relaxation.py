@@ -308,3 +308,26 @@ def test_probes_raise_the_bound_where_the_second_round_stops_unsolved(monkeypatc
     assert got.optimal
     assert got.lower_ms > without.lower_ms * 1.01, (got.lower_ms, without.lower_ms)
     assert got.lower_ms <= upper
+
+
+@needs_ortools
+def test_the_relaxations_first_round_leaves_the_whole_model_half_of_the_wall_clock_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first (small) round may take at most ``_FIRST_ROUND_WALL_SHARE`` of the wall-clock cap, so the whole
+    model gets a round when the cap binds (at 50 tools on a loaded machine the first round had taken all of it,
+    unsolved); every round stays within the cap, and the bound is still at most the optimum."""
+    walls: list[float] = []
+    real = relaxation._solve
+
+    def spy(*args: object, **kwargs: object) -> object:
+        walls.append(args[4])  # type: ignore[arg-type]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(relaxation, "_solve", spy)
+    sc = random_search_scenario(6, 31, family="layered", mode=Mode.THREE_WAY)
+    opt = min(e for e in naive(sc).values() if e < math.inf)
+    cap = 3.0
+    got = relaxation_bound_ms(sc, 1.5 * opt, max_seconds=1.0, wall_seconds=cap)
+    assert got is not None and got.lower_ms <= opt * (1 + 1e-9)
+    assert walls and walls[0] <= relaxation._FIRST_ROUND_WALL_SHARE * cap < cap
+    assert all(w <= cap for w in walls)

@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -893,3 +894,123 @@ def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:
     late = resume(first, 2_000, seed=2, deadline=0.0)
     assert (late.best, late.e2e_ms, len(late.seen)) == (first.best, first.e2e_ms, len(first.seen))
     assert len(resume(first, 2_000, seed=2).seen) > len(first.seen)
+
+
+@pytest.mark.parametrize(("sc_seed", "family", "lanes"), [(71, "layered", 2), (72, "fanout", 3), (73, "random", 1)])
+def test_at_scale_the_race_can_run_each_distinct_start_once_and_the_continuation_gets_the_rest(
+        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, lanes: int) -> None:
+    """With ``RACE_DISTINCT_AT_SCALE`` (off by default), at scale (three-way, ``RACE_SCREENED_MIN_NODES`` nodes or
+    more) the first round races each distinct start once, in whole rounds (the best start again only to fill the
+    last round's lanes, or every lane), each leg with ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget and the
+    seed it has in four rounds; the continuation gets what the round left of each lane's budget, so the race's
+    simulations stay within it; with a time budget the round's deadlines are whole rounds' shares and the
+    continuation ends at the budget. A smaller workflow's first round is four rounds as before. Never worse than
+    its best start."""
+    import hetsched.search.local_search as ls
+    import hetsched.search.reference as ref_mod
+
+    legs: list[tuple[ref_mod._Leg, ls.SearchResult]] = []
+    real = ref_mod._Trajectories.__call__
+
+    def spied(self: ref_mod._Trajectories, leg: ref_mod._Leg) -> ls.SearchResult:
+        found = real(self, leg)
+        legs.append((leg, found))
+        return found
+
+    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
+    monkeypatch.setattr(ref_mod, "RACE_DISTINCT_AT_SCALE", True)
+    sc = random_search_scenario(22, sc_seed, family=family, mode=Mode.THREE_WAY)
+    rng = np.random.default_rng(sc_seed)
+    starts = list(dict.fromkeys([*ls.start_mappings(sc), tuple(int(rng.choice(a)) for a in sc.compiled.allowed)]))
+    ev = ls.Evaluator(sc)
+    ranked = [s for e, s in sorted((ev(s), s) for s in starts) if e < math.inf]
+    evals, per_leg = 2_000, int(ref_mod.RACE_SHARE * 2_000 / ref_mod.RACE_TRAJECTORIES)
+
+    def run(min_nodes: int) -> tuple[ls.SearchResult, list[tuple[ref_mod._Leg, ls.SearchResult]], int]:
+        legs.clear()
+        monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", min_nodes)
+        race_ev = ls.Evaluator(sc)
+        found = ref_mod.race(sc, race_ev, starts, seed=3, max_seconds=None, max_evals=evals, workers=1, lanes=lanes)
+        return found, list(legs), race_ev.evaluations
+
+    for min_nodes in (22, 23):  # at scale, then one node short
+        found, seen, own = run(min_nodes)
+        distinct = ranked[:ref_mod.RACE_TRAJECTORIES * lanes]
+        count = (max(lanes, -(-len(distinct) // lanes) * lanes) if min_nodes == 22
+                 else ref_mod.RACE_TRAJECTORIES * lanes)
+        first, rest = seen[:count], seen[count:]
+        assert [leg.origin for leg, _ in first] == distinct[:count] + [ranked[0]] * (count - len(distinct[:count]))
+        assert [leg.seed for leg, _ in first] == [3 + j for j in range(count)]
+        assert all(leg.evals == per_leg for leg, _ in first)
+        best_e, best = min((r.e2e_ms, r.codes) for _, r in first)
+        assert len(rest) == lanes and all(leg.origin == best for leg, _ in rest)
+        used = own + sum(r.evaluations for _, r in first)
+        assert all(leg.evals == evals - -(-used // lanes) for leg, _ in rest)
+        assert found.e2e_ms <= best_e <= min(ev(s) for s in starts)
+        assert found.evaluations <= lanes * evals + len(starts) + 3 * len(sc.workflow.nodes) * len(rest)
+    # with a time budget: whole rounds' deadlines, the continuation to the end of the budget
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22)
+    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(ref_mod, "process_count", lambda workers: lanes)
+
+    class InProcess:  # the lanes' pool, run here so the spy sees its legs
+        def __init__(self, processes: int, initializer: Any, initargs: tuple[object, ...]) -> None:
+            initializer(*initargs)
+
+        def imap(self, f: Any, items: Any) -> Any:
+            return map(f, items)
+
+        def map(self, f: Any, items: Any) -> list[Any]:
+            return list(map(f, items))
+
+        def terminate(self) -> None:
+            pass
+
+        def join(self) -> None:
+            pass
+
+    monkeypatch.setattr(ref_mod, "pool_context", lambda: type("Context", (), {"Pool": InProcess}))
+    legs.clear()
+    budget = 0.5
+    ref_mod.race(sc, ls.Evaluator(sc), starts, seed=3, max_seconds=budget, max_evals=None, workers=1)
+    deadlines = [leg.deadline for leg, _ in legs if leg.deadline is not None]
+    assert len(deadlines) == len(legs) and legs[-1][0].deadline == max(deadlines)
+    count = max(lanes, -(-len(ranked[:ref_mod.RACE_TRAJECTORIES * lanes]) // lanes) * lanes)
+    step = ref_mod.RACE_SHARE * budget / ref_mod.RACE_TRAJECTORIES
+    t0 = legs[-1][0].deadline - budget  # type: ignore[operator]
+    for j, (leg, _) in enumerate(legs[:count]):
+        assert leg.deadline == pytest.approx(t0 + (j // lanes + 1) * step)
+    assert count // lanes * step <= ref_mod.RACE_SHARE * budget + 1e-12
+
+
+@pytest.mark.parametrize(("sc_seed", "family", "timed"), [(81, "layered", False), (82, "forkjoin", True),
+                                                          (83, "random", False)])
+def test_best_known_at_scale_skips_the_bound_search_and_its_bound_is_still_a_bound(
+        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, timed: bool) -> None:
+    """At scale (``BOUND_SEARCH_AT_SCALE`` off) the best-first bound search expands nothing, neither as a probe
+    nor after the race: the lower bound is the largest of the empty mapping's, the Lagrangian and the
+    relaxation's bounds, at most the optimum; the mapping is feasible. With it on the probe runs as before."""
+    import hetsched.search.reference as ref_mod
+
+    calls: list[object] = []
+    real = ref_mod.lower_bound
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(kwargs.get("max_expansions"))
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ref_mod, "lower_bound", spy)
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 8)
+    sc = random_search_scenario(8, sc_seed, family=family, mode=Mode.THREE_WAY)
+    opt = solve(sc, max_seconds=None).e2e_ms
+    kwargs: dict[str, object] = ({"max_seconds": 1.0, "workers": 1} if timed
+                                 else {"max_seconds": None, "max_evals": 2_000})
+    ref = best_known(sc, seed=0, **kwargs)  # type: ignore[arg-type]
+    assert calls == [0]
+    assert sc.infeasibility(ref.mapping) is None
+    assert ref.lower_bound_ms is not None and ref.lower_bound_ms <= opt * (1 + 1e-9) <= ref.e2e_ms * (1 + 1e-9)
+    assert ref.lower_bound_ms >= root_bound_ms(sc) - 1e-9
+    calls.clear()
+    monkeypatch.setattr(ref_mod, "BOUND_SEARCH_AT_SCALE", True)
+    best_known(sc, seed=0, max_seconds=None, max_evals=2_000)
+    assert calls and calls[0] == round(ref_mod.BOUND_PROBE_SHARE * 20)

@@ -295,21 +295,31 @@ def _agentic_options(
     llm: dict[str, Any],
     llm_api_key: str | None,
     probe_budget: int | None,
+    max_decision_ms: float | None = None,
 ) -> dict[str, Any]:
     """make_policy options from the agentic flags (JSON-ready: they are recorded with the run)."""
     llm = {k: v for k, v in llm.items() if v is not None}
     given = [flag for flag, value in (("--decider", decider), ("--cold-start", cold_start or None),
-                                      ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget))
+                                      ("--llm-api-key", llm_api_key), ("--probe-budget", probe_budget),
+                                      ("--max-decision-ms", max_decision_ms))
              if value is not None] + [llm_setting_flag(k) for k in llm]
     if policy.strip().lower().replace("_", "-") not in AGENTIC_POLICIES:
         if given:
-            raise fail(f"{', '.join(given)} apply only to --policy agentic, not to {policy!r}")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise fail(f"{', '.join(given)} {verb} only to --policy agentic, not to {policy!r}")
         return {}
     options: dict[str, Any] = {"decider": decider or "rules", "cold_start": cold_start}
     if llm:
         options["llm"] = llm
     if probe_budget is not None:
         options["probe_budget"] = probe_budget
+    if max_decision_ms is not None:
+        if not (max_decision_ms > 0 and math.isfinite(max_decision_ms)):
+            raise fail(f"--max-decision-ms must be a positive number of milliseconds, got {max_decision_ms:g}")
+        if options["decider"].strip().lower() != "rules":
+            raise fail(f"--max-decision-ms caps the rules decider's searches; decider {options['decider']!r} has no "
+                       "such budget")
+        options["max_decision_ms"] = max_decision_ms
     return options
 
 
@@ -424,6 +434,12 @@ def run(
     probe_budget: int | None = typer.Option(
         None, "--probe-budget", min=0, metavar="N", show_default="3 per node",
         help="agentic: what-if probes allowed in the whole run.",
+    ),
+    max_decision_ms: float | None = typer.Option(
+        None, "--max-decision-ms", min=0, metavar="MS", show_default="no cap (a budget of estimates only)",
+        help="agentic with the rules decider: wall-clock budget of each decision's searches; when it passes they "
+        "stop with the lowest mapping found so far and the round's record says so (for a serving path; decisions "
+        "then depend on the machine's speed, so a resumed run may not replay them).",
     ),
     executor: str = typer.Option(
         "sim", "--executor", "-e", metavar="NAME",
@@ -549,7 +565,7 @@ def run(
         llm = {"base_url": llm_base_url, "model": llm_model, "temperature": llm_temperature,
                "max_tokens": llm_max_tokens, "model_path": llm_model_path, "timeout_s": llm_timeout,
                "retries": llm_retries}
-        options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget)
+        options = _agentic_options(policy, decider, cold_start, llm, llm_api_key, probe_budget, max_decision_ms)
         built = make_policy(policy, **options)  # a bad option fails before anything runs
         policy_name = built.name
         if warm_start and not built.adaptive:

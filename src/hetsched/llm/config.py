@@ -91,6 +91,9 @@ class LLMConfig:
     """``local`` only: context window in tokens."""
     n_threads: int | None = None
     """``local`` only: CPU threads (None = llama.cpp's default)."""
+    flash_attn: bool = True
+    """``local`` only: llama.cpp's flash attention (fused attention kernels; faster prompt processing
+    on the CPU, see BENCHMARKS.md; False: the plain attention)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -102,6 +105,7 @@ class LLMConfig:
 
 
 _STRINGS = {"base_url", "model", "api_key", "response_format", "model_path"}
+_BOOLS = {"flash_attn"}
 _REQUIRED_STRINGS = {"response_format"}
 _NUMBERS: dict[str, tuple[type, float, float, bool, str]] = {
     # field: (type, lowest, highest, None allowed, accepted)
@@ -126,6 +130,10 @@ def _check(name: str, value: Any) -> None:
             raise DeciderConfigError(f"LLM setting {name} must be a string, got {value!r}")
         if name == "base_url":
             _check_url(value)
+        return
+    if name in _BOOLS:
+        if not isinstance(value, bool):
+            raise DeciderConfigError(f"LLM setting {name} must be true or false, got {value!r}")
         return
     if name not in _NUMBERS:
         return

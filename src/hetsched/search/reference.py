@@ -93,7 +93,21 @@ ones better on 4 and worse on 1 (by 0.10%; BENCHMARKS.md, "Both continuations sc
 two (1) had been better on 6 of 12 and worse on 3 (by up to 1.4%). One lane, binary workflows and smaller ones: the
 plain race whatever it says."""
 RACE_SCREENED_MIN_NODES = 40
-"""Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``)."""
+"""Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``): a workflow *at
+scale* (:func:`_at_scale`), where the best-first bound search is skipped (``BOUND_SEARCH_AT_SCALE``)."""
+RACE_DISTINCT_AT_SCALE = False
+"""Whether, at scale, the race's first round runs each distinct start once (the best start again only to fill its
+last round's lanes), each leg with its ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget and its seed of the four
+rounds, and the continuation gets what the rounds left (with five distinct starts on two lanes, three rounds: 70% of
+the budget to the continuation instead of 60%). Off: at ``max_evals=8000, lanes=2`` on 12 50-tool three-way
+workflows it was better on 3 (by 0.02-0.22%), equal on 8 and worse on 1 (fork-join s323 by 0.49%: the best start's
+repeats had tied the first round in E2E and START went on from another of them, with another seed); geometric mean
+1.0001 (BENCHMARKS.md, "More of the budget to the continuations")."""
+BOUND_SEARCH_AT_SCALE = False
+"""Whether the best-first bound search runs (its probe, ``BOUND_PROBE_SHARE``) at scale. Off: at 50 tools it
+raised the empty mapping's bound by under 1% in 2 s on seven fresh workflows, 16-55% below the relaxation's, and
+its probe took 0.3 s of a 10 s budget that the race has instead. The lower bound is then the empty mapping's,
+the Lagrangian bound's or the relaxation's, whichever is largest (a bound all the same: never above the optimum)."""
 RACE_SCREENED_EXCHANGE = False
 """Whether the screened lanes' kicks include the decider's exchanges between the CPU and the GPU on three-way
 workflows (``hetsched.model.descent.EXCHANGE_KICK_SHARE_3W``)."""
@@ -267,6 +281,12 @@ def _race_leg(leg: _Leg) -> SearchResult:
     return _RACE["run"](leg)
 
 
+def _at_scale(scenario: Scenario) -> bool:
+    """A three-way workflow of ``RACE_SCREENED_MIN_NODES`` nodes or more: where the race's continuations are
+    screened and the bound search is skipped (the relaxation's bound is the one that counts there)."""
+    return scenario.mode is Mode.THREE_WAY and len(scenario.workflow.nodes) >= RACE_SCREENED_MIN_NODES
+
+
 def race_processes(workers: int | None, max_seconds: float | None, max_evals: int | None) -> int:
     """Processes a race uses: :func:`~hetsched.search.oracle.process_count` (the CPUs, one in a worker
     process), one when the budget is too small to pay for starting them (``MIN_PARALLEL_SECONDS``)."""
@@ -320,14 +340,18 @@ def race(
     procs = race_processes(workers, max_seconds, max_evals)
     width = max(1, procs if max_seconds is not None else lanes or 1)
     origins = [s for _, s in ranked[:RACE_TRAJECTORIES * width]]
-    origins += [origins[0]] * (RACE_TRAJECTORIES * width - len(origins))
+    # with RACE_DISTINCT_AT_SCALE (off), at scale the first round races each distinct start once, in whole rounds
+    # (the best start again only to fill the last); otherwise the best start again to four rounds
+    first = (max(width, -(-len(origins) // width) * width) if _at_scale(scenario) and RACE_DISTINCT_AT_SCALE
+             else RACE_TRAJECTORIES * width)
+    origins += [origins[0]] * (first - len(origins))
     run = _Trajectories(scenario, ev.bounds, known, start_mappings(scenario, ev), target)
-    rounds = -(-len(origins) // width)
-    screened_lanes = (RACE_SCREENED_LANES if scenario.mode is Mode.THREE_WAY
-                      and len(scenario.workflow.nodes) >= RACE_SCREENED_MIN_NODES else 0)
+    screened_lanes = RACE_SCREENED_LANES if _at_scale(scenario) else 0
+    # each leg has a RACE_TRAJECTORIES-th of the first round's share, however many rounds there are
     legs = [_Leg(seed + j, o,
-                 None if max_seconds is None else t0 + (j // width + 1) * RACE_SHARE * max_seconds / rounds,
-                 None if max_evals is None else int(RACE_SHARE * max_evals / rounds))
+                 None if max_seconds is None
+                 else t0 + (j // width + 1) * RACE_SHARE * max_seconds / RACE_TRAJECTORIES,
+                 None if max_evals is None else int(RACE_SHARE * max_evals / RACE_TRAJECTORIES))
             for j, o in enumerate(origins)]
     pool = None
     try:
@@ -344,7 +368,7 @@ def race(
         if left_e is None or left_e > 0:
             best = ((runs[win].codes, runs[win].e2e_ms),)
             deadline = None if max_seconds is None else t0 + max_seconds
-            more = [_Leg(seed + len(origins) + win + 101 * k, runs[win].codes, deadline, left_e, best,
+            more = [_Leg(seed + RACE_TRAJECTORIES * width + win + 101 * k, runs[win].codes, deadline, left_e, best,
                          screened=width > 1 and k >= width - screened_lanes)
                     for k in range(width)]
             runs += map(run, more) if pool is None or len(more) == 1 else pool.map(_race_leg, more)
@@ -418,10 +442,13 @@ def best_known(
     expansions = None if max_evals is None else max(4, max_evals // 100)
     bf_s = None if max_seconds is None else bound_share
     upper = min(ev(s) for s in starts) if starts else math.inf
+    # at scale no bound search (BOUND_SEARCH_AT_SCALE): no expansion, the empty mapping's bound alone
+    bound_search = BOUND_SEARCH_AT_SCALE or not _at_scale(scenario)
     probe = lower_bound(scenario, upper, evaluator=ev,
                         max_seconds=None if bf_s is None else BOUND_PROBE_SHARE * bf_s,
-                        max_expansions=None if expansions is None else max(1, round(BOUND_PROBE_SHARE * expansions)))
-    promising = not probe.optimal and (
+                        max_expansions=(0 if not bound_search else None if expansions is None
+                                        else max(1, round(BOUND_PROBE_SHARE * expansions))))
+    promising = bound_search and not probe.optimal and (
         probe.root_ms + (probe.lower_ms - probe.root_ms) / BOUND_PROBE_SHARE > known_lower)
     # what the end keeps: the bound search's rest when it is promising, else the relaxation's second round
     # when its limit stopped it (it may then prove more with the search's better upper bound), else nothing
@@ -582,12 +609,14 @@ class SimPlanner:
 __all__ = [
     "AUTO_REFUSE_FACTOR",
     "BOUND_PROBE_SHARE",
+    "BOUND_SEARCH_AT_SCALE",
     "BOUND_SHARE",
     "DEFAULT_SEARCH_SECONDS",
     "EVALS_PER_SECOND",
     "MIN_PARALLEL_SECONDS",
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
+    "RACE_DISTINCT_AT_SCALE",
     "RACE_EXCHANGE",
     "RACE_SCREENED_EXCHANGE",
     "RACE_SCREENED_LANES",
