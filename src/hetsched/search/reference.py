@@ -115,6 +115,17 @@ workflows (``hetsched.model.descent.EXCHANGE_KICK_SHARE_3W``)."""
 a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
 simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
 0.02-0.4%), equal on one and worse on two (fan-out s141 by 2.2%: another basin), so the race is as before."""
+RACE_SCREENED_FIRST = True
+"""Whether, where the continuations are screened (two lanes or more, three-way, ``RACE_SCREENED_MIN_NODES`` nodes
+or more: ``RACE_SCREENED_LANES``), the first round's trajectories run the same screened search
+(:meth:`_Trajectories._screened`: the ``rules`` decider's kicks and critical-chain descents on the exact model, from
+each leg's start, within its simulations or its deadline) instead of the iterated local search. At 50 tools a
+first-round leg has a few hundred to 3,200 simulations: the plain search's first descent and windows barely start
+there (five of eight legs of a 10 s race from the first search's best had ended where they began), where the
+screened one kicks and descends a few dozen times, so the race picks its basin from more of each. At
+``max_evals=8000, lanes=2`` on 18 50-tool three-way tuning workflows it was better on 10 (fan-out s323 by 6.1%),
+equal on 3 and worse on 5 (by 0.02-2.8%; geometric mean 0.9979), with about a fifth less CPU for the same
+simulations (BENCHMARKS.md, "The first round screened too"). Off: the first round as before."""
 RACE_STEPS_PER_SIMULATION = 0.25
 """With ``max_evals``, the race's trajectories take at most this many search steps (bounded neighbourhoods) per
 simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
@@ -351,7 +362,8 @@ def race(
     legs = [_Leg(seed + j, o,
                  None if max_seconds is None
                  else t0 + (j // width + 1) * RACE_SHARE * max_seconds / RACE_TRAJECTORIES,
-                 None if max_evals is None else int(RACE_SHARE * max_evals / RACE_TRAJECTORIES))
+                 None if max_evals is None else int(RACE_SHARE * max_evals / RACE_TRAJECTORIES),
+                 screened=RACE_SCREENED_FIRST and width > 1 and screened_lanes > 0)
             for j, o in enumerate(origins)]
     pool = None
     try:
@@ -619,6 +631,7 @@ __all__ = [
     "RACE_DISTINCT_AT_SCALE",
     "RACE_EXCHANGE",
     "RACE_SCREENED_EXCHANGE",
+    "RACE_SCREENED_FIRST",
     "RACE_SCREENED_LANES",
     "RACE_SCREENED_MIN_NODES",
     "RACE_SHARE",
