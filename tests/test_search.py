@@ -854,6 +854,7 @@ def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lanes_with_the_screened
     monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
     monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
     monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 54 else 23)  # s54: one node short
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", False)  # the first round screened: the test below
     sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
     evals = 1_500
     with monkeypatch.context() as off:
@@ -878,6 +879,80 @@ def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lanes_with_the_screened
         mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in got.codes), strict=True))
         assert sc.infeasibility(mapping) is None and sim.e2e(mapping) == got.e2e_ms
     assert found[0].e2e_ms <= min(leg[3].e2e_ms for leg in first[: lanes * ref_mod.RACE_TRAJECTORIES])
+
+
+@pytest.mark.parametrize(("sc_seed", "family", "mode", "lanes"),
+                         [(56, "fanout", Mode.THREE_WAY, 2), (57, "layered", Mode.THREE_WAY, 3),
+                          (58, "forkjoin", Mode.THREE_WAY, 1), (59, "random", Mode.BINARY, 2),
+                          (60, "random", Mode.THREE_WAY, 2)])
+def test_at_scale_the_first_round_runs_the_screened_search_too(
+        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, mode: Mode, lanes: int) -> None:
+    """With ``RACE_SCREENED_FIRST`` (off by default), where the continuations are screened (two lanes or more,
+    three-way, at scale) every first-round trajectory runs the screened search too, from its own start with its own
+    budget: no worse than its start, within its simulations, a feasible mapping whose E2E is the simulator's; the race
+    is the same for a seed with one process or two and never worse than its first round. One lane, binary workflows
+    and smaller ones (s60: one node short), and the option off (the default): no first-round leg screened."""
+    import hetsched.search.local_search as ls
+    import hetsched.search.reference as ref_mod
+
+    legs: list[tuple[ref_mod._Leg, ls.SearchResult, float]] = []
+    real = ref_mod._Trajectories.__call__
+
+    def spied(self: ref_mod._Trajectories, leg: ref_mod._Leg) -> ls.SearchResult:
+        found = real(self, leg)
+        legs.append((leg, found, ls.Evaluator(self.scenario)(leg.origin)))
+        return found
+
+    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
+    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 60 else 23)
+    sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
+    evals = 1_500
+    count = ref_mod.RACE_TRAJECTORIES * lanes
+
+    def race(workers: int) -> ls.SearchResult:
+        return ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=5, max_seconds=None, max_evals=evals,
+                            workers=workers, lanes=lanes)
+
+    assert ref_mod.RACE_SCREENED_FIRST is False
+    race(1)
+    assert len(legs) >= count and not any(leg.screened for leg, _, _ in legs[:count])
+    legs.clear()
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", True)
+    found = [race(w) for w in (1, 2)]
+    assert len({(f.codes, f.e2e_ms, f.evaluations) for f in found}) == 1
+    first = legs[:count]  # the run in this process (the spy sees it)
+    at_scale = lanes > 1 and mode is Mode.THREE_WAY and sc_seed != 60
+    assert all(leg.screened == at_scale for leg, _, _ in first)
+    sim = Simulator(sc, noise=False)
+    for leg, got, origin_e in first:
+        assert got.e2e_ms <= origin_e
+        assert leg.evals is not None and got.evaluations <= leg.evals + len(sc.workflow.nodes) * 3
+        mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in got.codes), strict=True))
+        assert sc.infeasibility(mapping) is None and sim.e2e(mapping) == got.e2e_ms
+    assert found[0].e2e_ms <= min(got.e2e_ms for _, got, _ in first)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.sampled_from(["layered", "fanout", "forkjoin", "random"]))
+def test_best_known_with_a_screened_first_round_is_deterministic_and_its_bound_holds(sc_seed: int,
+                                                                                     family: str) -> None:
+    """At scale on two lanes with ``RACE_SCREENED_FIRST`` (the first round and the continuations screened),
+    ``best_known`` with ``max_evals`` is the same for a seed on every call, its mapping feasible, and its lower bound
+    at most the exact optimum, which is at most its E2E."""
+    import hetsched.search.reference as ref_mod
+
+    sc = random_search_scenario(8, sc_seed, family=family, mode=Mode.THREE_WAY)
+    opt = solve(sc, max_seconds=None).e2e_ms
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 8)
+        mp.setattr(ref_mod, "RACE_SCREENED_FIRST", True)
+        refs = [best_known(sc, seed=3, max_seconds=None, max_evals=600, lanes=2, workers=1) for _ in range(2)]
+    assert refs[0].e2e_ms == refs[1].e2e_ms and refs[0].mapping == refs[1].mapping
+    assert refs[0].lower_bound_ms == refs[1].lower_bound_ms
+    assert sc.infeasibility(refs[0].mapping) is None
+    assert refs[0].lower_bound_ms is not None
+    assert refs[0].lower_bound_ms <= opt * (1 + 1e-9) and opt <= refs[0].e2e_ms * (1 + 1e-9)
 
 
 def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:

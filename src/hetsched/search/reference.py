@@ -115,7 +115,7 @@ workflows (``hetsched.model.descent.EXCHANGE_KICK_SHARE_3W``)."""
 a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
 simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
 0.02-0.4%), equal on one and worse on two (fan-out s141 by 2.2%: another basin), so the race is as before."""
-RACE_SCREENED_FIRST = True
+RACE_SCREENED_FIRST = False
 """Whether, where the continuations are screened (two lanes or more, three-way, ``RACE_SCREENED_MIN_NODES`` nodes
 or more: ``RACE_SCREENED_LANES``), the first round's trajectories run the same screened search
 (:meth:`_Trajectories._screened`: the ``rules`` decider's kicks and critical-chain descents on the exact model, from
@@ -125,7 +125,10 @@ there (five of eight legs of a 10 s race from the first search's best had ended 
 screened one kicks and descends a few dozen times, so the race picks its basin from more of each. At
 ``max_evals=8000, lanes=2`` on 18 50-tool three-way tuning workflows it was better on 10 (fan-out s323 by 6.1%),
 equal on 3 and worse on 5 (by 0.02-2.8%; geometric mean 0.9979), with about a fifth less CPU for the same
-simulations (BENCHMARKS.md, "The first round screened too"). Off: the first round as before."""
+simulations; but with the default 10 s budget, side by side on eight unseen workflows (seeds 194 and 383), it was
+better on 3 (fan-out s383 by 3.5%), equal on 1 and worse on 4 (layered s383 by 1.2% and 0.9% in two runs), behind
+the 60 s ILS on 4 of 8 where the race as before was behind on 3 (BENCHMARKS.md, "The first round screened too").
+Off: the first round is the iterated local search, as before."""
 RACE_STEPS_PER_SIMULATION = 0.25
 """With ``max_evals``, the race's trajectories take at most this many search steps (bounded neighbourhoods) per
 simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
