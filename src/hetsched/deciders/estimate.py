@@ -68,7 +68,7 @@ class Estimator:
         self.cpu_ms: Sequence[float] = c.cpu_ms
         self.gpu_ms: Sequence[float] = c.gpu_ms
         self.evaluations = 0
-        """How many estimates this estimator has made (the search's cost)."""
+        """How many simulations this estimator has made (the search's cost; timings it kept are not simulated again)."""
         self.timed: dict[tuple[int, ...], Timings | None] = {}
         """:meth:`timings`' answers for this interference and these cards (a copy starts with none)."""
         self.feasible: dict[tuple[int, ...], bool] = {}
