@@ -825,7 +825,8 @@ def test_the_screened_lanes_exact_estimates_are_the_simulators(sc_seed: int, fam
         assert (got is None) == (ref is None) == (want == math.inf)
         if got is not None and ref is not None:
             assert (got.e2e_ms, got.end, got.admitted) == (ref.e2e_ms, ref.end, ref.admitted)
-    assert exact.evaluations == est.evaluations == 12
+    # the decider's estimator keeps its timings (a row drawn twice is simulated once): it counts simulations
+    assert exact.evaluations == 12 and est.evaluations == 6 + len({tuple(r) for r in rows.tolist()})
 
 
 @pytest.mark.parametrize(("sc_seed", "family", "mode", "lanes"),

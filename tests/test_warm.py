@@ -125,3 +125,29 @@ def test_cli_warm_start_flag(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["run", "chain", "-p", "all-cpu", "--warm-start", "--store", store])
     assert res.exit_code == 2 and "--warm-start applies to adaptive policies" in res.output
+
+
+@pytest.mark.parametrize(("family", "seed"), [("fanout", 1), ("layered", 3)])
+def test_a_capped_session_warm_started_from_an_uncapped_run_plays_only_what_that_run_measured(
+        tmp_path: Path, family: str, seed: int) -> None:
+    """A serving path's recipe for a large workflow: decide once without a time budget (round 0 searches for
+    seconds), then serve with ``max_decision_ms`` and ``warm_start``. With a budget already spent at every
+    decision (its searches keep only their starts), the warm-started session still plays only mappings the
+    uncapped run measured (the best first), never a start of a search cut short; cold, it plays those starts."""
+    from hetsched.bench.generate import WorkflowSpec, random_scenario
+    from hetsched.deciders.rules import SCREEN_MIN_NODES
+    from hetsched.model import Mode
+
+    sc = random_scenario(WorkflowSpec(family, SCREEN_MIN_NODES + 4, Mode.THREE_WAY, seed))
+    store = tmp_path / "r.sqlite"
+    with hs.Session(sc, executor="sim", store=store, warm_start=False, policy_options={"decider": "rules"}) as past:
+        measured = {past.submit(None).mapping for _ in range(2)}
+        best = past.best()
+    assert best is not None
+    capped = {"decider": "rules", "max_decision_ms": 1e-9}
+    with hs.Session(sc, executor="sim", store=store, warm_start=True, name="warm", policy_options=capped) as warm:
+        played = [warm.submit(None).mapping for _ in range(4)]
+    assert played[0] == best.mapping
+    assert all(m in measured for m in played), "a warm-started capped session played a mapping never measured"
+    with hs.Session(sc, executor="sim", store=store, warm_start=False, name="cold", policy_options=capped) as cold:
+        assert cold.submit(None).mapping not in measured  # what the warm start saves it from

@@ -40,6 +40,12 @@ ESTIMATE_WINDOW_REQUESTS = 24
 FEASIBLE_KEPT = 4096
 """Static checks an estimator keeps (and its copies with it) before it starts afresh."""
 
+TIMINGS_KEPT = 512
+"""Simulations with timings an estimator keeps (each copy its own: they depend on the interference and the
+cards) before it starts afresh: a screened descent simulates its current mapping with timings at every step,
+and the kicks of a resumed search (the ``rules`` decider's later rounds) often land on mappings whose descent
+was simulated already."""
+
 INTERFERENCE_GRID: tuple[float, ...] = (0.0, 0.025, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 """Interference values :func:`fit_interference` tries (per extra concurrent GPU task)."""
 
@@ -62,7 +68,9 @@ class Estimator:
         self.cpu_ms: Sequence[float] = c.cpu_ms
         self.gpu_ms: Sequence[float] = c.gpu_ms
         self.evaluations = 0
-        """How many estimates this estimator has made (the search's cost)."""
+        """How many simulations this estimator has made (the search's cost; timings it kept are not simulated again)."""
+        self.timed: dict[tuple[int, ...], Timings | None] = {}
+        """:meth:`timings`' answers for this interference and these cards (a copy starts with none)."""
         self.feasible: dict[tuple[int, ...], bool] = {}
         """:meth:`static_ok`'s answers (they depend on neither the interference nor the rescaling, so the
         copies share them): a search checks a candidate when it makes it and again when it estimates it."""
@@ -81,6 +89,7 @@ class Estimator:
         other.__dict__.update(self.__dict__)
         other.interference = interference
         other.evaluations = 0
+        other.timed = {}
         return other
 
     def rescaled(self, cpu: Sequence[float], gpu: Sequence[float]) -> Estimator:
@@ -108,13 +117,32 @@ class Estimator:
 
     def timings(self, place: Sequence[int]) -> Timings | None:
         """The estimate's per-node timings (ready, admitted, start, end), None when the mapping cannot
-        run; counted as an estimate."""
+        run; counted as an estimate when it simulates (the last :data:`TIMINGS_KEPT` are kept: the same
+        object comes back for the same mapping, which its readers must not change)."""
+        key = tuple(place)
+        if key in self.timed:
+            return self.timed[key]
         self.evaluations += 1
-        if not self.static_ok(place):
-            return None
-        out = simulate(self.compiled, place, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
-                       timings=True)
-        return None if out.deadlock else out
+        out: Timings | None = None
+        if self.static_ok(key):
+            out = simulate(self.compiled, key, kappa=self.interference, cpu_ms=self.cpu_ms, gpu_ms=self.gpu_ms,
+                           timings=True)
+            if out.deadlock:
+                out = None
+        if len(self.timed) >= TIMINGS_KEPT:
+            self.timed.clear()
+        self.timed[key] = out
+        return out
+
+    def e2e_timings(self, place: Sequence[int]) -> tuple[float, Timings | None]:
+        """:meth:`e2e` and :meth:`timings` of one mapping, from one simulation when there is no workload
+        window (the E2E is then the timings' own, bit for bit: the kernel's one loop; with a window the E2E
+        is the window's p95 and the timings one request's: two). A screened descent's first step, from a
+        mapping it has not estimated yet, needs both."""
+        out = self.timings(place)
+        if self.window is not None:
+            return self.e2e(place), out
+        return (_INF if out is None else out.e2e_ms), out
 
     def static_ok(self, place: Sequence[int]) -> bool:
         """The ``gpu_now`` set fits the budget and every queued node fits it alone (``Compiled.static_ok``)."""
@@ -211,6 +239,7 @@ def fit_interference_local(
     memo: dict[tuple[float, tuple[int, ...]], float] | None = None,
     slopes: dict[tuple[int, ...], float] | None = None,
     latencies: dict[tuple[float, tuple[int, ...]], list[float] | None] | None = None,
+    timed: dict[tuple[float, tuple[int, ...]], Timings | None] | None = None,
 ) -> tuple[float, float]:
     """:func:`fit_interference`'s least squares of log ratios, solved from ``start`` in a handful of
     estimates per mapping instead of a grid's (the fit of large workflows, where each estimate
@@ -226,7 +255,8 @@ def fit_interference_local(
     full fit answers. ``memo`` keeps estimates across calls; ``slopes``, when given, receives each
     mapping's slope at the answer for the next call; ``latencies``, when given, receives the per-node
     latencies of each estimate (:meth:`Estimator.e2e_latencies`: the next calibration pass reads them
-    at the answer)."""
+    at the answer); ``timed``, when given with ``latencies``, the timings of the same simulations (the search
+    that follows the fit starts from the measured mappings at the answer and reads their timings)."""
     if not measured:
         return prior, 0.0
     cache: dict[tuple[float, tuple[int, ...]], float] = {} if memo is None else memo
@@ -247,6 +277,8 @@ def fit_interference_local(
                     got = est.e2e(codes)
                 else:
                     got, latencies[(k, codes)] = est.e2e_latencies(codes)
+                    if timed is not None:
+                        timed[(k, codes)] = est.timed.get(tuple(codes))
                 cache[(k, codes)] = got
             if not math.isfinite(got) or got <= 0 or e2e <= 0:
                 tried[k] = (math.inf, [])

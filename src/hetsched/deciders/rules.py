@@ -74,7 +74,7 @@ from hetsched.deciders.parallel import mask_bits, related_masks
 from hetsched.deciders.search import SearchResult, late_starts, local_search, resume
 from hetsched.model import Attempt, Infeasibility, InfeasibleKind, Mapping, Mode, Placement, Scenario
 from hetsched.model.card import GPU_PREFERRED_MIN
-from hetsched.model.contention import cpu_slowdown, queue_load_ms
+from hetsched.model.contention import Timings, cpu_slowdown, queue_load_ms
 
 DEFAULT_MARGIN = 0.02
 """Relative E2E margin within which the rules keep the current mapping (noise hysteresis)."""
@@ -434,6 +434,11 @@ class _Compiled:
     (from ``SCREEN_MIN_NODES`` nodes on that fit simulated them already), and each round's first pass
     reads the cards as given at the machine's interference for mostly the same measured mappings."""
 
+    timings: dict[tuple[float, ...], dict[tuple[float, Codes], Timings | None]] = field(default_factory=dict)
+    """Per card rescaling: (interference, mapping) -> the timings of the fit's simulations (the latencies' own),
+    kept for the round: the search after the fit starts from the measured mappings, and its first descent
+    steps read their timings at the fitted interference, which the fit simulated already."""
+
     def memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], float]:
         """The estimates kept for one card rescaling."""
         if factors not in self.estimates and len(self.estimates) > 16:
@@ -445,6 +450,10 @@ class _Compiled:
         if factors not in self.latencies and len(self.latencies) > 16:
             self.latencies.clear()
         return self.latencies.setdefault(factors, {})
+
+    def timings_memo(self, factors: tuple[float, ...]) -> dict[tuple[float, Codes], Timings | None]:
+        """The fit's timings kept for one card rescaling (this round's alone: a round starts them afresh)."""
+        return self.timings.setdefault(factors, {})
 
 
 class RulesDecider(Decider):
@@ -607,7 +616,10 @@ class RulesDecider(Decider):
         starts: list[Codes],
         model: Estimator | None = None,
         factors: tuple[float, ...] = (),
+        timed: dict[Codes, Timings | None] | None = None,
     ) -> SearchResult:
+        """The search of one model (``model``, else the cards', at ``kappa``) from ``starts``; ``timed``: timings
+        of some of its mappings on that very model, already simulated (the fit's), which its estimator keeps."""
         key = (id(sc), kappa, tuple(starts), factors)
         hit = self._searches.get(key)
         if hit is not None:
@@ -644,7 +656,10 @@ class RulesDecider(Decider):
             else:
                 cap = max(cap, SEARCH_ESTIMATES_FIRST_BIN_NODES_SQUARED // n**2)
                 exchange_evaluations = max(0, min(budget + SCREEN_MORE_KICKS_FIRST_BIN, cap) - budget)
-        res = local_search((model or comp.estimator).with_interference(kappa), starts, comp.allowed,
+        est = (model or comp.estimator).with_interference(kappa)
+        if timed:
+            est.timed.update(timed)
+        res = local_search(est, starts, comp.allowed,
                            max_evaluations=budget, seed=seed, screen=screen, race_evaluations=race,
                            late_starts=late, late_evaluations=late_evaluations,
                            exchange_evaluations=exchange_evaluations,
@@ -716,6 +731,7 @@ class RulesDecider(Decider):
         # latency contradicts (at the current interference), then the interference is fitted to the
         # measured E2Es on those cards; a card error is not mistaken for interference that way
         kappa = prior
+        comp.timings.clear()  # the last round's fit's timings: this round's search reads this round's
         model: Estimator = comp.estimator
         factors: tuple[float, ...] = ()
         notes: list[str] = []
@@ -729,7 +745,8 @@ class RulesDecider(Decider):
             if screened:
                 kappa, rms = fit_interference_local(model, measured, kappa, prior=prior, step=INTERFERENCE_STEP,
                                                     memo=comp.memo(factors), slopes=slopes,
-                                                    latencies=comp.latency_memo(factors))
+                                                    latencies=comp.latency_memo(factors),
+                                                    timed=comp.timings_memo(factors))
             else:
                 kappa, rms = fit_interference(model, measured, prior=prior, memo=comp.memo(factors))
             kappa = round(round(kappa / INTERFERENCE_STEP) * INTERFERENCE_STEP, 6)
@@ -742,7 +759,9 @@ class RulesDecider(Decider):
         # from 17 nodes on, round 0 raced descents from the rules' and the uniform mappings; later rounds
         # descend from what was measured best (the model's earlier optima), the budget theirs alone
         starts = top if screened else list(dict.fromkeys(comp.starts + top))
-        res = self._search(sc, comp, kappa, starts, model, factors)
+        fit_timed = comp.timings_memo(factors)
+        res = self._search(sc, comp, kappa, starts, model, factors,
+                           {c: fit_timed[(kappa, c)] for c in starts if (kappa, c) in fit_timed})
         est = model.with_interference(kappa)
 
         fitted = comp.memo(factors)  # the last fit estimated the measured mappings it read at this kappa

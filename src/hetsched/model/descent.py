@@ -222,6 +222,10 @@ class _Search:
         self.budget = budget
         self.rng = random.Random(seed)
         self.seen: dict[Codes, float] = {}
+        self.fused: Callable[[Codes], tuple[float, Timings | None]] | None = getattr(est, "e2e_timings", None)
+        """The estimator's E2E and timings from one simulation, when it offers that (the ``rules`` decider's
+        :meth:`~hetsched.deciders.estimate.Estimator.e2e_timings`, which also keeps its timings: a descent's
+        first step from a mapping not yet estimated reads both)."""
         n = len(allowed)
         self.n = n
         self.tool = est.compiled.tool_idx
@@ -429,6 +433,11 @@ class _Search:
         return out
 
     def descend(self, cur: Codes) -> tuple[Codes, float]:
+        if (self.screen and self.fused is not None and cur not in self.seen
+                and len(self.seen) + 1 + self.timed < self.budget and len(self.seen) + 1 < self.limit):
+            # its first step reads the start's timings: the E2E comes from the same simulation
+            cur_e, _ = self.fused(cur)
+            self.seen[cur] = cur_e
         cur_e = self.value(cur)
         improved = True
         while improved and not self.spent:
@@ -619,6 +628,9 @@ def local_search(
                             timed_out=not complete)
     search.deadline = deadline
     for s in starts:
+        if screen and search.fused is not None and s not in search.seen:
+            # the race's descents read each start's timings first: its E2E from the same simulation
+            search.seen[s] = search.fused(s)[0]
         search.value(s)
     ranked = sorted(dict.fromkeys(starts), key=lambda c: (search.seen[c], c))
     if screen:
