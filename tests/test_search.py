@@ -956,6 +956,25 @@ def test_best_known_with_a_screened_first_round_is_deterministic_and_its_bound_h
     assert refs[0].lower_bound_ms <= opt * (1 + 1e-9) and opt <= refs[0].e2e_ms * (1 + 1e-9)
 
 
+
+@pytest.mark.parametrize("screened_first", [False, True])
+def test_a_time_budget_ends_a_race_whose_legs_are_screened(monkeypatch: pytest.MonkeyPatch,
+                                                           screened_first: bool) -> None:
+    """Screened legs (the continuations at scale, and the first round with ``RACE_SCREENED_FIRST``) have no
+    simulation budget under ``max_seconds``: only their deadline ends them. Two processes, a one-second budget on a
+    workflow at scale: the reference comes back (a leg without its deadline would run forever), feasible, its E2E
+    the simulator's and its bound below it."""
+    import hetsched.search.reference as ref_mod
+
+    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)  # worker processes whatever the budget
+    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", screened_first)
+    sc = big_fanout(ref_mod.RACE_SCREENED_MIN_NODES)
+    assert ref_mod._at_scale(sc)
+    ref = best_known(sc, seed=4, max_seconds=1.0, workers=2)
+    assert sc.infeasibility(ref.mapping) is None
+    assert Simulator(sc, noise=False).e2e(ref.mapping) == pytest.approx(ref.e2e_ms)
+    assert ref.lower_bound_ms is not None and 0 < ref.lower_bound_ms <= ref.e2e_ms
+
 def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:
     """``resume``'s ``deadline`` (the screened lane's time budget): past it no kick starts, the result is the one
     resumed; without it the search goes on as the decider's does."""
