@@ -8,7 +8,6 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -855,7 +854,6 @@ def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lanes_with_the_screened
     monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
     monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
     monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 54 else 23)  # s54: one node short
-    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", False)  # the first round screened: the test below
     sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
     evals = 1_500
     with monkeypatch.context() as off:
@@ -882,98 +880,20 @@ def test_a_race_of_two_lanes_or_more_goes_on_in_its_last_lanes_with_the_screened
     assert found[0].e2e_ms <= min(leg[3].e2e_ms for leg in first[: lanes * ref_mod.RACE_TRAJECTORIES])
 
 
-@pytest.mark.parametrize(("sc_seed", "family", "mode", "lanes"),
-                         [(56, "fanout", Mode.THREE_WAY, 2), (57, "layered", Mode.THREE_WAY, 3),
-                          (58, "forkjoin", Mode.THREE_WAY, 1), (59, "random", Mode.BINARY, 2),
-                          (60, "random", Mode.THREE_WAY, 2)])
-def test_at_scale_the_first_round_runs_the_screened_search_too(
-        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, mode: Mode, lanes: int) -> None:
-    """With ``RACE_SCREENED_FIRST`` (off by default), where the continuations are screened (two lanes or more,
-    three-way, at scale) every first-round trajectory runs the screened search too, from its own start with its own
-    budget: no worse than its start, within its simulations, a feasible mapping whose E2E is the simulator's; the race
-    is the same for a seed with one process or two and never worse than its first round. One lane, binary workflows
-    and smaller ones (s60: one node short), and the option off (the default): no first-round leg screened."""
-    import hetsched.search.local_search as ls
-    import hetsched.search.reference as ref_mod
-
-    legs: list[tuple[ref_mod._Leg, ls.SearchResult, float]] = []
-    real = ref_mod._Trajectories.__call__
-
-    def spied(self: ref_mod._Trajectories, leg: ref_mod._Leg) -> ls.SearchResult:
-        found = real(self, leg)
-        legs.append((leg, found, ls.Evaluator(self.scenario)(leg.origin)))
-        return found
-
-    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
-    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
-    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22 if sc_seed != 60 else 23)
-    sc = random_search_scenario(22, sc_seed, family=family, mode=mode)
-    evals = 1_500
-    count = ref_mod.RACE_TRAJECTORIES * lanes
-
-    def race(workers: int) -> ls.SearchResult:
-        return ref_mod.race(sc, ls.Evaluator(sc), ls.start_mappings(sc), seed=5, max_seconds=None, max_evals=evals,
-                            workers=workers, lanes=lanes)
-
-    assert ref_mod.RACE_SCREENED_FIRST is False
-    race(1)
-    assert len(legs) >= count and not any(leg.screened for leg, _, _ in legs[:count])
-    legs.clear()
-    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", True)
-    found = [race(w) for w in (1, 2)]
-    assert len({(f.codes, f.e2e_ms, f.evaluations) for f in found}) == 1
-    first = legs[:count]  # the run in this process (the spy sees it)
-    at_scale = lanes > 1 and mode is Mode.THREE_WAY and sc_seed != 60
-    assert all(leg.screened == at_scale for leg, _, _ in first)
-    sim = Simulator(sc, noise=False)
-    for leg, got, origin_e in first:
-        assert got.e2e_ms <= origin_e
-        assert leg.evals is not None and got.evaluations <= leg.evals + len(sc.workflow.nodes) * 3
-        mapping = Mapping(zip(sc.workflow.node_ids, (Placement.of_code(c) for c in got.codes), strict=True))
-        assert sc.infeasibility(mapping) is None and sim.e2e(mapping) == got.e2e_ms
-    assert found[0].e2e_ms <= min(got.e2e_ms for _, got, _ in first)
-
-
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 10_000), st.sampled_from(["layered", "fanout", "forkjoin", "random"]))
-def test_best_known_with_a_screened_first_round_is_deterministic_and_its_bound_holds(sc_seed: int,
-                                                                                     family: str) -> None:
-    """At scale on two lanes with ``RACE_SCREENED_FIRST`` (the first round and the continuations screened),
-    ``best_known`` with ``max_evals`` is the same for a seed on every call, its mapping feasible, and its lower bound
-    at most the exact optimum, which is at most its E2E."""
-    import hetsched.search.reference as ref_mod
-
-    sc = random_search_scenario(8, sc_seed, family=family, mode=Mode.THREE_WAY)
-    opt = solve(sc, max_seconds=None).e2e_ms
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 8)
-        mp.setattr(ref_mod, "RACE_SCREENED_FIRST", True)
-        refs = [best_known(sc, seed=3, max_seconds=None, max_evals=600, lanes=2, workers=1) for _ in range(2)]
-    assert refs[0].e2e_ms == refs[1].e2e_ms and refs[0].mapping == refs[1].mapping
-    assert refs[0].lower_bound_ms == refs[1].lower_bound_ms
-    assert sc.infeasibility(refs[0].mapping) is None
-    assert refs[0].lower_bound_ms is not None
-    assert refs[0].lower_bound_ms <= opt * (1 + 1e-9) and opt <= refs[0].e2e_ms * (1 + 1e-9)
-
-
-
-@pytest.mark.parametrize("screened_first", [False, True])
-def test_a_time_budget_ends_a_race_whose_legs_are_screened(monkeypatch: pytest.MonkeyPatch,
-                                                           screened_first: bool) -> None:
-    """Screened legs (the continuations at scale, and the first round with ``RACE_SCREENED_FIRST``) have no
-    simulation budget under ``max_seconds``: only their deadline ends them. Two processes, a one-second budget on a
-    workflow at scale: the reference comes back (a leg without its deadline would run forever), feasible, its E2E
-    the simulator's and its bound below it."""
+def test_a_time_budget_ends_a_race_whose_legs_are_screened(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Screened legs (the continuations at scale) have no simulation budget under ``max_seconds``: only their
+    deadline ends them. Two processes, a one-second budget on a workflow at scale: the reference comes back (a leg
+    without its deadline would run forever), feasible, its E2E the simulator's and its bound below it."""
     import hetsched.search.reference as ref_mod
 
     monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)  # worker processes whatever the budget
-    monkeypatch.setattr(ref_mod, "RACE_SCREENED_FIRST", screened_first)
     sc = big_fanout(ref_mod.RACE_SCREENED_MIN_NODES)
     assert ref_mod._at_scale(sc)
     ref = best_known(sc, seed=4, max_seconds=1.0, workers=2)
     assert sc.infeasibility(ref.mapping) is None
     assert Simulator(sc, noise=False).e2e(ref.mapping) == pytest.approx(ref.e2e_ms)
     assert ref.lower_bound_ms is not None and 0 < ref.lower_bound_ms <= ref.e2e_ms
+
 
 def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:
     """``resume``'s ``deadline`` (the screened lane's time budget): past it no kick starts, the result is the one
@@ -989,93 +909,6 @@ def test_a_screened_search_resumed_past_its_deadline_kicks_no_more() -> None:
     late = resume(first, 2_000, seed=2, deadline=0.0)
     assert (late.best, late.e2e_ms, len(late.seen)) == (first.best, first.e2e_ms, len(first.seen))
     assert len(resume(first, 2_000, seed=2).seen) > len(first.seen)
-
-
-@pytest.mark.parametrize(("sc_seed", "family", "lanes"), [(71, "layered", 2), (72, "fanout", 3), (73, "random", 1)])
-def test_at_scale_the_race_can_run_each_distinct_start_once_and_the_continuation_gets_the_rest(
-        monkeypatch: pytest.MonkeyPatch, sc_seed: int, family: str, lanes: int) -> None:
-    """With ``RACE_DISTINCT_AT_SCALE`` (off by default), at scale (three-way, ``RACE_SCREENED_MIN_NODES`` nodes or
-    more) the first round races each distinct start once, in whole rounds (the best start again only to fill the
-    last round's lanes, or every lane), each leg with ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget and the
-    seed it has in four rounds; the continuation gets what the round left of each lane's budget, so the race's
-    simulations stay within it; with a time budget the round's deadlines are whole rounds' shares and the
-    continuation ends at the budget. A smaller workflow's first round is four rounds as before. Never worse than
-    its best start."""
-    import hetsched.search.local_search as ls
-    import hetsched.search.reference as ref_mod
-
-    legs: list[tuple[ref_mod._Leg, ls.SearchResult]] = []
-    real = ref_mod._Trajectories.__call__
-
-    def spied(self: ref_mod._Trajectories, leg: ref_mod._Leg) -> ls.SearchResult:
-        found = real(self, leg)
-        legs.append((leg, found))
-        return found
-
-    monkeypatch.setattr(ref_mod._Trajectories, "__call__", spied)
-    monkeypatch.setattr(ref_mod, "RACE_DISTINCT_AT_SCALE", True)
-    sc = random_search_scenario(22, sc_seed, family=family, mode=Mode.THREE_WAY)
-    rng = np.random.default_rng(sc_seed)
-    starts = list(dict.fromkeys([*ls.start_mappings(sc), tuple(int(rng.choice(a)) for a in sc.compiled.allowed)]))
-    ev = ls.Evaluator(sc)
-    ranked = [s for e, s in sorted((ev(s), s) for s in starts) if e < math.inf]
-    evals, per_leg = 2_000, int(ref_mod.RACE_SHARE * 2_000 / ref_mod.RACE_TRAJECTORIES)
-
-    def run(min_nodes: int) -> tuple[ls.SearchResult, list[tuple[ref_mod._Leg, ls.SearchResult]], int]:
-        legs.clear()
-        monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", min_nodes)
-        race_ev = ls.Evaluator(sc)
-        found = ref_mod.race(sc, race_ev, starts, seed=3, max_seconds=None, max_evals=evals, workers=1, lanes=lanes)
-        return found, list(legs), race_ev.evaluations
-
-    for min_nodes in (22, 23):  # at scale, then one node short
-        found, seen, own = run(min_nodes)
-        distinct = ranked[:ref_mod.RACE_TRAJECTORIES * lanes]
-        count = (max(lanes, -(-len(distinct) // lanes) * lanes) if min_nodes == 22
-                 else ref_mod.RACE_TRAJECTORIES * lanes)
-        first, rest = seen[:count], seen[count:]
-        assert [leg.origin for leg, _ in first] == distinct[:count] + [ranked[0]] * (count - len(distinct[:count]))
-        assert [leg.seed for leg, _ in first] == [3 + j for j in range(count)]
-        assert all(leg.evals == per_leg for leg, _ in first)
-        best_e, best = min((r.e2e_ms, r.codes) for _, r in first)
-        assert len(rest) == lanes and all(leg.origin == best for leg, _ in rest)
-        used = own + sum(r.evaluations for _, r in first)
-        assert all(leg.evals == evals - -(-used // lanes) for leg, _ in rest)
-        assert found.e2e_ms <= best_e <= min(ev(s) for s in starts)
-        assert found.evaluations <= lanes * evals + len(starts) + 3 * len(sc.workflow.nodes) * len(rest)
-    # with a time budget: whole rounds' deadlines, the continuation to the end of the budget
-    monkeypatch.setattr(ref_mod, "RACE_SCREENED_MIN_NODES", 22)
-    monkeypatch.setattr(ref_mod, "MIN_PARALLEL_SECONDS", 0.0)
-    monkeypatch.setattr(ref_mod, "process_count", lambda workers: lanes)
-
-    class InProcess:  # the lanes' pool, run here so the spy sees its legs
-        def __init__(self, processes: int, initializer: Any, initargs: tuple[object, ...]) -> None:
-            initializer(*initargs)
-
-        def imap(self, f: Any, items: Any) -> Any:
-            return map(f, items)
-
-        def map(self, f: Any, items: Any) -> list[Any]:
-            return list(map(f, items))
-
-        def terminate(self) -> None:
-            pass
-
-        def join(self) -> None:
-            pass
-
-    monkeypatch.setattr(ref_mod, "pool_context", lambda: type("Context", (), {"Pool": InProcess}))
-    legs.clear()
-    budget = 0.5
-    ref_mod.race(sc, ls.Evaluator(sc), starts, seed=3, max_seconds=budget, max_evals=None, workers=1)
-    deadlines = [leg.deadline for leg, _ in legs if leg.deadline is not None]
-    assert len(deadlines) == len(legs) and legs[-1][0].deadline == max(deadlines)
-    count = max(lanes, -(-len(ranked[:ref_mod.RACE_TRAJECTORIES * lanes]) // lanes) * lanes)
-    step = ref_mod.RACE_SHARE * budget / ref_mod.RACE_TRAJECTORIES
-    t0 = legs[-1][0].deadline - budget  # type: ignore[operator]
-    for j, (leg, _) in enumerate(legs[:count]):
-        assert leg.deadline == pytest.approx(t0 + (j // lanes + 1) * step)
-    assert count // lanes * step <= ref_mod.RACE_SHARE * budget + 1e-12
 
 
 @pytest.mark.parametrize(("sc_seed", "family", "timed"), [(81, "layered", False), (82, "forkjoin", True),

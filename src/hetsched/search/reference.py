@@ -35,7 +35,6 @@ from hetsched.model.contention import Timings, simulate, simulate_e2e
 from hetsched.model.descent import local_search as descent_search
 from hetsched.model.descent import resume
 from hetsched.model.errors import ParameterError, UnknownValueError, did_you_mean
-from hetsched.model.mapping import QUEUE_CODE
 from hetsched.search.bounds import BoundModel
 from hetsched.search.local_search import Evaluator, SearchResult, local_search, start_mappings
 from hetsched.search.lower_bound import dual_bound_ms, lower_bound, root_bound_ms
@@ -95,40 +94,11 @@ plain race whatever it says."""
 RACE_SCREENED_MIN_NODES = 40
 """Fewest nodes of a three-way workflow whose race has screened lanes (``RACE_SCREENED_LANES``): a workflow *at
 scale* (:func:`_at_scale`), where the best-first bound search is skipped (``BOUND_SEARCH_AT_SCALE``)."""
-RACE_DISTINCT_AT_SCALE = False
-"""Whether, at scale, the race's first round runs each distinct start once (the best start again only to fill its
-last round's lanes), each leg with its ``RACE_SHARE / RACE_TRAJECTORIES`` of a lane's budget and its seed of the four
-rounds, and the continuation gets what the rounds left (with five distinct starts on two lanes, three rounds: 70% of
-the budget to the continuation instead of 60%). Off: at ``max_evals=8000, lanes=2`` on 12 50-tool three-way
-workflows it was better on 3 (by 0.02-0.22%), equal on 8 and worse on 1 (fork-join s323 by 0.49%: the best start's
-repeats had tied the first round in E2E and START went on from another of them, with another seed); geometric mean
-1.0001 (BENCHMARKS.md, "More of the budget to the continuations")."""
 BOUND_SEARCH_AT_SCALE = False
 """Whether the best-first bound search runs (its probe, ``BOUND_PROBE_SHARE``) at scale. Off: at 50 tools it
 raised the empty mapping's bound by under 1% in 2 s on seven fresh workflows, 16-55% below the relaxation's, and
 its probe took 0.3 s of a 10 s budget that the race has instead. The lower bound is then the empty mapping's,
 the Lagrangian bound's or the relaxation's, whichever is largest (a bound all the same: never above the optimum)."""
-RACE_SCREENED_EXCHANGE = False
-"""Whether the screened lanes' kicks include the decider's exchanges between the CPU and the GPU on three-way
-workflows (``hetsched.model.descent.EXCHANGE_KICK_SHARE_3W``)."""
-"""Whether the race's trajectories draw exchange kicks on three-way workflows (``local_search``'s ``exchange``:
-a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
-simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
-0.02-0.4%), equal on one and worse on two (fan-out s141 by 2.2%: another basin), so the race is as before."""
-RACE_SCREENED_FIRST = False
-"""Whether, where the continuations are screened (two lanes or more, three-way, ``RACE_SCREENED_MIN_NODES`` nodes
-or more: ``RACE_SCREENED_LANES``), the first round's trajectories run the same screened search
-(:meth:`_Trajectories._screened`: the ``rules`` decider's kicks and critical-chain descents on the exact model, from
-each leg's start, within its simulations or its deadline) instead of the iterated local search. At 50 tools a
-first-round leg has a few hundred to 3,200 simulations: the plain search's first descent and windows barely start
-there (five of eight legs of a 10 s race from the first search's best had ended where they began), where the
-screened one kicks and descends a few dozen times, so the race picks its basin from more of each. At
-``max_evals=8000, lanes=2`` on 18 50-tool three-way tuning workflows it was better on 10 (fan-out s323 by 6.1%),
-equal on 3 and worse on 5 (by 0.02-2.8%; geometric mean 0.9979), with about a fifth less CPU for the same
-simulations; but with the default 10 s budget, side by side on eight unseen workflows (seeds 194 and 383), it was
-better on 3 (fan-out s383 by 3.5%), equal on 1 and worse on 4 (layered s383 by 1.2% and 0.9% in two runs), behind
-the 60 s ILS on 4 of 8 where the race as before was behind on 3 (BENCHMARKS.md, "The first round screened too").
-Off: the first round is the iterated local search, as before."""
 RACE_STEPS_PER_SIMULATION = 0.25
 """With ``max_evals``, the race's trajectories take at most this many search steps (bounded neighbourhoods) per
 simulation of their budget, so the budget holds in time too: a step bounds a whole neighbourhood, and on 20-node
@@ -247,8 +217,6 @@ class _Trajectories:
         est = _ExactEstimates(sc)
         allowed = [tuple(p.code for p in sc.allowed(n)) for n in sc.workflow.node_ids]
         first = descent_search(est, [leg.origin], allowed, max_evaluations=1, seed=leg.seed, screen=True)
-        if first.state is not None:
-            first.state.exchange_3w = RACE_SCREENED_EXCHANGE and any(QUEUE_CODE in a for a in allowed)
         more = _SCREENED_UNBOUNDED if leg.evals is None else max(0, leg.evals - est.evaluations)
         found = resume(first, more, leg.seed, deadline=leg.deadline)
         return SearchResult(found.best, found.e2e_ms, est.evaluations, time.perf_counter() - t0,
@@ -354,19 +322,14 @@ def race(
     procs = race_processes(workers, max_seconds, max_evals)
     width = max(1, procs if max_seconds is not None else lanes or 1)
     origins = [s for _, s in ranked[:RACE_TRAJECTORIES * width]]
-    # with RACE_DISTINCT_AT_SCALE (off), at scale the first round races each distinct start once, in whole rounds
-    # (the best start again only to fill the last); otherwise the best start again to four rounds
-    first = (max(width, -(-len(origins) // width) * width) if _at_scale(scenario) and RACE_DISTINCT_AT_SCALE
-             else RACE_TRAJECTORIES * width)
-    origins += [origins[0]] * (first - len(origins))
+    origins += [origins[0]] * (RACE_TRAJECTORIES * width - len(origins))  # the best start again to four rounds
     run = _Trajectories(scenario, ev.bounds, known, start_mappings(scenario, ev), target)
     screened_lanes = RACE_SCREENED_LANES if _at_scale(scenario) else 0
     # each leg has a RACE_TRAJECTORIES-th of the first round's share, however many rounds there are
     legs = [_Leg(seed + j, o,
                  None if max_seconds is None
                  else t0 + (j // width + 1) * RACE_SHARE * max_seconds / RACE_TRAJECTORIES,
-                 None if max_evals is None else int(RACE_SHARE * max_evals / RACE_TRAJECTORIES),
-                 screened=RACE_SCREENED_FIRST and width > 1 and screened_lanes > 0)
+                 None if max_evals is None else int(RACE_SHARE * max_evals / RACE_TRAJECTORIES))
             for j, o in enumerate(origins)]
     pool = None
     try:
@@ -631,10 +594,7 @@ __all__ = [
     "MIN_PARALLEL_SECONDS",
     "MIN_RELAXATION_SECONDS",
     "NO_RELAXATION_NOTE",
-    "RACE_DISTINCT_AT_SCALE",
     "RACE_EXCHANGE",
-    "RACE_SCREENED_EXCHANGE",
-    "RACE_SCREENED_FIRST",
     "RACE_SCREENED_LANES",
     "RACE_SCREENED_MIN_NODES",
     "RACE_SHARE",
