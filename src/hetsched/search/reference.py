@@ -78,6 +78,10 @@ a time budget whose share is below this skips it, and the Lagrangian bound (0.1-
 lower bound is then the bound search's, at least the empty mapping's."""
 _TARGET_TOLERANCE = 1e-9
 RACE_EXCHANGE = False
+"""Whether the race's trajectories draw exchange kicks on three-way workflows (``local_search``'s ``exchange``:
+a few GPU nodes to the CPU and several CPU nodes onto the GPU, or the other way round). Off: measured at 40,000
+simulations x 2 lanes on seven 50-tool three-way workflows (tuning seeds 140-141), on it was better on four (by
+0.02-0.4%), equal on one and worse on two (fan-out s141 by 2.2%: another basin), so the race is as before."""
 RACE_SCREENED_LANES = 2
 """Lanes of a race with two or more (the last ones: with two, both) whose continuation from the first round's best
 runs the ``rules`` decider's search on the exact model instead of the iterated local search
