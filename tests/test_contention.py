@@ -265,8 +265,9 @@ def _old_step_e2e(c: Compiled, place: tuple[int, ...], kappa: float) -> float:
 
 
 OFFSET_RTOL = 1e-9
-"""The offset rounds otherwise than a subtraction per task: an E2E moves by a few ulps (relative 1e-13
-on these workflows); this bound leaves room for it, far below any difference a decision reads."""
+"""The offset rounds otherwise than a subtraction per task: an E2E moves by a few ulps (at most 1.1e-15
+relative over 1,380 generated cases, session 36); this bound leaves room for longer runs, far below any
+difference a decision reads."""
 
 
 @settings(max_examples=60, deadline=None)
