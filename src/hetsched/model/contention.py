@@ -57,6 +57,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import compress
 from typing import TYPE_CHECKING, cast
 
@@ -350,7 +351,8 @@ def _simulate(
         cold_of = cold if load_factor is None else [a * f for a, f in zip(cold, load_factor, strict=True)]
         load_now = list(load_of)  # each load's time, set at its admission
     timings = timings or record
-    budget, cores = c.budget, c.cores
+    cores = float(c.cores)  # (as a float: the same quotients and comparisons, without an int operand each event)
+    room = c.budget + EPS  # what the held memory may reach (admission)
     tool_vram = c.tool_vram
     # gpu_now residency: a tool stays resident until its last gpu_now node (of any instance) ends
     now_left = [0] * len(c.tools)
@@ -417,17 +419,22 @@ def _simulate(
     device_loads = sharing == _DEVICE
     cross = c.cross
     plain = not (cross or waits or sharing)
+    share = _gpu_shares(kap, n) if plain else ()  # share[k]: the GPU sharing's 1 + kappa (k - 1) of k running tasks
     load_run: dict[int, float] = {}  # loads in progress when they share (node -> remaining load ms)
     t = 0.0
     done = 0
+    per_task = False  # this event's CPU steps are per task (set with the rates, only off the plain path)
+    closed = follows is not None
 
     while True:
         # timed events due now, in (time, push order): arrivals (inputs complete) and finished loads
-        while now_due or (events and events[0][0] <= t + EPS):
+        while True:
             if now_due and not (events and events[0][0] <= t):
                 kind, v = _ARRIVE, now_due.popleft()
-            else:
+            elif events and events[0][0] <= t + EPS:
                 _, _, kind, v = heappop(events)
+            else:
+                break
             if kind == _LOADED:
                 if timings:
                     start[v] = t
@@ -458,7 +465,7 @@ def _simulate(
             else:
                 queue.append(v)
         # FIFO admission: only the head may enter, when it fits beside what is held
-        while queue and used + vram[queue[0]] <= budget + EPS:
+        while queue and used + vram[queue[0]] <= room:
             v = queue.popleft()
             used += vram[v]
             if timings:
@@ -472,7 +479,7 @@ def _simulate(
                 lv = load_now[v] = _warm_load(freed, t - warm_ms, vram[v], load_of[v], cold_of[v])
             else:
                 lv = load_of[v]
-            if lv > 0:
+            if lv > 0.0:
                 if sharing:
                     load_run[v] = lv
                     if device_loads:
@@ -488,8 +495,6 @@ def _simulate(
                 gpu_w.insert(i, wk)
                 gpu_v.insert(i, v)
                 util_sum += util[v]
-        if done == n:
-            break
         if not cpu_v and not gpu_v and not load_run:
             if events:
                 t = events[0][0]
@@ -508,11 +513,10 @@ def _simulate(
                 if due < dt:
                     dt = due
             if gpu_v:
-                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (len(gpu_v) - 1))
+                gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * share[len(gpu_v)]
                 due = (gpu_w[0] - gpu_off) * gpu_slow
                 if due < dt:
                     dt = due
-            per_task = False
         else:
             dt = _INF
             crossed = cross and cpu_v and (gpu_v or load_run)
@@ -559,22 +563,24 @@ def _simulate(
                 cpu_off = 0.0
             else:  # every task loses the same step: the device's offset takes it, one addition
                 cpu_off += dt / cpu_slow
-            while cpu_w and cpu_w[0] - cpu_off <= EPS:
+            while cpu_w[0] - cpu_off <= EPS:  # finished: a prefix of the order
                 finished.append(cpu_v.pop(0))
                 del cpu_w[0]
-            if not cpu_w:
-                cpu_off = 0.0
+                if not cpu_w:
+                    cpu_off = 0.0
+                    break
         if gpu_v:
             if len(gpu_w) == 1:
                 gpu_w[0] -= gpu_off + dt / gpu_slow
                 gpu_off = 0.0
             else:
                 gpu_off += dt / gpu_slow
-            while gpu_w and gpu_w[0] - gpu_off <= EPS:
+            while gpu_w[0] - gpu_off <= EPS:  # finished: a prefix of the order
                 finished.append(gpu_v.pop(0))
                 del gpu_w[0]
-            if not gpu_w:
-                gpu_off = 0.0
+                if not gpu_w:
+                    gpu_off = 0.0
+                    break
         if load_run:
             step = dt / load_slow
             loaded = []
@@ -616,7 +622,7 @@ def _simulate(
                     used -= vram[v]
                     if warm_ms:
                         freed.append([t, vram[v]])
-            if follows is not None:
+            if closed:
                 r = v // n1
                 left_of[r] -= 1
                 if left_of[r] == 0:  # instance r returned: release those that follow it
@@ -648,7 +654,7 @@ def _simulate(
                         todo.extend((g, _INF) for g in followers[f])
             on_cpu = p == CPU
             for w, delay in succs[v]:
-                arrive = t + delay if (pl[w] == CPU) != on_cpu else t  # data crossing PCIe
+                arrive = t + delay if delay and (pl[w] == CPU) != on_cpu else t  # data crossing PCIe (t + 0 is t)
                 if arrive > ready[w]:
                     ready[w] = arrive
                 preds_left[w] -= 1
@@ -665,6 +671,8 @@ def _simulate(
                 vram_tl[-1] = (t, used)
             elif vram_tl[-1][1] != used:
                 vram_tl.append((t, used))
+        if done == n:
+            break
 
     loads_ms = (_loads(pl, load_now if warm_ms else load_of) if not sharing else
                 _load_spans(pl, start, admitted)) if timings else []
@@ -683,6 +691,13 @@ def _simulate(
         return Timings(worst, per, released=released)
     return Timings(worst, per, ready=ready, admitted=admitted, start=start, end=end,
                    load=loads_ms, vram=vram_tl, released=released)
+
+
+@lru_cache(maxsize=16, typed=True)
+def _gpu_shares(kap: float, n: int) -> tuple[float, ...]:
+    """Per number k of running GPU tasks up to ``n``, the sharing's factor 1 + ``kap`` (k - 1) (the same
+    operations as computing it at each event; k = 0 unused), kept for the few kappas a session uses."""
+    return tuple(1.0 + kap * (k - 1) for k in range(n + 1))
 
 
 def _slowed(demand: float, cpu_slow: float) -> float:
