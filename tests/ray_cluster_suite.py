@@ -324,7 +324,10 @@ def test_a_failure_ends_the_round_typed_and_the_next_round_runs(cluster: Cluster
     trigger = tmp_path / "trigger.once"
     sc = flaky(tmp_path, **{flag: str(trigger)})
     try:
-        with RayExecutor(sc, address=cluster.address, timeout_s=60) as ex:
+        # a worker that dies takes with it the task events it had not sent yet (A's, when A ran in that worker):
+        # the executor then waits its whole event_timeout_s for them (15 s by default) and falls back to the
+        # workers' own clocks; nothing here reads an event's time, so 2 s is enough whatever the load
+        with RayExecutor(sc, address=cluster.address, timeout_s=60, event_timeout_s=2) as ex:
             m = Mapping({"A": C, "B": placement, "C": C})
             trigger.touch()
             bad = ex.run(m)
@@ -351,8 +354,12 @@ def test_memory_over_the_card_is_an_oom_and_a_timeout_is_a_timeout(cluster: Clus
             oom = ex.run(Mapping({"A": Q, "B": C}))
             assert oom.kind is InfeasibleKind.OOM and "over its card" in oom.reason, oom.reason
             slow.touch()
-            late = ex.run(Mapping({"A": C, "B": C}))  # B sleeps 120 s: only the 20 s limit can end it
-            assert late.kind is InfeasibleKind.TIMEOUT and "'B'" in late.reason, late.reason
+            # B sleeps 120 s: only the 20 s limit can end it. Queued, B is the round's only GPU node, so its limit
+            # is its own 20 s (a node's limit is the sum of those of every node of its class, CPU or GPU: on the
+            # CPU beside A it would wait 40 s)
+            late = ex.run(Mapping({"A": C, "B": Q}))
+            assert late.kind is InfeasibleKind.TIMEOUT and "'B'" in late.reason and "within 20 s" in late.reason, \
+                late.reason
             again = ex.run(Mapping({"A": C, "B": Q}))
             assert again.feasible, again.reason
     finally:
