@@ -23,13 +23,16 @@ simulation on it that every number hetsched prints comes from.
   device tasks and loads by 1 + x min(1, cores busy / cores), on top of the sharing above.
 - Edges carrying ``data_mb`` between a CPU node and a GPU node cost data_mb / pcie_mb_per_ms.
 
-Each device keeps its running tasks' remaining isolated work, which every event advances (the
-simulator's arithmetic, kept bit for bit: a virtual clock per device, as the decider's old
-estimator had, is faster on wide fan-outs but rounds differently, and the bench tables and golden
-files are pinned to these numbers). The work left is kept in ascending order: every task of a
-device loses the same step and rounding is monotone, so the order holds, the first task sets the
-device's next finish and the finished ones leave from the front. :func:`simulate_e2e` is the same
-loop returning the E2E alone (no :class:`Timings` built).
+Each device keeps its running tasks' remaining isolated work in ascending order, stored as work
+left + the device's progress offset (a virtual clock: the isolated work each of its running tasks
+has done since the device last emptied). Every task of a device loses the same step an event, so
+an event advances a device with one addition to its offset instead of a subtraction per running
+task (wide fork-joins run a few dozen at once), the order holds, the first task sets the device's
+next finish and the finished ones leave from the front. A task running alone keeps its own work
+left (a chain's arithmetic is a subtraction an event, as before the offset); the per-task CPU steps
+(tasks that wait part of the time, under oversubscribed cores) fold the offset in first. Against a
+subtraction per task, the offset moves an E2E by a few ulps (``tests/test_contention.py`` bounds
+it). :func:`simulate_e2e` is the same loop returning the E2E alone (no :class:`Timings` built).
 
 :func:`simulate` runs one or several instances of the workflow on one machine: instance r is
 released at ``releases[r]``, the instances share the resident ``gpu_now`` tools and the one FIFO
@@ -394,13 +397,18 @@ def _simulate(
     heapq.heapify(events)
     heappop, heappush = heapq.heappop, heapq.heappush
     # running tasks per device: their nodes and remaining isolated work, two lists in step kept in
-    # ascending order of the work left. Every event subtracts one step from all of a device's
-    # remaining work (one pass in C) and rounding is monotone, so the order holds: the first task
-    # sets the next event, the finished ones are a prefix, a newcomer goes in by bisection.
+    # ascending order of the work left. The work is stored as work left + the device's offset (the
+    # isolated work each of its running tasks has done since it last emptied): every task of a
+    # device loses the same step an event, which the offset takes in one addition, so the order
+    # holds; the first task sets the next event, the finished ones are a prefix, a newcomer goes in
+    # by bisection at its work + the offset. A task alone keeps its own work left (offset 0, the
+    # arithmetic of a subtraction an event); the per-task CPU steps (waits) fold the offset in first.
     cpu_v: list[int] = []
     cpu_w: list[float] = []
+    cpu_off = 0.0
     gpu_v: list[int] = []
     gpu_w: list[float] = []
+    gpu_off = 0.0
     threads_sum = 0.0  # cores demanded by the running CPU tasks (integer-valued without measured demands)
     util_sum = 0.0
     waits = c.waits
@@ -423,7 +431,7 @@ def _simulate(
             if kind == _LOADED:
                 if timings:
                     start[v] = t
-                wk = work_gpu[v]
+                wk = work_gpu[v] + gpu_off
                 i = bisect_right(gpu_w, wk)
                 gpu_w.insert(i, wk)
                 gpu_v.insert(i, v)
@@ -434,7 +442,7 @@ def _simulate(
             if p == CPU:
                 if timings:
                     admitted[v] = start[v] = t
-                wk = work_cpu[v]
+                wk = work_cpu[v] + cpu_off
                 i = bisect_right(cpu_w, wk)
                 cpu_w.insert(i, wk)
                 cpu_v.insert(i, v)
@@ -442,7 +450,7 @@ def _simulate(
             elif p == NOW:
                 if timings:
                     admitted[v] = start[v] = t
-                wk = work_gpu[v]
+                wk = work_gpu[v] + gpu_off
                 i = bisect_right(gpu_w, wk)
                 gpu_w.insert(i, wk)
                 gpu_v.insert(i, v)
@@ -475,7 +483,7 @@ def _simulate(
             else:
                 if timings:
                     start[v] = t
-                wk = work_gpu[v]
+                wk = work_gpu[v] + gpu_off
                 i = bisect_right(gpu_w, wk)
                 gpu_w.insert(i, wk)
                 gpu_v.insert(i, v)
@@ -496,12 +504,12 @@ def _simulate(
             dt = events[0][0] - t if events else _INF
             if cpu_v:
                 cpu_slow = threads_sum / cores if threads_sum > cores else 1.0
-                due = cpu_w[0] * cpu_slow
+                due = (cpu_w[0] - cpu_off) * cpu_slow
                 if due < dt:
                     dt = due
             if gpu_v:
                 gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (len(gpu_v) - 1))
-                due = gpu_w[0] * gpu_slow
+                due = (gpu_w[0] - gpu_off) * gpu_slow
                 if due < dt:
                     dt = due
             per_task = False
@@ -516,15 +524,20 @@ def _simulate(
                 if crossed:
                     cpu_slow *= cpu_x
                 per_task = waits and cpu_slow > 1.0
-                # a task waiting part of the time slows only on its busy part
-                dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow) if per_task else cpu_w[0] * cpu_slow
+                if per_task:  # a task waiting part of the time slows only on its busy part: per-task steps,
+                    if cpu_off:  # on the work left itself (the offset folded in)
+                        cpu_w = [w - cpu_off for w in cpu_w]
+                        cpu_off = 0.0
+                    dt = _per_task_dt(cpu_v, cpu_w, threads, cpu_slow)
+                else:
+                    dt = (cpu_w[0] - cpu_off) * cpu_slow
             if gpu_v or load_run:
                 k = len(gpu_v) + len(load_run) if device_loads else len(gpu_v)
                 gpu_slow = (util_sum if util_sum > 1.0 else 1.0) * (1.0 + kap * (k - 1)) if k else 1.0
                 if crossed:
                     gpu_slow *= dev_x
                 if gpu_v:
-                    due = gpu_w[0] * gpu_slow
+                    due = (gpu_w[0] - gpu_off) * gpu_slow
                     if due < dt:
                         dt = due
                 if load_run:
@@ -541,23 +554,27 @@ def _simulate(
         if cpu_v:
             if per_task:  # per-task steps may reorder the work left: sort it again
                 cpu_v, cpu_w = _per_task_step(cpu_v, cpu_w, threads, cpu_slow, dt)
-            elif len(cpu_w) == 1:
-                cpu_w[0] -= dt / cpu_slow
-            else:  # inline, not a call: the hot loop of every estimate (rounding as w - step, per task)
-                step = dt / cpu_slow
-                cpu_w = [w - step for w in cpu_w]
-            while cpu_w and cpu_w[0] <= EPS:
+            elif len(cpu_w) == 1:  # alone: its own work left, the offset folded in (none when it ran alone)
+                cpu_w[0] -= cpu_off + dt / cpu_slow
+                cpu_off = 0.0
+            else:  # every task loses the same step: the device's offset takes it, one addition
+                cpu_off += dt / cpu_slow
+            while cpu_w and cpu_w[0] - cpu_off <= EPS:
                 finished.append(cpu_v.pop(0))
                 del cpu_w[0]
+            if not cpu_w:
+                cpu_off = 0.0
         if gpu_v:
             if len(gpu_w) == 1:
-                gpu_w[0] -= dt / gpu_slow
+                gpu_w[0] -= gpu_off + dt / gpu_slow
+                gpu_off = 0.0
             else:
-                step = dt / gpu_slow
-                gpu_w = [w - step for w in gpu_w]
-            while gpu_w and gpu_w[0] <= EPS:
+                gpu_off += dt / gpu_slow
+            while gpu_w and gpu_w[0] - gpu_off <= EPS:
                 finished.append(gpu_v.pop(0))
                 del gpu_w[0]
+            if not gpu_w:
+                gpu_off = 0.0
         if load_run:
             step = dt / load_slow
             loaded = []
@@ -572,7 +589,7 @@ def _simulate(
                     util_sum -= LOAD_UTIL
                 if timings:
                     start[v] = t
-                wk = work_gpu[v]
+                wk = work_gpu[v] + gpu_off
                 i = bisect_right(gpu_w, wk)
                 gpu_w.insert(i, wk)
                 gpu_v.insert(i, v)
