@@ -65,12 +65,18 @@ HEAD_VRAM, WORKER_VRAM = 30, 16
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """The two-node cluster; stopped at the end, and nothing of it may outlive the session."""
+    """The two-node cluster, both nodes joined; stopped at the end, and nothing of it may outlive the session."""
     loopback_up()
     assert only_loopback(), "the suite must run where only loopback exists"
     folder = Path(NS_DIR) / "cluster"
     c = start_cluster(folder, head={"num_cpus": 0, "num_gpus": 1, "resources": {"vram_mb": HEAD_VRAM}},
                       workers=[{"num_cpus": 2, "num_gpus": 1, "resources": {"vram_mb": WORKER_VRAM}}])
+    try:
+        # every test, whichever runs first (HETSCHED_RAY_SUITE_K selects some), finds both nodes joined
+        c.wait_joined(timeout_s=180)
+    except BaseException:
+        c.stop()
+        raise
     yield c
     c.stop()
     deadline = time.monotonic() + 30
@@ -111,12 +117,9 @@ def wide() -> Scenario:
 
 @pytest.fixture(scope="session")
 def wide_ex(cluster: Cluster, tools: dict[str, Spin]) -> Iterator[RayExecutor]:
-    """An executor on the cluster (connected by address); waits until both nodes have joined."""
+    """An executor on the cluster (connected by address; both nodes have joined: see ``cluster``)."""
     ex = RayExecutor(wide(), address=cluster.address, timeout_s=60)
-    deadline = time.monotonic() + 180
-    while len(ex.refresh_hosts()) < 2:
-        assert time.monotonic() < deadline, "the worker node did not join"
-        time.sleep(0.5)
+    assert len(ex.refresh_hosts()) == 2, "both nodes joined before the session's first test"
     yield ex
     ex.close()
 
