@@ -111,6 +111,28 @@ class Cluster:
         proc = self.processes[name]
         _kill({proc.pid, *descendants(proc.pid)})
 
+    def wait_joined(self, timeout_s: float = 180.0) -> None:
+        """Wait until every node of the cluster is alive in Ray's node table (a worker node joins some
+        seconds after its ``ray start``, more on a loaded machine): one driver process polls
+        ``ray.nodes()`` for at most ``timeout_s``. Fails saying which nodes joined, with the log of
+        any node whose ``ray start`` exited."""
+        want = len(self.processes)
+        argv = [sys.executable, "-c", _WAIT_JOINED, self.address, str(want), str(timeout_s)]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout_s + 120,
+                                  check=False)
+            joined, rc = (proc.stdout.strip().splitlines() or ["[]"])[-1], proc.returncode
+            detail = proc.stderr[-2000:]
+        except subprocess.TimeoutExpired:
+            joined, rc, detail = "unknown", -1, f"the waiting driver did not end within {timeout_s + 120:g} s"
+        if rc == 0:
+            return
+        exited = {name: p.returncode for name, p in self.processes.items() if p.poll() is not None}
+        logs = "".join(f"\n--- {name}.log:\n{(self.temp_dir.parent / f'{name}.log').read_text(errors='replace')[-2000:]}"
+                       for name in exited)
+        raise RuntimeError(f"{want} Ray nodes were started but within {timeout_s:g} s only these joined (their "
+                           f"resources): {joined}; ray start exited: {exited or 'none'}; driver: {detail}{logs}")
+
     def pids(self) -> set[int]:
         """Every live process whose command line names this cluster's temp dir."""
         marker = str(self.temp_dir).encode()
@@ -121,6 +143,24 @@ class Cluster:
                     if marker in (entry / "cmdline").read_bytes():
                         found.add(int(entry.name))
         return found
+
+
+_WAIT_JOINED = """
+import json, sys, time
+import ray
+address, want, timeout_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline = time.monotonic() + timeout_s
+ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+while True:
+    alive = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    if len(alive) >= want:
+        sys.exit(0)
+    if time.monotonic() > deadline:
+        print(json.dumps(alive))
+        sys.exit(3)
+    time.sleep(0.5)
+"""
+"""A driver that waits until ``want`` nodes are alive (:meth:`Cluster.wait_joined`)."""
 
 
 def descendants(pid: int) -> set[int]:

@@ -257,7 +257,8 @@ class RayExecutor(ClosingExecutor):
             in as many Ray workers per node as the round can use at once, so its tasks find warm
             workers (outside the E2E, like the local executor's warm phase).
         events: read Ray's task events for the trace (False: the workers' own clocks only).
-        event_timeout_s: how long to wait for Ray's task events after a round.
+        event_timeout_s: how long to wait for Ray's task events after a round (a failed round waits
+            for none of those of nodes whose Ray worker has died: they died with it).
         load_timeout_s: how long ``gpu_now`` actors may take to be placed and to load.
         shutdown_timeout_s: how long ``close()`` waits for Ray's teardown before it stops a local
             cluster's processes by force (:data:`SHUTDOWN_TIMEOUT_S`; :attr:`teardown_note` says so).
@@ -1327,37 +1328,80 @@ class _Round:
                             ray.get(ref, timeout=0)
 
     def collect_events(self) -> list[str]:
-        """Read Ray's task events of this round into the facts; notes on what could not be read."""
+        """Read Ray's task events of this round into the facts; notes on what could not be read.
+
+        Waits (at most ``event_timeout_s``) until every node that finished has its events. In a failed
+        round it stops waiting for the nodes whose Ray worker has died (a crash takes the events it had
+        not sent yet with it): once every node still owed events is such a node, it reads once more
+        (what a worker sent just before it died) and ends."""
         if not self.ex.events:
             return ["Ray's task events were not read (events=false): times come from the workers' own clocks"]
         from ray.util.state import list_tasks
 
         ids = set(self.facts.task_ids.values())
-        wanted = {self.facts.task_ids[n] for n in self.facts.metas}
+        wanted = {self.facts.task_ids[n]: n for n in self.facts.metas}
         job = ray.get_runtime_context().get_job_id()
         deadline = time.time() + self.ex.event_timeout_s
         # every task of the round carries the round's name: one query finds them all, however many tasks
         # the job has run (Ray's state API can only filter by equality, and its limit keeps arbitrary ones)
         limit = len(ids) + len(self.extra_ids) + 100
-        while True:
-            try:
-                rows = list_tasks(address=ray.get_runtime_context().gcs_address,
-                                  filters=[("job_id", "=", job), ("name", "=", self.tag)], detail=True, limit=limit,
-                                  timeout=30, raise_on_missing_output=False)
-            except Exception as exc:  # the state API raises several types when the dashboard is absent
-                return [f"Ray's state API is unavailable ({_first_line(exc)}): times come from the workers' own "
-                        "clocks"]
+
+        def read() -> dict[str, str]:
+            """Record the events that arrived; the nodes still owed theirs (task id -> node)."""
+            rows = list_tasks(address=ray.get_runtime_context().gcs_address,
+                              filters=[("job_id", "=", job), ("name", "=", self.tag)], detail=True, limit=limit,
+                              timeout=30, raise_on_missing_output=False)
             for row in rows:
                 data = asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(vars(row))
                 ev = TaskEvents.from_state(data)
                 if ev.task_id in ids:
                     self.facts.events[ev.task_id] = ev
             got = self.facts.events
-            if all(t in got and got[t].terminal and got[t].exec_ms is not None for t in wanted):
-                return []
+            return {t: n for t, n in wanted.items()
+                    if not (t in got and got[t].terminal and got[t].exec_ms is not None)}
+
+        while True:
+            try:
+                owed = read()
+                if not owed:
+                    return []
+                lost = self.died_with_worker(owed) if self.failure is not None else []
+                if lost and len(lost) == len(owed):
+                    owed = read()
+                    lost = [n for n in lost if n in owed.values()]
+                    if not lost:
+                        return []
+                    return [f"Ray's task events of nodes {lost} died with the Ray worker that ran them (it exited "
+                            "before sending them): the executor did not wait for them"]
+            except Exception as exc:  # the state API raises several types when the dashboard is absent
+                return [f"Ray's state API is unavailable ({_first_line(exc)}): times come from the workers' own "
+                        "clocks"]
             if time.time() > deadline:
-                return []
+                return [f"Ray's task events of nodes {sorted(owed.values(), key=self.order.__getitem__)} were still "
+                        f"incomplete after event_timeout_s={self.ex.event_timeout_s:g} s"]
             time.sleep(0.1)
+
+    def died_with_worker(self, owed: dict[str, str]) -> list[str]:
+        """The nodes among ``owed`` (task id -> node) whose Ray worker (node and pid, from the worker's
+        own meta) Ray lists as dead, in topological order."""
+        from ray.util.state import list_workers
+
+        try:
+            rows = list_workers(address=ray.get_runtime_context().gcs_address, limit=10_000, timeout=30,
+                                raise_on_missing_output=False)
+        except Exception:  # unknown: keep waiting for the events
+            return []
+        dead: set[tuple[str, int]] = set()
+        alive: set[tuple[str, int]] = set()
+        for row in rows:
+            (alive if row.is_alive else dead).add((str(row.node_id), int(row.pid)))
+        dead -= alive  # a pid reused on its node by a live worker is not known dead
+        out = []
+        for n in owed.values():
+            meta = self.facts.metas[n]
+            if (str(meta.get("host")), int(meta.get("pid") or -1)) in dead:
+                out.append(n)
+        return sorted(out, key=self.order.__getitem__)
 
     def notes(self) -> list[str]:
         notes: list[str] = []
