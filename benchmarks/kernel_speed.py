@@ -16,7 +16,8 @@ shared machine's load hits both alike; the table gives the best repeat of each a
 
 Run: python benchmarks/kernel_speed.py --old /path/to/old/checkout [--new .] [--sizes 10 50 100]
      [--repeats 3] [--seconds 1.0] [--measures trace codes estimate] [--clock process|wall]
-     [--out FILE.json]
+     [--old-pure] [--out FILE.json]
+The machine line says which contention kernel each side ran (``native``: the mypyc build, ``python``).
 (an old checkout: ``mkdir /tmp/base && git archive eed74ed src | tar -x -C /tmp/base``).
 """
 
@@ -76,12 +77,19 @@ for family in ("layered", "fanout"):
     runs = {"trace": (lambda m: sim.run(m, seed=3), maps), "codes": (quiet.e2e_codes, codes),
             "estimate": (est.e2e, codes)}
     out[family] = {what: rate(*runs[what]) for what in measures}
-print(json.dumps(out))
+from hetsched.model import contention
+print(json.dumps({"rates": out, "kernel": getattr(contention, "KERNEL", "python")}))
 """
 
 
-def measure(checkout: Path, n: int, seconds: float, measures: list[str], clock: str) -> dict[str, dict[str, float]]:
+def measure(checkout: Path, n: int, seconds: float, measures: list[str], clock: str,
+            pure: bool = False) -> dict[str, Any]:
+    """``{"rates": {family: {measure: simulations a second}}, "kernel": "native" | "python"}`` of one checkout,
+    in a child process (``pure``: with ``HETSCHED_PURE_PYTHON=1``, the kernel's Python source)."""
     env = dict(os.environ, PYTHONPATH=f"{checkout / 'src'}")
+    env.pop("HETSCHED_PURE_PYTHON", None)
+    if pure:
+        env["HETSCHED_PURE_PYTHON"] = "1"
     res = subprocess.run(
         [sys.executable, "-c", CHILD, str(HERE), str(n), str(seconds), ",".join(measures), clock],
         env=env, capture_output=True, text=True, check=True, cwd=checkout,
@@ -100,19 +108,26 @@ def main() -> None:
     ap.add_argument("--clock", choices=("process", "wall"), default="process",
                     help="process: the child's CPU time (default); wall: elapsed time")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--old-pure", action="store_true",
+                    help="run the old side with HETSCHED_PURE_PYTHON=1 (with --old . : the compiled kernel "
+                         "against its Python source, the same code)")
     args = ap.parse_args()
     best: dict[tuple[str, int, str, str], float] = {}
+    kernels: dict[str, str] = {}
     for _ in range(args.repeats):
         for n in args.sizes:
             for side, path in (("old", args.old), ("new", args.new)):
-                got = measure(path.resolve(), n, args.seconds, args.measures, args.clock)
-                for family, rates in got.items():
+                got = measure(path.resolve(), n, args.seconds, args.measures, args.clock,
+                              pure=args.old_pure and side == "old")
+                kernels[side] = got["kernel"]
+                for family, rates in got["rates"].items():
                     for what, r in rates.items():
                         key = (side, n, family, what)
                         best[key] = max(best.get(key, 0.0), r)
     rows: list[dict[str, Any]] = []
     print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"best of {args.repeats} alternating repeats, {args.seconds:g} s of {args.clock} time each")
+          f"best of {args.repeats} alternating repeats, {args.seconds:g} s of {args.clock} time each; "
+          f"contention kernel: old {kernels['old']}, new {kernels['new']}")
     print("| n | family | measure | old sims/s | new sims/s | new / old |")
     print("|---|---|---|---|---|---|")
     for n in args.sizes:

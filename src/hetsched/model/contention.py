@@ -46,19 +46,31 @@ The machine is one GPU with one VRAM budget today; the budget and the GPU's runn
 per-device state in :func:`simulate`, kept apart from the node tables so a machine with several
 GPUs, each with its own budget, adds a device index per placement without touching the compile.
 
+**The compiled kernel.** ``setup.py`` compiles a copy of this module with mypyc at install time
+(``hetsched.model._contention_native``: the same code in C, the same IEEE double arithmetic, so the same
+results bit for bit) and stamps it with the SHA-256 of this file. At import, this module takes the copy's
+functions and classes in place of its own when the stamp matches its text (:data:`KERNEL` says which one
+runs, :data:`KERNEL_NOTE` why): an edited source, a pure-Python install or ``HETSCHED_PURE_PYTHON=1``
+runs this Python.
+
 Imports only the rest of ``hetsched.model``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import importlib
 import math
+import os
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from itertools import compress
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, cast
 
 from hetsched.model.mapping import CPU_CODE as CPU
@@ -214,6 +226,11 @@ class Compiled:
             vram = self.vram
             return need + max((vram[i] for i, p in enumerate(codes) if p == QUEUE), default=0.0) <= budget
         return need <= budget
+
+    def __reduce__(self) -> tuple[type[Compiled], tuple[object, ...]]:
+        """Pickled by its fields in order: the compiled kernel's frozen class refuses the attribute
+        assignments of the default pickle (a compiled scenario is sent to worker processes)."""
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass(slots=True)
@@ -794,6 +811,36 @@ def _loads(place: Sequence[int], load_of: Sequence[float]) -> list[float]:
     return [load_of[i] if p == QUEUE else 0.0 for i, p in enumerate(place)]
 
 
+def _native_kernel() -> tuple[ModuleType | None, str]:
+    """The compiled copy of this module and why it runs, or None and why this Python runs instead."""
+    if os.environ.get("HETSCHED_PURE_PYTHON", "") not in ("", "0"):
+        return None, "HETSCHED_PURE_PYTHON is set"
+    try:
+        native = importlib.import_module("hetsched.model._contention_native")
+    except ImportError:
+        return None, "not compiled (a pure-Python install)"
+    try:
+        digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    except OSError as err:
+        return None, f"cannot read {__file__} to check the compiled copy: {err}"
+    if getattr(native, "SOURCE_SHA256", None) != digest:
+        return None, "compiled from another version of contention.py: reinstall (pip install -e .) to rebuild it"
+    return native, f"compiled with mypyc ({Path(native.__file__ or '').name})"
+
+
+KERNEL = "python"
+"""Which contention kernel runs: ``"native"`` (the mypyc build of this module) or ``"python"``."""
+KERNEL_NOTE = "this module's Python"
+"""Why :data:`KERNEL` runs (for run records and benchmarks)."""
+
+if __name__ == "hetsched.model.contention":  # not in the compiled copy itself
+    _native, KERNEL_NOTE = _native_kernel()
+    if _native is not None:
+        globals().update({name: obj for name, obj in vars(_native).items()  # the choice itself stays here
+                          if getattr(obj, "__module__", None) == _native.__name__ and name != "_native_kernel"})
+        KERNEL = "native"
+
 __all__ = [
-    "EPS", "Codes", "Compiled", "Timings", "cpu_slowdown", "queue_load_ms", "queue_speedup", "simulate", "simulate_e2e",
+    "EPS", "KERNEL", "KERNEL_NOTE", "Codes", "Compiled", "Timings", "cpu_slowdown", "queue_load_ms", "queue_speedup",
+    "simulate", "simulate_e2e",
 ]
