@@ -1333,7 +1333,8 @@ class _Round:
         Waits (at most ``event_timeout_s``) until every node that finished has its events. In a failed
         round it stops waiting for the nodes whose Ray worker has died (a crash takes the events it had
         not sent yet with it): once every node still owed events is such a node, it reads once more
-        (what a worker sent just before it died) and ends."""
+        (what a worker sent just before it died) and ends. The events are read every 0.1 s, the list of
+        dead workers at most once a second (it lists every worker the cluster has had)."""
         if not self.ex.events:
             return ["Ray's task events were not read (events=false): times come from the workers' own clocks"]
         from ray.util.state import list_tasks
@@ -1360,12 +1361,16 @@ class _Round:
             return {t: n for t, n in wanted.items()
                     if not (t in got and got[t].terminal and got[t].exec_ms is not None)}
 
+        workers_due = 0.0  # Ray's worker list (every worker of the cluster) is read at most once a second
         while True:
             try:
                 owed = read()
                 if not owed:
                     return []
-                lost = self.died_with_worker(owed) if self.failure is not None else []
+                lost: list[str] = []
+                if self.failure is not None and time.time() >= workers_due:
+                    workers_due = time.time() + 1.0
+                    lost = self.died_with_worker(owed)
                 if lost and len(lost) == len(owed):
                     owed = read()
                     lost = [n for n in lost if n in owed.values()]
