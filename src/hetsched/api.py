@@ -202,16 +202,21 @@ def resume(
 
 def _add_reference(result: RunResult, choice: str, max_seconds: float | None,
                    store: str | Path | RunStore | bool | None, ex: Executor | None = None) -> None:
-    """Compute the report's reference (unless ``none``) and store it with the run; on a real
-    executor ``ex``, the reference mapping is also measured there
+    """Compute the report's reference (unless ``none``), lowered to the best mapping the run played when
+    that is better than a best-known search's (:func:`~hetsched.search.reference.improved_by`), and store it
+    with the run; on a real executor ``ex``, the reference mapping is also measured there
     (:func:`~hetsched.exec.measure.measure_reference`), so real rounds are compared with a
     measurement."""
     from hetsched.exec.measure import measure_reference
-    from hetsched.search.reference import ReferenceChoice, parse_reference_choice
+    from hetsched.search.reference import ReferenceChoice, improved_by, parse_reference_choice
 
     if parse_reference_choice(choice) is ReferenceChoice.NONE:
         return
     ref = reference(result.scenario, choice, max_seconds=max_seconds)
+    if ref is not None:  # the best mapping known: the search's, or a better one the run played
+        ref = improved_by(ref, result.scenario, (
+            (m, f"this run's round {r.round}" + ("" if i is None else f" probe {i}"))
+            for r in result.rounds for i, m in r.played))
     if ref is not None and ex is not None and ex.name != "sim" and result.rounds:
         ref = measure_reference(ex, ref, result.rounds, workload=result.scenario.workload)
     result.reference = ref

@@ -23,21 +23,27 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from hetsched.exec import Executor, make_executor
 from hetsched.loop import ensure_run
-from hetsched.model import SIM, ExecutorSpec, InputError, Reference, RunKey, Scenario
+from hetsched.model import SIM, ExecutorSpec, InputError, Mapping, Reference, RunKey, Scenario
 from hetsched.model.errors import ParameterError
 from hetsched.policies import policy_names
-from hetsched.search.reference import DEFAULT_SEARCH_SECONDS, ReferenceChoice, check_max_seconds, reference
-from hetsched.store import RunStore, canonical
+from hetsched.search.reference import (
+    DEFAULT_SEARCH_SECONDS,
+    ReferenceChoice,
+    check_max_seconds,
+    improved_by,
+    reference,
+)
+from hetsched.store import RunInfo, RunStore, StoredRun, canonical
 
-from .data import BenchData, RunSummary, summarize_run
+from .data import BenchData, scenario_reference, summarize_run
 from .spec import PolicySpec, natural_key
 
 EXPERIMENT = "bench"
@@ -256,20 +262,50 @@ def run_bench(config: BenchConfig, progress: Progress | None = None) -> BenchRun
 
 def store_references(store_path: Path | str, run_ids: Sequence[str], choice: ReferenceChoice,
                      max_seconds: float = DEFAULT_SEARCH_SECONDS) -> None:
-    """Compute each scenario's reference once and store it with every run that lacks one of that kind."""
+    """Compute each scenario's reference once (or reuse the one recorded), make it the best mapping known
+    (:func:`best_known_of_runs`: a best-known reference gives way to a better mapping any of the scenario's
+    runs played), record it, and store it with every run that lacks it or holds a worse one."""
+    wanted = {ReferenceChoice.ORACLE: "oracle", ReferenceChoice.BEST_KNOWN: "best-known"}.get(choice)
     with RunStore(store_path) as store:
-        by_scenario: dict[str, tuple[Scenario, list[str]]] = {}
+        by_scenario: dict[str, tuple[Scenario, list[RunInfo]]] = {}
         for run_id in dict.fromkeys(run_ids):
             info = store.run(run_id)
-            wanted = {ReferenceChoice.ORACLE: "oracle", ReferenceChoice.BEST_KNOWN: "best-known"}.get(choice)
-            if info.reference is not None and wanted in (None, info.reference.kind.value):
-                continue
-            sc = store.scenario(run_id)
-            by_scenario.setdefault(info.scenario_sha256, (sc, []))[1].append(run_id)
-        for sc, ids in by_scenario.values():
-            ref, _ = ensure_reference(store, sc, choice, max_seconds)
-            for run_id in ids:
-                store.set_reference(run_id, ref)
+            group = by_scenario.get(info.scenario_sha256)
+            if group is None:
+                group = by_scenario[info.scenario_sha256] = (store.scenario(run_id), [])
+            group[1].append(info)
+        for sc, infos in by_scenario.values():
+            held = [i.reference for i in infos]
+            kept = [r for r in held if r is not None and wanted in (None, r.kind.value)]
+            if len(kept) == len(held):  # every run holds a reference of the kind asked for: none is computed
+                if any(r.exact for r in kept):
+                    continue  # an exact reference: nothing can beat it
+                ref = min(kept, key=lambda r: r.e2e_ms)
+            else:
+                ref, _ = ensure_reference(store, sc, choice, max_seconds)
+            better = best_known_of_runs(store, sc, ref, infos)
+            if better is not ref:
+                store.record_reference(sc, choice.value, better)
+            for info, had in zip(infos, held, strict=True):
+                if (had is None or wanted not in (None, had.kind.value) or better.e2e_ms < had.e2e_ms
+                        or (better.exact and not had.exact)):
+                    store.set_reference(info.id, better)
+
+
+def best_known_of_runs(store: RunStore, scenario: Scenario, ref: Reference, infos: Iterable[RunInfo]) -> Reference:
+    """``ref``, or the best mapping the runs ``infos`` of ``scenario`` played (rounds and probes) when it is better
+    under the model (:func:`~hetsched.search.reference.improved_by`; an exact reference stays)."""
+    if ref.exact:
+        return ref
+    return improved_by(ref, scenario, (c for info in infos for c in played_by(info, store.played(info.id))))
+
+
+def played_by(info: RunInfo, played: Iterable[tuple[int, int | None, Mapping]]) -> Iterator[tuple[Mapping, str]]:
+    """A run's played mappings ``(round, probe index or None, mapping)`` as candidates for the best mapping known:
+    ``(mapping, "run ID (LABEL, seed S) round R [probe P]")``."""
+    run = f"run {info.id} ({PolicySpec(info.policy, dict(info.options)).label}, seed {info.seed})"
+    for rnd, idx, mapping in played:
+        yield mapping, f"{run} round {rnd}" + ("" if idx is None else f" probe {idx}")
 
 
 def ensure_reference(store: RunStore, scenario: Scenario, choice: ReferenceChoice,
@@ -301,8 +337,8 @@ def default_jobs() -> int:
 def load_runs(store_path: Path | str, run_ids: Sequence[str], labels: Sequence[str] | None = None,
               meta: dict[str, Any] | None = None) -> BenchData:
     """Summaries of the given runs read from the store (the report's only input)."""
-    runs: list[RunSummary] = []
     scenarios: dict[str, Scenario] = {}
+    loaded: list[StoredRun] = []
     with RunStore(store_path, create=False) as store:
         for run_id in dict.fromkeys(run_ids):
             stored = store.load(run_id)
@@ -313,12 +349,29 @@ def load_runs(store_path: Path | str, run_ids: Sequence[str], labels: Sequence[s
                     "(changed cards?); report them separately"
                 )
             scenarios.setdefault(sc.name, sc)
-            runs.append(summarize_run(stored.info, sc, stored.rounds))
+            loaded.append(stored)
+    refs = {name: report_reference(sc, [s for s in loaded if s.scenario.name == name])
+            for name, sc in scenarios.items()}
+    runs = [summarize_run(replace(s.info, reference=refs[s.scenario.name]), s.scenario, s.rounds) for s in loaded]
     order = list(labels) if labels else registry_order(PolicySpec(r.policy, r.options) for r in runs)
     runs.sort(key=lambda r: (natural_key(r.scenario), order.index(r.label) if r.label in order else len(order),
                              r.label, r.seed))
     return BenchData(runs=runs, scenarios=scenarios, labels=[lb for lb in order if any(r.label == lb for r in runs)],
                      meta=dict(meta or {}))
+
+
+def report_reference(scenario: Scenario, runs: Sequence[StoredRun]) -> Reference:
+    """The one reference a report compares a scenario's runs with: an exact one any run holds; else the best
+    mapping known, the lowest of the runs' best-known references (or, when none holds one, the ``auto``
+    reference) and of every mapping the runs played (:func:`~hetsched.search.reference.improved_by`). So
+    every run of a scenario is compared with the same mapping, and no noise-free ratio reads below 1."""
+    held = [s.info.reference for s in runs if s.info.reference is not None]
+    exact = [r for r in held if r.exact]
+    if exact:
+        return exact[0]
+    base = min(held, key=lambda r: r.e2e_ms) if held else scenario_reference(scenario)
+    return improved_by(base, scenario, (
+        c for s in runs for c in played_by(s.info, ((r.round, i, m) for r in s.rounds for i, m in r.played))))
 
 
 def registry_order(specs: Iterable[PolicySpec]) -> list[str]:

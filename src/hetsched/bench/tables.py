@@ -346,8 +346,9 @@ def reference_note(data: BenchData) -> str:
     parts = [s + ("" if gap is None else f" (within {100 * gap:.1f}% of the lower bound)")
              for s, gap in sorted(best_known.items())]
     return ("Reference: for " + ", ".join(parts) + " the exact search did not fit the time budget (or best-known was "
-            "asked for), so 'oracle' here means the best-known mapping of a bounded search, not a proven optimum; a "
-            "ratio below 1 is possible.")
+            "asked for), so 'oracle' here means the best mapping known, not a proven optimum: the best of a bounded "
+            "search and of every mapping the runs played (a noise-free ratio is never below 1; a measured one can be, "
+            "by noise).")
 
 
 SIMULATED = " [simulated from the cards]"

@@ -204,6 +204,14 @@ class RoundRecord:
                             kind=None if self.trace.kind is None else self.trace.kind.value, probes=len(self.probes),
                             decision_ms=self.decision_ms)
 
+    @property
+    def played(self) -> list[tuple[int | None, Mapping]]:
+        """Every mapping this round executed and could run: ``(None, the round's mapping)`` first when it ran,
+        then ``(probe index, probe mapping)`` for each feasible probe (``RunStore.played`` reads the same from
+        the store)."""
+        head: list[tuple[int | None, Mapping]] = [(None, self.mapping)] if self.trace.feasible else []
+        return head + [(i, p.mapping) for i, p in enumerate(self.probes) if p.trace.feasible]
+
     def __repr__(self) -> str:  # the generated one prints traces, prompts and replies in full
         d = self.proposal.decision
         decider = "" if d is None else f", decider {d.decider}" + (" (fallback)" if d.fallback else "")

@@ -50,6 +50,10 @@ class Reference:
     bound_note: str = ""
     """What the label adds about the lower bound, e.g. that the stronger relaxation bound was not
     available (OR-Tools not installed); empty when there is nothing to add."""
+    found_by: str = ""
+    """Where a best-known mapping came from when not from the reference search: the run, round or
+    probe that played a better mapping than the search found (``improved_by`` in
+    :mod:`hetsched.search.reference`); empty for the search's own mapping."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", ReferenceKind(self.kind))
@@ -74,8 +78,10 @@ class Reference:
         if self.exact:
             return "oracle"
         gap = self.gap
-        note = f"; {self.bound_note}" if self.bound_note else ""
-        return "best-known" if gap is None else f"best-known (within {100 * gap:.1f}% of the lower bound{note})"
+        notes = [n for n in (self.bound_note, f"found by {self.found_by}" if self.found_by else "") if n]
+        if gap is None:
+            return f"best-known ({'; '.join(notes)})" if notes else "best-known"
+        return f"best-known (within {100 * gap:.1f}% of the lower bound{''.join('; ' + n for n in notes)})"
 
     @property
     def compare_ms(self) -> float:
@@ -90,15 +96,19 @@ class Reference:
         return "best measured" if self.measured_kind == "best measured" else f"{self.kind.value} (measured)"
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}`` for JSON; measured on a real executor,
-        also ``measured`` (:meth:`MeasuredMapping.to_dict` plus ``kind``, ``reference mapping`` or
-        ``best measured``)."""
+        """``{"kind", "mapping", "e2e_ms", "lower_bound_ms"}`` for JSON, with ``bound_note`` and
+        ``found_by`` when they are set; measured on a real executor, also ``measured``
+        (:meth:`MeasuredMapping.to_dict` plus ``kind``, ``reference mapping`` or ``best measured``)."""
         out: dict[str, Any] = {
             "kind": self.kind.value,
             "mapping": self.mapping.to_dict(),
             "e2e_ms": self.e2e_ms,
             "lower_bound_ms": self.lower_bound_ms,
         }
+        if self.bound_note:
+            out["bound_note"] = self.bound_note
+        if self.found_by:
+            out["found_by"] = self.found_by
         if self.measured is not None:
             out["measured"] = {**self.measured.to_dict(), "kind": self.measured_kind}
         return out
@@ -114,6 +124,8 @@ class Reference:
             None if data.get("lower_bound_ms") is None else float(data["lower_bound_ms"]),
             measured=None if measured is None else MeasuredMapping.from_dict(measured),
             measured_kind="" if measured is None else str(measured.get("kind", "reference mapping")),
+            bound_note=str(data.get("bound_note", "")),
+            found_by=str(data.get("found_by", "")),
         )
 
 

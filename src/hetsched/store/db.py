@@ -897,6 +897,26 @@ class RunStore:
                 raise self.damaged(f"run {full}: round {i} cannot be read ({str(exc)[:300]})") from None
         return out
 
+    def played(self, run_id: str) -> list[tuple[int, int | None, Mapping]]:
+        """Every mapping the run executed and could run: ``(round, probe index or None, mapping)``, each round's
+        mapping before its probes, in order. Read from the round columns and the probes' traces' ``mapping``
+        field alone (no trace is decoded in Python: cheap for 100-node rounds)."""
+        full = self.resolve(run_id)
+        rows = self._read(
+            "SELECT round, NULL AS idx, mapping_json AS m FROM rounds WHERE run_id = ? AND feasible = 1 "
+            "UNION ALL SELECT round, idx, "
+            "CASE WHEN json_valid(trace_json) THEN json_extract(trace_json, '$.mapping') END AS m "
+            "FROM probes WHERE run_id = ? AND feasible = 1 ORDER BY round, idx", (full, full))
+        out: list[tuple[int, int | None, Mapping]] = []
+        for row in rows:
+            what = f"round {row['round']}" + ("" if row["idx"] is None else f" probe {row['idx']}")
+            try:
+                out.append((int(row["round"]), None if row["idx"] is None else int(row["idx"]),
+                            Mapping(loads(row["m"]))))
+            except (DamagedValue, HetschedError, TypeError, ValueError) as exc:
+                raise self.damaged(f"run {full}: the mapping of {what} cannot be read ({str(exc)[:300]})") from None
+        return out
+
     # ------------------------------------------------------------------ references, per scenario
     def stored_reference(self, scenario: Scenario, choice: str) -> Reference | None:
         """The reference recorded for this scenario's content and ``choice`` (``auto``, ``oracle``,
