@@ -18,6 +18,7 @@ from hetsched.bench import BenchConfig, PolicySpec, load_runs, run_bench
 from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
 from hetsched.bench.runner import report_reference
 from hetsched.bench.suites import SuiteConfig, _reference_summary, ratios, run_suite
+from hetsched.bench.tables import reference_note
 from hetsched.model import Mapping, Mode, Placement, Reference, ReferenceKind, Scenario
 from hetsched.model.workload import Workload
 from hetsched.search.load import predict_window
@@ -149,6 +150,7 @@ def test_a_bench_compares_every_run_with_the_best_mapping_known(tmp_path: Path) 
     assert all(i.reference == dataclasses.replace(stored, seconds=0.0) for i in infos)
     data = load_runs(store_path, out.run_ids)
     assert {r.oracle_code for r in data.runs} == {stored.mapping.code(sc.workflow.node_ids)}
+    assert f"found by {stored.found_by}" in reference_note(data)  # the report says where the mapping came from
     for run in data.runs:  # no noise-free ratio below 1, in rounds or probes
         for rnd in run.rounds:
             for e in [rnd.true_e2e_ms, *(p.true_e2e_ms for p in rnd.probes)]:

@@ -125,6 +125,9 @@ class RunSummary:
     """``oracle`` (exact) or ``best-known`` (a bounded search's best; see ``reference_gap``)."""
     reference_gap: float | None = 0.0
     """How far the reference may be above the optimum (0 for the oracle; None when unknown)."""
+    reference_found_by: str = ""
+    """Which run, round or probe played the reference mapping, when a run's mapping beat the reference search's
+    (``Reference.found_by``; '' for the search's own)."""
 
     # ------------------------------------------------------------------ metrics
     @property
@@ -199,7 +202,8 @@ class RunSummary:
             "nodes": list(self.nodes),
             "oracle": {"code": self.oracle_code, "e2e_ms": self.oracle_e2e_ms},
             **({} if self.reference_kind == "oracle" else
-               {"reference": {"kind": self.reference_kind, "gap": self.reference_gap}}),
+               {"reference": {"kind": self.reference_kind, "gap": self.reference_gap,
+                              **({"found_by": self.reference_found_by} if self.reference_found_by else {})}}),
             "penalty_e2e_ms": self.penalty_e2e_ms,
             "rounds": [
                 {
@@ -332,6 +336,7 @@ def summarize_run(info: RunInfo, scenario: Scenario, rounds: Sequence[RoundRecor
         rounds=tuple(summarize_round(r, scenario, oracle, true_e2e) for r in rounds),
         reference_kind=ref.kind.value,
         reference_gap=ref.gap,
+        reference_found_by=ref.found_by,
     )
 
 

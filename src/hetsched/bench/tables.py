@@ -337,14 +337,17 @@ def table_llm(data: BenchData) -> Table | None:
 def reference_note(data: BenchData) -> str:
     """'' when every scenario's reference is the exact oracle; else which scenarios' "oracle" is a
     best-known mapping (not a proven optimum), and how far above the lower bound it may be."""
-    best_known: dict[str, float | None] = {}
+    best_known: dict[str, tuple[float | None, str]] = {}
     for r in data.runs:
         if r.reference_kind != "oracle":
-            best_known.setdefault(r.scenario, r.reference_gap)
+            best_known.setdefault(r.scenario, (r.reference_gap, r.reference_found_by))
     if not best_known:
         return ""
-    parts = [s + ("" if gap is None else f" (within {100 * gap:.1f}% of the lower bound)")
-             for s, gap in sorted(best_known.items())]
+    parts = []
+    for s, (gap, found_by) in sorted(best_known.items()):
+        notes = ([] if gap is None else [f"within {100 * gap:.1f}% of the lower bound"]) + (
+            [f"found by {found_by}"] if found_by else [])
+        parts.append(s + (f" ({'; '.join(notes)})" if notes else ""))
     return ("Reference: for " + ", ".join(parts) + " the exact search did not fit the time budget (or best-known was "
             "asked for), so 'oracle' here means the best mapping known, not a proven optimum: the best of a bounded "
             "search and of every mapping the runs played (a noise-free ratio is never below 1; a measured one can be, "
