@@ -6,20 +6,24 @@ below 1, every run of a scenario is compared with one mapping, and the reference
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.test_search import cli, write_scenario_file
 
 import hetsched.api as api
+import hetsched.search.reference as search_reference
 from hetsched.bench import BenchConfig, PolicySpec, load_runs, run_bench
 from hetsched.bench.generate import FAMILIES, WorkflowSpec, random_scenario
 from hetsched.bench.runner import report_reference
 from hetsched.bench.suites import SuiteConfig, _reference_summary, ratios, run_suite
 from hetsched.bench.tables import reference_note
 from hetsched.model import Mapping, Mode, Placement, Reference, ReferenceKind, Scenario
+from hetsched.model.files import load_scenario
 from hetsched.model.workload import Workload
 from hetsched.search.load import predict_window
 from hetsched.search.reference import ReferenceChoice, improved_by
@@ -213,3 +217,29 @@ def test_a_suite_takes_a_runs_better_mapping_as_the_reference(tmp_path: Path) ->
         stored = store.stored_reference(sc, "best-known")
     assert stored is not None and stored.e2e_ms == ref["e2e_ms"] and stored.found_by == ref["found_by"]
     assert "a run's mapping for 1 workflow(s)" in _reference_summary(result)
+
+
+def test_the_reference_command_reads_a_store_for_the_best_mapping_known(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "flow.yaml"
+    write_scenario_file(_bench_scenario(), path)
+    sc = load_scenario(path)  # the file's scenario: the store keys runs by its exact content
+    store_path = tmp_path / "runs.sqlite"
+    with RunStore(store_path) as store:
+        for policy in ("agentic", "ucb1"):
+            api.run(sc, policy, rounds=3, store=store)
+        store.record_reference(sc, "best-known", _weak(sc, 1.0))
+        runs = {i.id for i in store.runs_of(sc)}
+        sim = Simulator(sc, noise=False)
+        played = [e for i in runs for _, _, m in store.played(i) if (e := sim.e2e(m)) is not None]
+    assert len(runs) == 2 and played
+    # a search that found nothing better than all-CPU: what the store knows must then show
+    monkeypatch.setattr(search_reference, "reference", lambda *a, **k: _weak(sc, 1.0))
+    args = ("reference", str(path), "--kind", "best-known", "--json")
+    code, text = cli(capsys, *args, "--store", str(store_path))
+    got = json.loads(text)
+    assert code == 0 and got["e2e_ms"] == min(played) == sim.e2e(Mapping(got["mapping"]))
+    assert got["found_by"].split(" ")[1] in runs and got["lower_bound_ms"] == 1.0
+    assert json.loads(cli(capsys, *args)[1])["e2e_ms"] == _weak(sc, 1.0).e2e_ms  # without --store: the search's
+    code, text = cli(capsys, *args, "--store", str(tmp_path / "missing.sqlite"))
+    assert code != 0 and "missing.sqlite" in text and "Traceback" not in text

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from hetsched.cli.app import EXIT_NO_RESULT, app, err, examples, fail, out, plain_table, safe, safe_path
 from hetsched.cli.common import SCENARIO_HELP, load, mapping_text
-from hetsched.model import Mapping, Scenario
+from hetsched.model import Mapping, Reference, Scenario
 from hetsched.model.errors import path_text
 from hetsched.model.files import (
     arrivals_warnings,
@@ -378,7 +378,8 @@ def schema(
 
 
 @app.command("reference", epilog=examples("hetsched reference S13", "hetsched reference my_flow.yaml --max-seconds 30",
-                                          "hetsched reference big.yaml --kind best-known --json"))
+                                          "hetsched reference big.yaml --kind best-known --json",
+                                          "hetsched reference big.yaml --store bench-out/runs.sqlite"))
 def reference_command(
     scenario: str = typer.Argument(..., metavar="SCENARIO", help=SCENARIO_HELP),
     kind: str = typer.Option(
@@ -392,6 +393,12 @@ def reference_command(
         help="Processes for the exact search and the best-known search's race (more search in the time budget).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object and nothing else."),
+    store: Path | None = typer.Option(
+        None, "--store", metavar="FILE",
+        help="Also read this run store: a best-known mapping gives way to the reference a bench recorded for this "
+        "scenario's content and to any better mapping its runs played (the best mapping known, as the bench's "
+        "report has it); nothing is written.",
+    ),
 ) -> None:
     """The mapping reports compare against: the exact oracle, or a best-known mapping with a lower bound."""
     from hetsched.search.reference import check_max_seconds, parse_reference_choice, reference
@@ -403,6 +410,8 @@ def reference_command(
         raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
     ref = reference(sc, choice, max_seconds=max_seconds, seed=seed, workers=jobs)
     assert ref is not None
+    if store is not None and not ref.exact:
+        ref = _best_known_in_store(store, sc, choice.value, ref)
     if as_json:
         typer.echo(json.dumps({"scenario": sc.name, **ref.to_dict(), "gap": ref.gap, "label": ref.label,
                                "seconds": ref.seconds}))
@@ -413,6 +422,19 @@ def reference_command(
     else:
         bound = "" if ref.lower_bound_ms is None else f"; lower bound {ref.lower_bound_ms:.1f} ms"
         out.print(f"{safe(ref.label)}{bound} ({ref.seconds:.1f} s)")
+
+
+def _best_known_in_store(path: Path, sc: Scenario, choice: str, ref: Reference) -> Reference:
+    """``ref``, or what the run store at ``path`` knows better for ``sc``'s content: the reference a bench recorded
+    (for ``choice``), then the best mapping its runs played (``hetsched.bench.runner.best_known_of_runs``)."""
+    from hetsched.bench.runner import best_known_of_runs
+    from hetsched.store import RunStore
+
+    with RunStore(path, create=False, read_only=True) as st:
+        recorded = st.stored_reference(sc, choice)
+        if recorded is not None and (recorded.exact or recorded.e2e_ms < ref.e2e_ms):
+            ref = recorded
+        return best_known_of_runs(st, sc, ref, st.runs_of(sc))
 
 
 @app.command(epilog=examples(

@@ -796,6 +796,11 @@ class RunStore:
         infos.sort(key=lambda t: (t[0], t[1]), reverse=True)
         return [i for _, _, i in infos]
 
+    def runs_of(self, scenario: Scenario) -> list[RunInfo]:
+        """The runs of this scenario's exact content (its name and its hash), newest first."""
+        digest = sha256(scenario_json(scenario))
+        return [i for i in self.runs(scenario=scenario.name) if i.scenario_sha256 == digest]
+
     def find_run(self, key: RunKey) -> RunInfo | None:
         """The newest run with exactly this key (same scenario content, policy, options, seed,
         planned rounds, early stop, executor and its options, experiment), or None. The bench uses
