@@ -243,3 +243,7 @@ def test_the_reference_command_reads_a_store_for_the_best_mapping_known(
     assert json.loads(cli(capsys, *args)[1])["e2e_ms"] == _weak(sc, 1.0).e2e_ms  # without --store: the search's
     code, text = cli(capsys, *args, "--store", str(tmp_path / "missing.sqlite"))
     assert code != 0 and "missing.sqlite" in text and "Traceback" not in text
+    (tmp_path / "notes.txt").write_text("not a store")
+    for bad in (tmp_path / "notes.txt", tmp_path / "missing.sqlite"):  # refused before the search: even an exact
+        code, text = cli(capsys, "reference", "S13", "--store", str(bad))  # reference, which reads no store
+        assert code == 2 and bad.name in text and "Traceback" not in text

@@ -408,6 +408,8 @@ def reference_command(
     choice = parse_reference_choice(kind)
     if choice.value == "none":
         raise fail("--kind none computes nothing; accepted: auto, oracle, best-known")
+    if store is not None:
+        _check_store(store)  # a wrong path is refused before the search, whatever the search finds
     ref = reference(sc, choice, max_seconds=max_seconds, seed=seed, workers=jobs)
     assert ref is not None
     if store is not None and not ref.exact:
@@ -422,6 +424,14 @@ def reference_command(
     else:
         bound = "" if ref.lower_bound_ms is None else f"; lower bound {ref.lower_bound_ms:.1f} ms"
         out.print(f"{safe(ref.label)}{bound} ({ref.seconds:.1f} s)")
+
+
+def _check_store(path: Path) -> None:
+    """Refuse a ``--store`` that is not a readable run store (the store's own error names the file and why)."""
+    from hetsched.store import RunStore
+
+    with RunStore(path, create=False, read_only=True):
+        pass
 
 
 def _best_known_in_store(path: Path, sc: Scenario, choice: str, ref: Reference) -> Reference:
